@@ -1,0 +1,131 @@
+// npm run lab -- <command>: the lab for people (tests use the same operations through lab.ts).
+import { parseArgs } from "node:util";
+import { join } from "node:path";
+import { repoRoot } from "./bins.ts";
+import { Lab } from "./lab.ts";
+import { readState, readEvents } from "./state.ts";
+
+const usage = `usage: npm run lab -- <command>
+
+  up [--nodes N] [--zones a,b]   build what is missing, start a control plane and N simulated nodes (default 3)
+                                 with their BMCs, wait until every node is Ready, print how to reach them
+  status                         components, nodes (API view and machine view) and BMCs
+  crash <node>                   kill the node's kubelet; its power stays on (a hung machine)
+  partition <node>               freeze the node's kubelet: no heartbeats, workload presumed running
+  heal <node>                    resume a partitioned node (same boot ID) or reboot a crashed one
+  bmc <node> on|off|status       power control through the node's BMC over IPMI (ipmitool lanplus)
+  bmc <node> unreachable|reachable   make the BMC stop/resume answering
+  events                         the lab's own event log (power changes, boots, faults)
+  down                           stop every process the lab started
+
+The lab lives in $STOCKADE_LAB_DIR (default: <repo>/.lab).`;
+
+const dir = process.env.STOCKADE_LAB_DIR ?? join(repoRoot, ".lab");
+
+async function main(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: { nodes: { type: "string" }, zones: { type: "string" }, help: { type: "boolean", short: "h" } },
+  });
+  const [cmd, node, action] = positionals;
+  if (values.help || !cmd) {
+    console.log(usage);
+    return cmd || values.help ? 0 : 2;
+  }
+  const needNode = () => {
+    if (!node) throw new UsageError(`${cmd} needs a node name`);
+    return node;
+  };
+  switch (cmd) {
+    case "up": {
+      const nodes = values.nodes === undefined ? 3 : Number(values.nodes);
+      const lab = await Lab.up({
+        dir,
+        nodes,
+        ...(values.zones ? { zones: values.zones.split(",") } : {}),
+        log: (m) => console.error(`[lab] ${m}`),
+      });
+      printAccess(lab);
+      return 0;
+    }
+    case "status":
+      await printStatus(Lab.attach(dir));
+      return 0;
+    case "crash":
+    case "partition":
+    case "heal": {
+      const lab = Lab.attach(dir);
+      await lab[cmd](needNode());
+      console.log(`${node}: ${describe(lab.machine(node!))}`);
+      return 0;
+    }
+    case "bmc": {
+      const lab = Lab.attach(dir);
+      const n = needNode();
+      if (action === "unreachable" || action === "reachable") {
+        await lab.setBmcReachable(n, action === "reachable");
+        console.log(`${n}: BMC ${action}`);
+      } else if (action === "on" || action === "off" || action === "status") {
+        console.log(`${n}: Chassis Power is ${await lab.bmc(n, action)}`);
+      } else throw new UsageError(`bmc ${n} needs one of on, off, status, unreachable, reachable`);
+      return 0;
+    }
+    case "events":
+      for (const e of readEvents(dir)) console.log(`${e.time}  ${e.kind.padEnd(9)} ${e.node ?? ""} ${JSON.stringify(e.detail)}`);
+      return 0;
+    case "down": {
+      const had = await Lab.downDir(dir);
+      console.log(had ? `lab in ${dir} stopped` : `no lab in ${dir}`);
+      return 0;
+    }
+    default:
+      throw new UsageError(`unknown command "${cmd}"`);
+  }
+}
+
+class UsageError extends Error {}
+
+function describe(m: ReturnType<Lab["machine"]>): string {
+  return `power ${m.power}, kubelet ${m.kubelet}${m.pid ? ` (pid ${m.pid})` : ""}, bootID ${m.bootID ?? "-"}`;
+}
+
+function printAccess(lab: Lab): void {
+  const s = lab.state;
+  console.log(`\nexport KUBECONFIG=${lab.kubeconfig}`);
+  console.log(`export PATH=${s.binDir}:$PATH    # the lab's kubectl ${s.binDir}/kubectl`);
+  console.log(`\nBMCs (IPMI 2.0 lanplus, cipher suite 3):`);
+  for (const n of s.nodes) {
+    console.log(`  ${n.name.padEnd(8)} ${n.bmc.address}:${n.bmc.port}  user ${n.bmc.username}  password in ${n.bmc.passwordFile}`);
+  }
+  const first = s.nodes[0];
+  if (first) {
+    console.log(`\ntry: ipmitool -I lanplus -C 3 -H ${first.bmc.address} -p ${first.bmc.port} -U ${first.bmc.username} -f ${first.bmc.passwordFile} chassis power status`);
+  }
+  console.log(`logs: ${join(s.dir, "logs")}    stop: npm run lab -- down`);
+}
+
+async function printStatus(lab: Lab): Promise<void> {
+  const s = readState(lab.dir);
+  console.log(`lab ${s.dir} (apiserver ${s.apiserverUrl})`);
+  for (const [c, alive] of Object.entries(lab.componentStatus())) console.log(`  ${c.padEnd(24)} ${alive ? "running" : "STOPPED"}`);
+  console.log("nodes:");
+  for (const n of s.nodes) {
+    let ready = "?";
+    try {
+      ready = Lab.readyStatus(await lab.node(n.name)) ?? "-";
+    } catch {
+      ready = "(apiserver unreachable)";
+    }
+    const bmc = lab.bmcReachable(n.name) ? `${n.bmc.address}:${n.bmc.port}` : "UNREACHABLE";
+    console.log(`  ${n.name.padEnd(8)} Ready=${ready.padEnd(8)} ${describe(lab.machine(n.name))}  BMC ${bmc}`);
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => (process.exitCode = code),
+  (e: Error) => {
+    console.error(e instanceof UsageError ? `${e.message}\n\n${usage}` : `lab: ${e.message}`);
+    process.exitCode = e instanceof UsageError ? 2 : 1;
+  },
+);

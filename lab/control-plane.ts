@@ -1,0 +1,181 @@
+// The lab's control plane on loopback: etcd, kube-apiserver (TLS, client-certificate authn, Node+RBAC
+// authz, ServiceAccount tokens), kube-controller-manager (all default controllers, timings tuned for
+// tests) and kube-scheduler, each health-checked before the next starts.
+import { mkdirSync, writeFileSync, readFileSync, existsSync } from "node:fs";
+import { join } from "node:path";
+import type { Bins } from "./bins.ts";
+import { probe, waitFor } from "./health.ts";
+import { isAlive, readRef, startDetached, stop, writeRef } from "./processes.ts";
+import { paths, type LabState } from "./state.ts";
+
+export const components = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"] as const;
+export type Component = (typeof components)[number];
+
+export interface Timings {
+  /** kube-controller-manager --node-monitor-grace-period, seconds. */
+  nodeMonitorGraceSeconds: number;
+  /** kube-apiserver --default-{not-ready,unreachable}-toleration-seconds. */
+  defaultTolerationSeconds: number;
+}
+
+export const defaultTimings: Timings = { nodeMonitorGraceSeconds: 10, defaultTolerationSeconds: 5 };
+
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`;
+
+function args(s: LabState, c: Component, bins: Bins, t: Timings): { cmd: string; args: string[] } {
+  const p = paths(s.dir);
+  const pki = (f: string) => join(p.pki, f);
+  const kc = (n: string) => join(p.kubeconfigs, `${n}.kubeconfig`);
+  switch (c) {
+    case "etcd": {
+      const client = `http://127.0.0.1:${s.ports.etcd}`;
+      const peer = `http://127.0.0.1:${s.ports.etcdPeer}`;
+      return {
+        cmd: bins.etcd,
+        args: [
+          "--name=lab",
+          `--data-dir=${p.etcdData}`,
+          `--listen-client-urls=${client}`,
+          `--advertise-client-urls=${client}`,
+          `--listen-peer-urls=${peer}`,
+          `--initial-advertise-peer-urls=${peer}`,
+          `--initial-cluster=lab=${peer}`,
+          "--unsafe-no-fsync",
+          "--quota-backend-bytes=2147483648",
+          "--log-level=warn",
+        ],
+      };
+    }
+    case "kube-apiserver":
+      if (!existsSync(join(s.dir, "audit-policy.yaml"))) writeFileSync(join(s.dir, "audit-policy.yaml"), auditPolicy);
+      return {
+        cmd: bins.kubeApiserver,
+        args: [
+          `--etcd-servers=http://127.0.0.1:${s.ports.etcd}`,
+          "--bind-address=127.0.0.1",
+          "--advertise-address=127.0.0.1",
+          `--secure-port=${s.ports.apiserver}`,
+          `--tls-cert-file=${pki("apiserver.crt")}`,
+          `--tls-private-key-file=${pki("apiserver.key")}`,
+          `--client-ca-file=${pki("ca.crt")}`,
+          `--service-account-key-file=${pki("sa.pub")}`,
+          `--service-account-signing-key-file=${pki("sa.key")}`,
+          "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+          "--authorization-mode=Node,RBAC",
+          "--enable-admission-plugins=NodeRestriction",
+          "--service-cluster-ip-range=10.96.0.0/16",
+          "--allow-privileged=true",
+          // The "kubernetes" Service endpoint reconciler would fight over a loopback advertise address.
+          "--endpoint-reconciler-type=none",
+          `--default-not-ready-toleration-seconds=${t.defaultTolerationSeconds}`,
+          `--default-unreachable-toleration-seconds=${t.defaultTolerationSeconds}`,
+          `--audit-policy-file=${join(s.dir, "audit-policy.yaml")}`,
+          `--audit-log-path=${p.audit}`,
+          "--audit-log-maxsize=200",
+          "--profiling=false",
+        ],
+      };
+    case "kube-controller-manager":
+      mkdirSync(join(s.dir, "certs", "kcm"), { recursive: true });
+      return {
+        cmd: bins.kubeControllerManager,
+        args: [
+          `--kubeconfig=${kc("kube-controller-manager")}`,
+          `--authentication-kubeconfig=${kc("kube-controller-manager")}`,
+          `--authorization-kubeconfig=${kc("kube-controller-manager")}`,
+          "--bind-address=127.0.0.1",
+          `--secure-port=${s.ports.controllerManager}`,
+          `--cert-dir=${join(s.dir, "certs", "kcm")}`,
+          "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+          "--leader-elect=false",
+          `--root-ca-file=${pki("ca.crt")}`,
+          `--service-account-private-key-file=${pki("sa.key")}`,
+          "--use-service-account-credentials=true",
+          "--node-monitor-period=1s",
+          `--node-monitor-grace-period=${t.nodeMonitorGraceSeconds}s`,
+          "--profiling=false",
+        ],
+      };
+    case "kube-scheduler":
+      mkdirSync(join(s.dir, "certs", "scheduler"), { recursive: true });
+      return {
+        cmd: bins.kubeScheduler,
+        args: [
+          `--kubeconfig=${kc("kube-scheduler")}`,
+          `--authentication-kubeconfig=${kc("kube-scheduler")}`,
+          `--authorization-kubeconfig=${kc("kube-scheduler")}`,
+          "--bind-address=127.0.0.1",
+          `--secure-port=${s.ports.scheduler}`,
+          `--cert-dir=${join(s.dir, "certs", "scheduler")}`,
+          "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+          "--leader-elect=false",
+          "--profiling=false",
+        ],
+      };
+  }
+}
+
+function healthUrl(s: LabState, c: Component): string {
+  switch (c) {
+    case "etcd":
+      return `http://127.0.0.1:${s.ports.etcd}/health`;
+    case "kube-apiserver":
+      return `${s.apiserverUrl}/readyz`;
+    case "kube-controller-manager":
+      return `https://127.0.0.1:${s.ports.controllerManager}/healthz`;
+    case "kube-scheduler":
+      return `https://127.0.0.1:${s.ports.scheduler}/healthz`;
+  }
+}
+
+export function pidFile(s: LabState, c: Component): string {
+  return join(paths(s.dir).pids, `${c}.json`);
+}
+
+export function logFile(s: LabState, c: Component): string {
+  return join(paths(s.dir).logs, `${c}.log`);
+}
+
+export async function healthy(s: LabState, c: Component): Promise<boolean> {
+  const p = paths(s.dir);
+  const admin = { ca: join(p.pki, "ca.crt"), cert: join(p.pki, "admin.crt"), key: join(p.pki, "admin.key") };
+  const r = await probe(healthUrl(s, c), c === "kube-apiserver" ? admin : { ca: admin.ca });
+  return r.status === 200 && (c !== "etcd" || r.body.includes('"health":"true"'));
+}
+
+function tail(file: string, lines = 15): string {
+  try {
+    return readFileSync(file, "utf8").trimEnd().split("\n").slice(-lines).join("\n");
+  } catch {
+    return "(no log)";
+  }
+}
+
+export async function startComponent(s: LabState, c: Component, bins: Bins, t: Timings, timeoutMs = 90_000): Promise<void> {
+  const { cmd, args: a } = args(s, c, bins, t);
+  const ref = startDetached({ cmd, args: a, logFile: logFile(s, c) });
+  writeRef(pidFile(s, c), ref);
+  await waitFor(`${c} to become healthy`, async () => {
+    if (!isAlive(ref)) throw new Error(`${c} exited`);
+    return healthy(s, c);
+  }, {
+    timeoutMs,
+    intervalMs: 250,
+    onTimeout: () => `\n--- last lines of ${logFile(s, c)} ---\n${tail(logFile(s, c))}`,
+  }).catch((e: Error) => {
+    throw new Error(`${e.message}${e.message.includes("---") ? "" : `\n--- last lines of ${logFile(s, c)} ---\n${tail(logFile(s, c))}`}`);
+  });
+}
+
+export async function stopComponent(s: LabState, c: Component): Promise<void> {
+  await stop(readRef(pidFile(s, c)), 10_000);
+}
+
+export function componentAlive(s: LabState, c: Component): boolean {
+  return isAlive(readRef(pidFile(s, c)));
+}

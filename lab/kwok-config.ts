@@ -1,0 +1,43 @@
+// The kwok stage configuration for one boot of one simulated node. kwok v0.8 ships no built-in stages,
+// so the lab assembles them from the stage files of the kwok module it was built from, plus two of its own:
+//  - node-boot: writes this boot's bootID (a real kubelet reports a new one every boot; the node-lifecycle
+//    tooling and Stockade use it to tell "rebooted" from "came back");
+//  - pod-reready: pods the node-lifecycle controller marked NotReady become Ready again once the node is
+//    back (kwok's pod-ready only handles Pending pods: kubernetes-sigs/kwok#1464).
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+function replaceOnce(text: string, from: string | RegExp, to: string, what: string): string {
+  const out = text.replace(from, to);
+  if (out === text) throw new Error(`kwok stage template changed upstream: cannot derive ${what}`);
+  return out;
+}
+
+export function kwokConfig(stageDir: string, bootID: string): string {
+  const read = (p: string) => readFileSync(join(stageDir, p), "utf8").trim();
+  const init = read("node/fast/node-initialize.yaml");
+  const readySelector = /- key: '\.status\.conditions\.\[\] \| select\( \.type == "Ready" \) \| \.status'\n\s+operator: 'NotIn'\n\s+values:\n\s+- 'True'/;
+  let boot = replaceOnce(init, "name: node-initialize", "name: node-boot", "node-boot name");
+  boot = replaceOnce(
+    boot,
+    readySelector,
+    `- key: '.status.nodeInfo.bootID'\n      operator: 'NotIn'\n      values:\n      - '${bootID}'`,
+    "node-boot selector",
+  );
+  boot = replaceOnce(boot, /bootID: \{\{[^\n]*\}\}/, `bootID: "${bootID}"`, "node-boot bootID");
+  boot = replaceOnce(boot, /\$lastTransitionTime := [^\n]*\}\}/, "$lastTransitionTime := $now }}", "node-boot transition time");
+
+  const ready = read("pod/fast/pod-ready.yaml");
+  let reready = replaceOnce(ready, "name: pod-ready", "name: pod-reready", "pod-reready name");
+  reready = replaceOnce(reready, /(operator: 'In'\n\s+values:\n\s+- )'Pending'/, "$1'Running'", "pod-reready selector");
+
+  return [
+    boot,
+    init,
+    read("node/heartbeat-with-lease/node-heartbeat-with-lease.yaml"),
+    ready,
+    reready,
+    read("pod/fast/pod-complete.yaml"),
+    read("pod/fast/pod-delete.yaml"),
+  ].join("\n---\n");
+}

@@ -1,0 +1,290 @@
+// The lab: a real Kubernetes control plane on loopback with simulated nodes (kwok) and simulated BMCs
+// (ipmi_sim). Lab.up() starts one; Lab.attach() finds a running one (how the CLI's later commands work).
+import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { CoreV1Api, KubeConfig, type V1Node } from "@kubernetes/client-node";
+import { binPaths, ensureBins, which, type Bins } from "./bins.ts";
+import { newBmcPassword, startBmc, stopBmc, writeBmcConfig, ipmitool, setBmcReachable, bmcReachable } from "./bmc.ts";
+import { components, componentAlive, defaultTimings, startComponent, stopComponent, type Timings } from "./control-plane.ts";
+import type { BmcEndpoint, FaultDriver } from "./faults.ts";
+import { waitFor } from "./health.ts";
+import { boot, crash, heal, machineStatus, partition, shutdownMachine, type MachineStatus } from "./machine.ts";
+import { createPki, writeKubeconfig } from "./pki.ts";
+import { freeTcpPorts, freeUdpPort } from "./ports.ts";
+import { appendEvent, nodeSpec, paths, readState, writeState, type LabState, type NodeSpec } from "./state.ts";
+
+export interface UpOptions {
+  dir: string;
+  nodes?: number;
+  /** Zones the nodes are spread over, round-robin (topology.kubernetes.io/zone). */
+  zones?: string[];
+  timings?: Partial<Timings>;
+  nodeLeaseSeconds?: number;
+  log?: (msg: string) => void;
+}
+
+const NODE_PREFIX = "node-";
+
+export class Lab implements FaultDriver {
+  readonly state: LabState;
+  readonly kc: KubeConfig;
+  readonly core: CoreV1Api;
+  private readonly timings: Timings;
+
+  private constructor(state: LabState) {
+    this.state = state;
+    this.timings = { ...defaultTimings };
+    this.kc = new KubeConfig();
+    this.kc.loadFromFile(paths(state.dir).kubeconfig);
+    this.core = this.kc.makeApiClient(CoreV1Api);
+  }
+
+  get dir(): string {
+    return this.state.dir;
+  }
+  get kubeconfig(): string {
+    return paths(this.state.dir).kubeconfig;
+  }
+  /** PATH with the lab's kubectl first. */
+  get env(): NodeJS.ProcessEnv {
+    return { ...process.env, KUBECONFIG: this.kubeconfig, PATH: `${this.state.binDir}:${process.env.PATH ?? ""}` };
+  }
+
+  static attach(dir: string): Lab {
+    return new Lab(readState(dir));
+  }
+
+  static running(dir: string): boolean {
+    if (!existsSync(paths(dir).state)) return false;
+    const s = readState(dir);
+    return components.some((c) => componentAlive(s, c));
+  }
+
+  static async up(o: UpOptions): Promise<Lab> {
+    const log = o.log ?? (() => {});
+    const n = o.nodes ?? 3;
+    if (!Number.isInteger(n) || n < 1 || n > 50) throw new Error(`--nodes must be an integer from 1 to 50 (got ${o.nodes})`);
+    if (Lab.running(o.dir)) throw new Error(`a lab is already running in ${o.dir}; stop it first with: npm run lab -- down`);
+    const missing = ["openssl", "ipmi_sim", "ipmitool"].filter((t) => !which(t));
+    if (missing.length) {
+      throw new Error(`missing ${missing.join(", ")}: install the Debian packages openssl, openipmi and ipmitool (npm run setup does it)`);
+    }
+    const t0 = Date.now();
+    log("checking Kubernetes binaries (the first run builds them from the Go modules)");
+    const bins = ensureBins();
+    rmSync(o.dir, { recursive: true, force: true });
+    const p = paths(o.dir);
+    for (const d of [o.dir, p.logs, p.pids, p.kubeconfigs]) mkdirSync(d, { recursive: true });
+
+    const [etcd, etcdPeer, apiserver, controllerManager, scheduler] = await freeTcpPorts(5);
+    const zones = o.zones ?? ["zone-a"];
+    const nodes: NodeSpec[] = [];
+    for (let i = 0; i < n; i++) {
+      const name = `${NODE_PREFIX}${i + 1}`;
+      nodes.push({
+        name,
+        index: i,
+        zone: zones[i % zones.length]!,
+        cidr: `10.244.${i + 1}.0/24`,
+        bmc: { address: "127.0.0.1", port: await freeUdpPort(), username: "admin", passwordFile: join(p.node(name).dir, "bmc-password") },
+      });
+    }
+    const s: LabState = {
+      version: 1,
+      dir: o.dir,
+      createdAt: new Date().toISOString(),
+      apiserverUrl: `https://127.0.0.1:${apiserver}`,
+      ports: { etcd: etcd!, etcdPeer: etcdPeer!, apiserver: apiserver!, controllerManager: controllerManager!, scheduler: scheduler! },
+      binDir: bins.kubeDir,
+      kwok: bins.kwok,
+      kwokStages: bins.kwokStages,
+      nodeBin: process.execPath,
+      nodeLeaseSeconds: o.nodeLeaseSeconds ?? 8,
+      nodes,
+    };
+    writeState(s);
+    appendEvent(s.dir, { kind: "lab", detail: { action: "up", nodes: n } });
+
+    log("creating certificates");
+    const clients = [
+      { name: "admin", cn: "stockade-lab-admin", groups: ["system:masters"] },
+      { name: "kube-controller-manager", cn: "system:kube-controller-manager", groups: [] },
+      { name: "kube-scheduler", cn: "system:kube-scheduler", groups: [] },
+      { name: "kwok", cn: "stockade-lab-kwok", groups: ["system:masters"] },
+    ];
+    const pki = createPki(p.pki, clients);
+    const kubeconfig = (file: string, client: string, user: string) =>
+      writeKubeconfig(file, { server: s.apiserverUrl, caCert: pki.caCert, ...pki.client(client), user });
+    kubeconfig(p.kubeconfig, "admin", "stockade-lab-admin");
+    kubeconfig(join(p.kubeconfigs, "kube-controller-manager.kubeconfig"), "kube-controller-manager", "system:kube-controller-manager");
+    kubeconfig(join(p.kubeconfigs, "kube-scheduler.kubeconfig"), "kube-scheduler", "system:kube-scheduler");
+    for (const node of nodes) {
+      mkdirSync(p.node(node.name).dir, { recursive: true });
+      kubeconfig(p.node(node.name).kubeconfig, "kwok", "stockade-lab-kwok");
+    }
+
+    const timings = { ...defaultTimings, ...o.timings };
+    try {
+      for (const c of components) {
+        log(`starting ${c}`);
+        await startComponent(s, c, bins, timings);
+      }
+      const lab = new Lab(s);
+      log(`creating ${n} nodes with their BMCs`);
+      for (const node of nodes) {
+        await lab.core.createNode({ body: lab.nodeObject(node) });
+        writeBmcConfig(s, node, newBmcPassword());
+        startBmc(s, node);
+        await boot(s, node.name, "lab-up");
+      }
+      log("waiting for every node to be Ready and the ServiceAccount machinery to work");
+      await Promise.all(nodes.map((node) => lab.waitForNodeReady(node.name, { timeoutMs: 60_000 })));
+      await lab.waitForDefaultServiceAccount("default");
+      appendEvent(s.dir, { kind: "lab", detail: { action: "ready", seconds: (Date.now() - t0) / 1000 } });
+      log(`lab ready in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      return lab;
+    } catch (e) {
+      await Lab.stopAll(s);
+      throw e;
+    }
+  }
+
+  private nodeObject(node: NodeSpec): V1Node {
+    return {
+      apiVersion: "v1",
+      kind: "Node",
+      metadata: {
+        name: node.name,
+        labels: {
+          "kubernetes.io/hostname": node.name,
+          "kubernetes.io/os": "linux",
+          "kubernetes.io/arch": "amd64",
+          "topology.kubernetes.io/zone": node.zone,
+          "type": "kwok",
+        },
+        annotations: {
+          "kwok.x-k8s.io/node": "fake",
+          "node.alpha.kubernetes.io/ttl": "0",
+          // Where this node's BMC answers; a FenceAgent's per-node template can read it.
+          "lab.stockade.io/bmc-address": `${node.bmc.address}:${node.bmc.port}`,
+        },
+      },
+      spec: {},
+      status: {
+        allocatable: { cpu: "8", memory: "32Gi", pods: "110" },
+        capacity: { cpu: "8", memory: "32Gi", pods: "110" },
+      },
+    };
+  }
+
+  // ---- waiting -------------------------------------------------------------------------------------
+
+  async node(name: string): Promise<V1Node> {
+    return this.core.readNode({ name });
+  }
+
+  static readyStatus(n: V1Node): string | undefined {
+    return n.status?.conditions?.find((c) => c.type === "Ready")?.status;
+  }
+
+  /** Waits until the node is Ready and reports the boot ID of its current boot (or `bootID`). */
+  async waitForNodeReady(name: string, o: { bootID?: string; timeoutMs?: number } = {}): Promise<V1Node> {
+    return waitFor(
+      `node ${name} to be Ready`,
+      async () => {
+        const n = await this.node(name);
+        const want = o.bootID ?? this.machine(name).bootID;
+        return Lab.readyStatus(n) === "True" && n.status?.nodeInfo?.bootID === want ? n : undefined;
+      },
+      { timeoutMs: o.timeoutMs ?? 60_000, intervalMs: 250 },
+    );
+  }
+
+  async waitForNodeReadyStatus(name: string, status: "True" | "False" | "Unknown", timeoutMs = 60_000): Promise<V1Node> {
+    return waitFor(`node ${name} Ready=${status}`, async () => {
+      const n = await this.node(name);
+      return Lab.readyStatus(n) === status ? n : undefined;
+    }, { timeoutMs, intervalMs: 250 });
+  }
+
+  async waitForDefaultServiceAccount(namespace: string, timeoutMs = 60_000): Promise<void> {
+    await waitFor(`ServiceAccount ${namespace}/default`, async () => {
+      await this.core.readNamespacedServiceAccount({ name: "default", namespace });
+      return true;
+    }, { timeoutMs, intervalMs: 250 });
+  }
+
+  // ---- faults (FaultDriver) -----------------------------------------------------------------------
+
+  nodes(): string[] {
+    return this.state.nodes.map((n) => n.name);
+  }
+  crash(node: string): Promise<void> {
+    return crash(this.state, nodeSpec(this.state, node).name);
+  }
+  partition(node: string): Promise<void> {
+    return partition(this.state, nodeSpec(this.state, node).name);
+  }
+  heal(node: string): Promise<void> {
+    return heal(this.state, nodeSpec(this.state, node).name);
+  }
+  machine(node: string): MachineStatus {
+    return machineStatus(this.state, nodeSpec(this.state, node).name);
+  }
+  bmcEndpoint(node: string): BmcEndpoint {
+    const n = nodeSpec(this.state, node);
+    return { node: n.name, ...n.bmc };
+  }
+  async setBmcReachable(node: string, reachable: boolean): Promise<void> {
+    setBmcReachable(this.state, nodeSpec(this.state, node).name, reachable);
+  }
+  bmcReachable(node: string): boolean {
+    return bmcReachable(this.state, nodeSpec(this.state, node).name);
+  }
+  /** Drives the node's BMC over IPMI with ipmitool, exactly as an operator would. */
+  async bmc(node: string, action: "on" | "off" | "status"): Promise<"on" | "off"> {
+    const spec = nodeSpec(this.state, node);
+    if (action !== "status") {
+      const r = await ipmitool(spec, ["chassis", "power", action]);
+      if (r.code !== 0) throw new Error(`ipmitool chassis power ${action} on ${node}'s BMC failed: ${(r.stderr || r.stdout).trim()}`);
+    }
+    const r = await ipmitool(spec, ["chassis", "power", "status"]);
+    const m = /Chassis Power is (on|off)/i.exec(r.stdout);
+    if (r.code !== 0 || !m) throw new Error(`ipmitool chassis power status on ${node}'s BMC failed: ${(r.stderr || r.stdout).trim()}`);
+    return m[1]!.toLowerCase() as "on" | "off";
+  }
+
+  // ---- control plane -------------------------------------------------------------------------------
+
+  componentStatus(): Record<string, boolean> {
+    return Object.fromEntries(components.map((c) => [c, componentAlive(this.state, c)]));
+  }
+
+  /** Stops and starts kube-apiserver (same port, same etcd): clients see their connections drop. */
+  async restartApiserver(): Promise<void> {
+    await stopComponent(this.state, "kube-apiserver");
+    appendEvent(this.dir, { kind: "lab", detail: { action: "apiserver-stopped" } });
+    await startComponent(this.state, "kube-apiserver", binPaths() as Bins, this.timings);
+    appendEvent(this.dir, { kind: "lab", detail: { action: "apiserver-started" } });
+  }
+
+  async down(): Promise<void> {
+    await Lab.stopAll(this.state);
+  }
+
+  /** Stops every process the lab started, whatever state it is in (frozen ones included). */
+  static async stopAll(s: LabState): Promise<void> {
+    await Promise.all(s.nodes.map(async (n) => {
+      await shutdownMachine(s, n.name);
+      await stopBmc(s, n.name);
+    }));
+    for (const c of [...components].reverse()) await stopComponent(s, c);
+    appendEvent(s.dir, { kind: "lab", detail: { action: "down" } });
+  }
+
+  static async downDir(dir: string): Promise<boolean> {
+    if (!existsSync(paths(dir).state)) return false;
+    await Lab.stopAll(readState(dir));
+    return true;
+  }
+}

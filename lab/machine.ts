@@ -1,0 +1,135 @@
+// A simulated machine: its power (the truth its BMC reports) and its kubelet (one kwok process that
+// manages only this node). The BMC's power hook and the lab's fault operations both go through here,
+// under the node's lock, so the two never disagree.
+//
+//   power on   -> boot: new bootID, kubelet started
+//   power off  -> kubelet killed (even while frozen); nothing on the node runs any more
+//   crash      -> kubelet killed, power stays on (a hung or panicked machine)
+//   partition  -> kubelet frozen (SIGSTOP): no heartbeats, workload presumed still running
+//   heal       -> frozen kubelet resumed (same bootID); a crashed machine is rebooted (new bootID)
+import { randomUUID } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { kwokConfig } from "./kwok-config.ts";
+import { isAlive, procState, readRef, writeRef, clearRef, startDetached, signal, stop } from "./processes.ts";
+import { appendEvent, paths, readText, withNodeLock, nodeSpec, type LabState } from "./state.ts";
+
+export type Power = "on" | "off";
+export type Kubelet = "running" | "frozen" | "stopped";
+
+export interface MachineStatus {
+  node: string;
+  power: Power;
+  kubelet: Kubelet;
+  bootID: string | undefined;
+  pid: number | undefined;
+}
+
+export function machineStatus(s: LabState, name: string): MachineStatus {
+  const p = paths(s.dir).node(name);
+  const ref = readRef(p.kubelet);
+  const state = ref ? procState(ref) : undefined;
+  const kubelet: Kubelet = !isAlive(ref) ? "stopped" : state === "T" || state === "t" ? "frozen" : "running";
+  return {
+    node: name,
+    power: readText(p.power) === "0" ? "off" : "on",
+    kubelet,
+    bootID: readText(p.bootId),
+    pid: kubelet === "stopped" ? undefined : ref?.pid,
+  };
+}
+
+function startKubelet(s: LabState, name: string, source: string): string {
+  const spec = nodeSpec(s, name);
+  const p = paths(s.dir).node(name);
+  const bootID = randomUUID();
+  writeFileSync(p.kwokConfig, kwokConfig(s.kwokStages, bootID));
+  const ref = startDetached({
+    cmd: s.kwok,
+    logFile: p.kwokLog,
+    args: [
+      `--kubeconfig=${p.kubeconfig}`,
+      `--config=${p.kwokConfig}`,
+      `--manage-single-node=${name}`,
+      `--node-lease-duration-seconds=${s.nodeLeaseSeconds}`,
+      `--cidr=${spec.cidr}`,
+      `--node-ip=127.0.1.${spec.index + 1}`,
+      `--node-name=${name}`,
+    ],
+  });
+  writeRef(p.kubelet, ref);
+  writeFileSync(p.bootId, bootID);
+  appendEvent(s.dir, { kind: "boot", node: name, detail: { bootID, pid: ref.pid, source } });
+  return bootID;
+}
+
+async function killKubelet(s: LabState, name: string): Promise<void> {
+  const p = paths(s.dir).node(name);
+  await stop(readRef(p.kubelet), 0); // SIGKILL: a machine losing power does not shut down gracefully
+  clearRef(p.kubelet);
+}
+
+export function boot(s: LabState, name: string, source = "lab"): Promise<string> {
+  const p = paths(s.dir).node(name);
+  return withNodeLock(p.lock, async () => {
+    await killKubelet(s, name);
+    writeFileSync(p.power, "1");
+    return startKubelet(s, name, source);
+  });
+}
+
+/** What the BMC does on "chassis power on|off|cycle|reset". Idempotent like a real BMC. */
+export function setPower(s: LabState, name: string, action: "on" | "off" | "cycle", source: string): Promise<void> {
+  const p = paths(s.dir).node(name);
+  return withNodeLock(p.lock, async () => {
+    const was = readText(p.power) === "0" ? "off" : "on";
+    if (action === "off" || action === "cycle") {
+      await killKubelet(s, name);
+      writeFileSync(p.power, "0");
+      if (was === "on") appendEvent(s.dir, { kind: "power", node: name, detail: { power: "off", source } });
+    }
+    if (action === "on" || action === "cycle") {
+      if (action === "on" && was === "on") return; // already on: nothing changes, as on real hardware
+      writeFileSync(p.power, "1");
+      appendEvent(s.dir, { kind: "power", node: name, detail: { power: "on", source } });
+      startKubelet(s, name, source);
+    }
+  });
+}
+
+export function crash(s: LabState, name: string): Promise<void> {
+  const p = paths(s.dir).node(name);
+  return withNodeLock(p.lock, async () => {
+    if (readText(p.power) === "0") throw new Error(`node ${name} is powered off; nothing to crash`);
+    await killKubelet(s, name);
+    appendEvent(s.dir, { kind: "crash", node: name, detail: {} });
+  });
+}
+
+export function partition(s: LabState, name: string): Promise<void> {
+  const p = paths(s.dir).node(name);
+  return withNodeLock(p.lock, async () => {
+    const ref = readRef(p.kubelet);
+    if (!isAlive(ref)) throw new Error(`node ${name} has no running kubelet to partition (power ${readText(p.power) === "0" ? "off" : "on"})`);
+    signal(ref, "SIGSTOP");
+    appendEvent(s.dir, { kind: "partition", node: name, detail: { pid: ref!.pid } });
+  });
+}
+
+export function heal(s: LabState, name: string): Promise<void> {
+  const p = paths(s.dir).node(name);
+  return withNodeLock(p.lock, async () => {
+    if (readText(p.power) === "0") throw new Error(`node ${name} is powered off; power it on through its BMC`);
+    const ref = readRef(p.kubelet);
+    if (isAlive(ref)) {
+      signal(ref, "SIGCONT");
+      appendEvent(s.dir, { kind: "heal", node: name, detail: { resumed: true } });
+    } else {
+      appendEvent(s.dir, { kind: "heal", node: name, detail: { rebooted: true } });
+      startKubelet(s, name, "heal");
+    }
+  });
+}
+
+export async function shutdownMachine(s: LabState, name: string): Promise<void> {
+  await killKubelet(s, name);
+}

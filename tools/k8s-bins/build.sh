@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the lab's Kubernetes components from the official Go modules with the machine's Go toolchain:
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (one wrapper module, because
+# k8s.io/kubernetes requires its staging modules at v0.0.0), etcd (its own wrapper: its go.mod has
+# replace directives) and kwok (plain `go install`). Nothing prebuilt is downloaded.
+#
+# Output: $STOCKADE_CACHE/bin/<component>-<version>/ — keyed by version, so a warm run is a few stat()s.
+# Usage: tools/k8s-bins/build.sh [--print-dir]    (versions in tools/k8s-bins/versions.env)
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$HERE/versions.env"
+CACHE="${STOCKADE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stockade}"
+K8S_DIR="$CACHE/bin/kubernetes-v$K8S_VERSION"
+ETCD_DIR="$CACHE/bin/etcd-v$ETCD_VERSION"
+KWOK_DIR="$CACHE/bin/kwok-v$KWOK_VERSION"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+
+log() { printf '[k8s-bins] %s\n' "$*" >&2; }
+have() { for f in "$@"; do [ -x "$f" ] || return 1; done; }
+elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
+
+build_kubernetes() {
+  have "$K8S_DIR"/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl} && return 0
+  local t0; t0=$(date +%s)
+  log "building Kubernetes v$K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl); a cold build takes a while"
+  local work; work="$(mktemp -d)"; trap 'rm -rf "$work"' RETURN
+  local minor_patch="${K8S_VERSION#1.}" staging_ver="v0.${K8S_VERSION#1.}"
+  local up; up=$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -f "$up" ] || { log "could not fetch go.mod of k8s.io/kubernetes@v$K8S_VERSION"; return 1; }
+  local staging goline godebug
+  staging=$(awk '$1 ~ /^k8s\.io\// && $2=="v0.0.0" {print $1}' "$up" | sort -u)
+  goline=$(awk '$1=="go"{print $2; exit}' "$up")
+  godebug=$(grep -m1 '^godebug' "$up" || true)
+  {
+    echo "module local.test/stockade-k8s-bins"; echo
+    echo "go $goline"; echo
+    [ -n "$godebug" ] && { echo "$godebug"; echo; }
+    echo "require k8s.io/kubernetes v$K8S_VERSION"; echo
+    echo "tool ("
+    for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do echo "	k8s.io/kubernetes/cmd/$c"; done
+    echo ")"; echo
+    echo "replace ("
+    for m in $staging k8s.io/sample-cli-plugin k8s.io/sample-controller; do echo "	$m => $m $staging_ver"; done | sort -u
+    echo ")"
+  } > "$work/go.mod"
+  (cd "$work" && go mod tidy)
+  local v="v$K8S_VERSION"
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 \
+ -X k8s.io/component-base/version.gitMinor=${minor_patch%%.*} -X k8s.io/component-base/version.gitTreeState=clean \
+ -X k8s.io/component-base/version.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ) \
+ -X k8s.io/client-go/pkg/version.gitVersion=$v -X k8s.io/client-go/pkg/version.gitMajor=1 \
+ -X k8s.io/client-go/pkg/version.gitMinor=${minor_patch%%.*}"
+  mkdir -p "$work/out"
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    log "  go build $c"
+    (cd "$work" && go build -trimpath -ldflags "$ld" -o "out/$c" "k8s.io/kubernetes/cmd/$c")
+  done
+  "$work/out/kube-apiserver" --version >&2
+  mkdir -p "$(dirname "$K8S_DIR")" && rm -rf "$K8S_DIR.tmp" && mv "$work/out" "$K8S_DIR.tmp" && mv "$K8S_DIR.tmp" "$K8S_DIR"
+  log "Kubernetes v$K8S_VERSION built in $(elapsed "$t0")"
+}
+
+build_etcd() {
+  have "$ETCD_DIR/etcd" && return 0
+  local t0; t0=$(date +%s)
+  log "building etcd v$ETCD_VERSION"
+  local work; work="$(mktemp -d)"; trap 'rm -rf "$work"' RETURN
+  printf 'module local.test/stockade-etcd-bin\n\ngo 1.25.0\n' > "$work/go.mod"
+  (cd "$work" && go get -tool "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" && \
+    go build -trimpath -ldflags "-s -w" -o out/etcd go.etcd.io/etcd/server/v3)
+  "$work/out/etcd" --version >&2
+  mkdir -p "$(dirname "$ETCD_DIR")" && rm -rf "$ETCD_DIR.tmp" && mv "$work/out" "$ETCD_DIR.tmp" && mv "$ETCD_DIR.tmp" "$ETCD_DIR"
+  log "etcd v$ETCD_VERSION built in $(elapsed "$t0")"
+}
+
+build_kwok() {
+  have "$KWOK_DIR/kwok" && [ -d "$KWOK_DIR/stage" ] && return 0
+  local t0; t0=$(date +%s)
+  log "building kwok v$KWOK_VERSION"
+  local work; work="$(mktemp -d)"; trap 'rm -rf "$work"' RETURN
+  mkdir -p "$work/out"
+  GOBIN="$work/out" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+  # kwok v0.8 ships no built-in stages; keep the module's stage YAMLs next to the binary.
+  local src; src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@v$KWOK_VERSION/kustomize/stage"
+  cp -r "$src" "$work/out/stage" && chmod -R u+w "$work/out/stage"
+  mkdir -p "$(dirname "$KWOK_DIR")" && rm -rf "$KWOK_DIR.tmp" && mv "$work/out" "$KWOK_DIR.tmp" && mv "$KWOK_DIR.tmp" "$KWOK_DIR"
+  log "kwok v$KWOK_VERSION built in $(elapsed "$t0")"
+}
+
+command -v go >/dev/null || { log "Go toolchain not found (need go >= 1.25 on PATH)"; exit 1; }
+T0=$(date +%s)
+build_etcd
+build_kwok
+build_kubernetes
+log "all components ready in $(elapsed "$T0") under $CACHE/bin"
+if [ "${1:-}" = "--print-dir" ]; then echo "$CACHE/bin"; fi
