@@ -12,7 +12,8 @@ try {
     const [param, value] = [pairs[i], pairs[i + 1]];
     if (param === "power") await setPower(s, node, value === "0" ? "off" : "on", "bmc");
     else if (param === "reset" && value === "1") await setPower(s, node, "cycle", "bmc");
-    else if (param === "shutdown" && value === "1") await setPower(s, node, "off", "bmc"); // soft-off: the OS halts
+    else if (param === "shutdown" && value === "1")
+      await setPower(s, node, "off", "bmc"); // soft-off: the OS halts
     else if (param === "boot" || param === "identify" || param === "reset" || param === "shutdown") continue;
     else throw new Error(`unsupported: ${param} ${value}`);
   }

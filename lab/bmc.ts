@@ -105,7 +105,24 @@ export interface IpmiResult {
 
 /** Runs ipmitool (IPMI 2.0 lanplus, cipher suite 3) against a node's BMC; the password goes in a file, never argv. */
 export async function ipmitool(node: NodeSpec, args: string[], timeoutMs = 15_000): Promise<IpmiResult> {
-  const base = ["-I", "lanplus", "-C", "3", "-N", "1", "-R", "2", "-H", node.bmc.address, "-p", String(node.bmc.port), "-U", node.bmc.username, "-f", node.bmc.passwordFile];
+  const base = [
+    "-I",
+    "lanplus",
+    "-C",
+    "3",
+    "-N",
+    "1",
+    "-R",
+    "2",
+    "-H",
+    node.bmc.address,
+    "-p",
+    String(node.bmc.port),
+    "-U",
+    node.bmc.username,
+    "-f",
+    node.bmc.passwordFile,
+  ];
   try {
     const { stdout, stderr } = await run("ipmitool", [...base, ...args], { timeout: timeoutMs });
     return { code: 0, stdout, stderr };

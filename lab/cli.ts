@@ -100,7 +100,9 @@ function printAccess(lab: Lab): void {
   }
   const first = s.nodes[0];
   if (first) {
-    console.log(`\ntry: ipmitool -I lanplus -C 3 -H ${first.bmc.address} -p ${first.bmc.port} -U ${first.bmc.username} -f ${first.bmc.passwordFile} chassis power status`);
+    console.log(
+      `\ntry: ipmitool -I lanplus -C 3 -H ${first.bmc.address} -p ${first.bmc.port} -U ${first.bmc.username} -f ${first.bmc.passwordFile} chassis power status`,
+    );
   }
   console.log(`logs: ${join(s.dir, "logs")}    stop: npm run lab -- down`);
 }
@@ -111,7 +113,7 @@ async function printStatus(lab: Lab): Promise<void> {
   for (const [c, alive] of Object.entries(lab.componentStatus())) console.log(`  ${c.padEnd(24)} ${alive ? "running" : "STOPPED"}`);
   console.log("nodes:");
   for (const n of s.nodes) {
-    let ready = "?";
+    let ready: string;
     try {
       ready = Lab.readyStatus(await lab.node(n.name)) ?? "-";
     } catch {

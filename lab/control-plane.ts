@@ -160,14 +160,18 @@ export async function startComponent(s: LabState, c: Component, bins: Bins, t: T
   const { cmd, args: a } = args(s, c, bins, t);
   const ref = startDetached({ cmd, args: a, logFile: logFile(s, c) });
   writeRef(pidFile(s, c), ref);
-  await waitFor(`${c} to become healthy`, async () => {
-    if (!isAlive(ref)) throw new Error(`${c} exited`);
-    return healthy(s, c);
-  }, {
-    timeoutMs,
-    intervalMs: 250,
-    onTimeout: () => `\n--- last lines of ${logFile(s, c)} ---\n${tail(logFile(s, c))}`,
-  }).catch((e: Error) => {
+  await waitFor(
+    `${c} to become healthy`,
+    async () => {
+      if (!isAlive(ref)) throw new Error(`${c} exited`);
+      return healthy(s, c);
+    },
+    {
+      timeoutMs,
+      intervalMs: 250,
+      onTimeout: () => `\n--- last lines of ${logFile(s, c)} ---\n${tail(logFile(s, c))}`,
+    },
+  ).catch((e: Error) => {
     throw new Error(`${e.message}${e.message.includes("---") ? "" : `\n--- last lines of ${logFile(s, c)} ---\n${tail(logFile(s, c))}`}`);
   });
 }

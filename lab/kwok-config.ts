@@ -16,7 +16,8 @@ function replaceOnce(text: string, from: string | RegExp, to: string, what: stri
 export function kwokConfig(stageDir: string, bootID: string): string {
   const read = (p: string) => readFileSync(join(stageDir, p), "utf8").trim();
   const init = read("node/fast/node-initialize.yaml");
-  const readySelector = /- key: '\.status\.conditions\.\[\] \| select\( \.type == "Ready" \) \| \.status'\n\s+operator: 'NotIn'\n\s+values:\n\s+- 'True'/;
+  const readySelector =
+    /- key: '\.status\.conditions\.\[\] \| select\( \.type == "Ready" \) \| \.status'\n\s+operator: 'NotIn'\n\s+values:\n\s+- 'True'/;
   let boot = replaceOnce(init, "name: node-initialize", "name: node-boot", "node-boot name");
   boot = replaceOnce(
     boot,
@@ -27,13 +28,21 @@ export function kwokConfig(stageDir: string, bootID: string): string {
   boot = replaceOnce(boot, /bootID: \{\{[^\n]*\}\}/, `bootID: "${bootID}"`, "node-boot bootID");
   boot = replaceOnce(boot, /\$lastTransitionTime := [^\n]*\}\}/, "$lastTransitionTime := $now }}", "node-boot transition time");
 
+  // Mutually exclusive with node-boot, so the first status a boot writes always carries its bootID.
+  const initialize = replaceOnce(
+    init,
+    readySelector,
+    `$&\n    - key: '.status.nodeInfo.bootID'\n      operator: 'In'\n      values:\n      - '${bootID}'`,
+    "node-initialize selector",
+  );
+
   const ready = read("pod/fast/pod-ready.yaml");
   let reready = replaceOnce(ready, "name: pod-ready", "name: pod-reready", "pod-reready name");
   reready = replaceOnce(reready, /(operator: 'In'\n\s+values:\n\s+- )'Pending'/, "$1'Running'", "pod-reready selector");
 
   return [
     boot,
-    init,
+    initialize,
     read("node/heartbeat-with-lease/node-heartbeat-with-lease.yaml"),
     ready,
     reready,

@@ -160,7 +160,7 @@ export class Lab implements FaultDriver {
           "kubernetes.io/os": "linux",
           "kubernetes.io/arch": "amd64",
           "topology.kubernetes.io/zone": node.zone,
-          "type": "kwok",
+          type: "kwok",
         },
         annotations: {
           "kwok.x-k8s.io/node": "fake",
@@ -175,6 +175,19 @@ export class Lab implements FaultDriver {
         capacity: { cpu: "8", memory: "32Gi", pods: "110" },
       },
     };
+  }
+
+  /** Writes an admin kubeconfig for another server address (e.g. a TcpProxy in front of the apiserver). */
+  writeKubeconfig(file: string, server: string): string {
+    const pki = paths(this.dir).pki;
+    writeKubeconfig(file, {
+      server,
+      caCert: join(pki, "ca.crt"),
+      cert: join(pki, "admin.crt"),
+      key: join(pki, "admin.key"),
+      user: "stockade-lab-admin",
+    });
+    return file;
   }
 
   // ---- waiting -------------------------------------------------------------------------------------
@@ -201,17 +214,25 @@ export class Lab implements FaultDriver {
   }
 
   async waitForNodeReadyStatus(name: string, status: "True" | "False" | "Unknown", timeoutMs = 60_000): Promise<V1Node> {
-    return waitFor(`node ${name} Ready=${status}`, async () => {
-      const n = await this.node(name);
-      return Lab.readyStatus(n) === status ? n : undefined;
-    }, { timeoutMs, intervalMs: 250 });
+    return waitFor(
+      `node ${name} Ready=${status}`,
+      async () => {
+        const n = await this.node(name);
+        return Lab.readyStatus(n) === status ? n : undefined;
+      },
+      { timeoutMs, intervalMs: 250 },
+    );
   }
 
   async waitForDefaultServiceAccount(namespace: string, timeoutMs = 60_000): Promise<void> {
-    await waitFor(`ServiceAccount ${namespace}/default`, async () => {
-      await this.core.readNamespacedServiceAccount({ name: "default", namespace });
-      return true;
-    }, { timeoutMs, intervalMs: 250 });
+    await waitFor(
+      `ServiceAccount ${namespace}/default`,
+      async () => {
+        await this.core.readNamespacedServiceAccount({ name: "default", namespace });
+        return true;
+      },
+      { timeoutMs, intervalMs: 250 },
+    );
   }
 
   // ---- faults (FaultDriver) -----------------------------------------------------------------------
@@ -274,10 +295,12 @@ export class Lab implements FaultDriver {
 
   /** Stops every process the lab started, whatever state it is in (frozen ones included). */
   static async stopAll(s: LabState): Promise<void> {
-    await Promise.all(s.nodes.map(async (n) => {
-      await shutdownMachine(s, n.name);
-      await stopBmc(s, n.name);
-    }));
+    await Promise.all(
+      s.nodes.map(async (n) => {
+        await shutdownMachine(s, n.name);
+        await stopBmc(s, n.name);
+      }),
+    );
     for (const c of [...components].reverse()) await stopComponent(s, c);
     appendEvent(s.dir, { kind: "lab", detail: { action: "down" } });
   }

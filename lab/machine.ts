@@ -9,6 +9,9 @@
 //   heal       -> frozen kubelet resumed (same bootID); a crashed machine is rebooted (new bootID)
 import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { apiRequest } from "./api-lite.ts";
+import { repoRoot } from "./bins.ts";
 import { kwokConfig } from "./kwok-config.ts";
 import { isAlive, procState, readRef, writeRef, clearRef, startDetached, signal, stop } from "./processes.ts";
 import { appendEvent, paths, readText, withNodeLock, nodeSpec, type LabState } from "./state.ts";
@@ -38,10 +41,13 @@ export function machineStatus(s: LabState, name: string): MachineStatus {
   };
 }
 
-function startKubelet(s: LabState, name: string, source: string): string {
+async function startKubelet(s: LabState, name: string, source: string): Promise<string> {
   const spec = nodeSpec(s, name);
   const p = paths(s.dir).node(name);
   const bootID = randomUUID();
+  // A restarted kubelet renews its own lease at once; kwok's lease holder is per process, so the dead
+  // process's lease would block the new one until it expires. The old process is gone: release it.
+  await apiRequest(s, "DELETE", `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${name}`).catch(() => undefined);
   writeFileSync(p.kwokConfig, kwokConfig(s.kwokStages, bootID));
   const ref = startDetached({
     cmd: s.kwok,
@@ -58,6 +64,10 @@ function startKubelet(s: LabState, name: string, source: string): string {
   });
   writeRef(p.kubelet, ref);
   writeFileSync(p.bootId, bootID);
+  writeRef(
+    p.bootKick,
+    startDetached({ cmd: s.nodeBin, args: [join(repoRoot, "lab/boot-kick.ts"), s.dir, name, bootID], logFile: p.kwokLog }),
+  );
   appendEvent(s.dir, { kind: "boot", node: name, detail: { bootID, pid: ref.pid, source } });
   return bootID;
 }
@@ -65,6 +75,7 @@ function startKubelet(s: LabState, name: string, source: string): string {
 async function killKubelet(s: LabState, name: string): Promise<void> {
   const p = paths(s.dir).node(name);
   await stop(readRef(p.kubelet), 0); // SIGKILL: a machine losing power does not shut down gracefully
+  await stop(readRef(p.bootKick), 0);
   clearRef(p.kubelet);
 }
 
@@ -91,7 +102,7 @@ export function setPower(s: LabState, name: string, action: "on" | "off" | "cycl
       if (action === "on" && was === "on") return; // already on: nothing changes, as on real hardware
       writeFileSync(p.power, "1");
       appendEvent(s.dir, { kind: "power", node: name, detail: { power: "on", source } });
-      startKubelet(s, name, source);
+      await startKubelet(s, name, source);
     }
   });
 }
@@ -109,7 +120,8 @@ export function partition(s: LabState, name: string): Promise<void> {
   const p = paths(s.dir).node(name);
   return withNodeLock(p.lock, async () => {
     const ref = readRef(p.kubelet);
-    if (!isAlive(ref)) throw new Error(`node ${name} has no running kubelet to partition (power ${readText(p.power) === "0" ? "off" : "on"})`);
+    if (!isAlive(ref))
+      throw new Error(`node ${name} has no running kubelet to partition (power ${readText(p.power) === "0" ? "off" : "on"})`);
     signal(ref, "SIGSTOP");
     appendEvent(s.dir, { kind: "partition", node: name, detail: { pid: ref!.pid } });
   });
@@ -125,7 +137,7 @@ export function heal(s: LabState, name: string): Promise<void> {
       appendEvent(s.dir, { kind: "heal", node: name, detail: { resumed: true } });
     } else {
       appendEvent(s.dir, { kind: "heal", node: name, detail: { rebooted: true } });
-      startKubelet(s, name, "heal");
+      await startKubelet(s, name, "heal");
     }
   });
 }

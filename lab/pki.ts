@@ -27,7 +27,7 @@ function openssl(args: string[], cwd: string): void {
     execFileSync("openssl", args, { cwd, stdio: ["ignore", "ignore", "pipe"] });
   } catch (e) {
     const err = e as { stderr?: Buffer; message: string };
-    throw new Error(`openssl ${args[0]} failed: ${err.stderr?.toString() || err.message}`);
+    throw new Error(`openssl ${args[0]} failed: ${err.stderr?.toString() || err.message}`, { cause: e });
   }
 }
 
@@ -36,7 +36,21 @@ export function createPki(dir: string, clients: ClientIdentity[]): Pki {
   const p = (f: string) => join(dir, f);
   if (!existsSync(p("ca.crt"))) {
     openssl(
-      ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=stockade-lab-ca", "-keyout", "ca.key", "-out", "ca.crt"],
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "3650",
+        "-subj",
+        "/CN=stockade-lab-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+      ],
       dir,
     );
   }
@@ -45,7 +59,23 @@ export function createPki(dir: string, clients: ClientIdentity[]): Pki {
     openssl(["req", "-newkey", "rsa:2048", "-nodes", "-subj", subj, "-keyout", `${stem}.key`, "-out", `${stem}.csr`], dir);
     writeFileSync(p(`${stem}.ext`), ext);
     openssl(
-      ["x509", "-req", "-in", `${stem}.csr`, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "3650", "-extfile", `${stem}.ext`, "-out", `${stem}.crt`],
+      [
+        "x509",
+        "-req",
+        "-in",
+        `${stem}.csr`,
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "3650",
+        "-extfile",
+        `${stem}.ext`,
+        "-out",
+        `${stem}.crt`,
+      ],
       dir,
     );
   };

@@ -45,6 +45,7 @@ export const paths = (dir: string) => ({
       dir: d,
       power: join(d, "power"),
       kubelet: join(d, "kwok.pid.json"),
+      bootKick: join(d, "boot-kick.pid.json"),
       bootId: join(d, "boot-id"),
       kwokConfig: join(d, "kwok.yaml"),
       kwokLog: join(dir, "logs", `kwok-${name}.log`),
@@ -94,7 +95,7 @@ export function appendEvent(dir: string, e: Omit<LabEvent, "time">): LabEvent {
 }
 
 export function readEvents(dir: string): LabEvent[] {
-  let text = "";
+  let text: string;
   try {
     text = readFileSync(paths(dir).events, "utf8");
   } catch {
@@ -120,7 +121,7 @@ export async function withNodeLock<T>(lockDir: string, fn: () => Promise<T> | T)
       } catch {
         /* raced with its release */
       }
-      if (Date.now() > deadline) throw new Error(`timed out waiting for lock ${lockDir}`);
+      if (Date.now() > deadline) throw new Error(`timed out waiting for lock ${lockDir}`, { cause: e });
       await sleep(20);
     }
   }

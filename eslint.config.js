@@ -1,0 +1,23 @@
+import js from "@eslint/js";
+import tseslint from "typescript-eslint";
+
+export default tseslint.config({ ignores: ["node_modules/", "dist/", ".lab/"] }, js.configs.recommended, ...tseslint.configs.recommended, {
+  languageOptions: {
+    globals: {
+      process: "readonly",
+      console: "readonly",
+      Buffer: "readonly",
+      setTimeout: "readonly",
+      clearTimeout: "readonly",
+      setInterval: "readonly",
+      clearInterval: "readonly",
+      URL: "readonly",
+      NodeJS: "readonly",
+    },
+  },
+  rules: {
+    "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_" }],
+    "@typescript-eslint/consistent-type-imports": "error",
+    "no-constant-condition": ["error", { checkLoops: false }],
+  },
+});

@@ -1,0 +1,57 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, connect, type Socket } from "node:net";
+import { once } from "node:events";
+import { setTimeout as sleep } from "node:timers/promises";
+import { TcpProxy } from "../../lab/tcp-proxy.ts";
+
+async function echoServer() {
+  const srv = createServer((s) => {
+    s.on("error", () => {});
+    s.pipe(s);
+  });
+  srv.listen(0, "127.0.0.1");
+  await once(srv, "listening");
+  return srv;
+}
+
+function roundTrip(port: number, msg: string, waitMs = 500): Promise<string> {
+  return new Promise((resolve) => {
+    const c: Socket = connect(port, "127.0.0.1");
+    let got = "";
+    c.on("data", (d) => (got += d.toString()));
+    c.on("error", () => resolve(`error:${got}`));
+    c.on("connect", () => c.write(msg));
+    setTimeout(() => {
+      c.destroy();
+      resolve(got);
+    }, waitMs);
+  });
+}
+
+test("the API proxy passes traffic, cuts it off, black-holes it and restores it", async () => {
+  const srv = await echoServer();
+  const port = (srv.address() as { port: number }).port;
+  const proxy = await new TcpProxy("127.0.0.1", port).start();
+  try {
+    assert.equal(await roundTrip(proxy.port, "hello"), "hello");
+
+    const open = connect(proxy.port, "127.0.0.1");
+    await once(open, "connect");
+    open.on("error", () => {});
+    const closed = new Promise((resolve) => open.on("close", resolve));
+    proxy.cut();
+    await closed; // existing connections are reset
+    assert.match(await roundTrip(proxy.port, "x"), /^error:|^$/, "new connections fail");
+
+    proxy.blackhole();
+    assert.equal(await roundTrip(proxy.port, "silence"), "", "bytes vanish both ways");
+
+    proxy.restore();
+    await sleep(10);
+    assert.equal(await roundTrip(proxy.port, "back"), "back");
+  } finally {
+    await proxy.stop();
+    await new Promise((resolve) => srv.close(resolve));
+  }
+});
