@@ -3,7 +3,7 @@
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { CoreV1Api, KubeConfig, type V1Node } from "@kubernetes/client-node";
-import { binPaths, ensureBins, which, type Bins } from "./bins.ts";
+import { binPaths, ensureBins, which } from "./bins.ts";
 import { newBmcPassword, startBmc, stopBmc, writeBmcConfig, ipmitool, setBmcReachable, bmcReachable } from "./bmc.ts";
 import { components, componentAlive, defaultTimings, startComponent, stopComponent, type Timings } from "./control-plane.ts";
 import type { BmcEndpoint, FaultDriver } from "./faults.ts";
@@ -29,11 +29,9 @@ export class Lab implements FaultDriver {
   readonly state: LabState;
   readonly kc: KubeConfig;
   readonly core: CoreV1Api;
-  private readonly timings: Timings;
 
   private constructor(state: LabState) {
     this.state = state;
-    this.timings = { ...defaultTimings };
     this.kc = new KubeConfig();
     this.kc.loadFromFile(paths(state.dir).kubeconfig);
     this.core = this.kc.makeApiClient(CoreV1Api);
@@ -100,6 +98,7 @@ export class Lab implements FaultDriver {
       kwokStages: bins.kwokStages,
       nodeBin: process.execPath,
       nodeLeaseSeconds: o.nodeLeaseSeconds ?? 8,
+      timings: { ...defaultTimings, ...o.timings },
       nodes,
     };
     writeState(s);
@@ -123,11 +122,10 @@ export class Lab implements FaultDriver {
       kubeconfig(p.node(node.name).kubeconfig, "kwok", "stockade-lab-kwok");
     }
 
-    const timings = { ...defaultTimings, ...o.timings };
     try {
       for (const c of components) {
         log(`starting ${c}`);
-        await startComponent(s, c, bins, timings);
+        await startComponent(s, c, bins, s.timings);
       }
       const lab = new Lab(s);
       log(`creating ${n} nodes with their BMCs`);
@@ -285,7 +283,7 @@ export class Lab implements FaultDriver {
   async restartApiserver(): Promise<void> {
     await stopComponent(this.state, "kube-apiserver");
     appendEvent(this.dir, { kind: "lab", detail: { action: "apiserver-stopped" } });
-    await startComponent(this.state, "kube-apiserver", binPaths() as Bins, this.timings);
+    await startComponent(this.state, "kube-apiserver", binPaths(), this.state.timings);
     appendEvent(this.dir, { kind: "lab", detail: { action: "apiserver-started" } });
   }
 

@@ -26,6 +26,8 @@ export interface LabState {
   /** The Node.js binary the power hooks run on (the project's Node 24). */
   nodeBin: string;
   nodeLeaseSeconds: number;
+  /** Control-plane timings the lab was started with (reused when a component restarts). */
+  timings: { nodeMonitorGraceSeconds: number; defaultTolerationSeconds: number };
   nodes: NodeSpec[];
 }
 
