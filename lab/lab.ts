@@ -165,6 +165,8 @@ export class Lab implements FaultDriver {
           "node.alpha.kubernetes.io/ttl": "0",
           // Where this node's BMC answers; a FenceAgent's per-node template can read it.
           "lab.stockade.io/bmc-address": `${node.bmc.address}:${node.bmc.port}`,
+          "lab.stockade.io/bmc-host": node.bmc.address,
+          "lab.stockade.io/bmc-port": String(node.bmc.port),
         },
       },
       spec: {},

@@ -48,6 +48,11 @@ export class Informer<T extends KubernetesObject> {
     this.lw.on(verb, fn);
   }
 
+  /** Milliseconds since this informer last saw an event or (re)connected; how stale its view may be. */
+  staleForMs(now = Date.now()): number {
+    return now - this.lastActivity;
+  }
+
   get hasSynced(): boolean {
     return this.synced;
   }

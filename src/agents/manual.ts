@@ -1,0 +1,15 @@
+// Manual fencing: an administrator powers the machine off and says so on the NodeFence. The annotation's
+// value must be the node's name, so a copy-pasted annotation cannot confirm the wrong node.
+import type { AgentContext, AgentDriver, PowerState } from "./types.ts";
+
+export const CONFIRMED_OFF_ANNOTATION = "stockade.io/confirmed-off";
+
+export const manualDriver: AgentDriver = {
+  type: "manual",
+  validate: () => [],
+  // Nothing to do: the administrator is the actuator.
+  power: async () => {},
+  async status(ctx: AgentContext): Promise<PowerState> {
+    return ctx.annotations[CONFIRMED_OFF_ANNOTATION] === ctx.node ? "off" : "unknown";
+  },
+};

@@ -1,0 +1,49 @@
+// The one interface every fencing method implements. Drivers do a single try; retries, deadlines and
+// confirmation live in run.ts so every method gets the same semantics.
+
+export type PowerState = "on" | "off" | "unknown";
+
+export interface AgentContext {
+  /** Node name. */
+  node: string;
+  /** Fully resolved parameters, credentials included: never log them (see redact.ts). */
+  parameters: Record<string, string>;
+  /** The NodeFence's annotations (the manual agent reads its confirmation here). */
+  annotations: Record<string, string>;
+  /** Aborted on timeout: drivers kill their child processes at once. */
+  signal: AbortSignal;
+}
+
+export type AgentType = "ipmi" | "fenceAgent" | "manual";
+
+export interface AgentDriver {
+  readonly type: AgentType;
+  /** Problems with the resolved parameters (missing required ones...), as actionable messages; [] when fine. */
+  validate(parameters: Record<string, string>): string[];
+  power(ctx: AgentContext, action: "off" | "on"): Promise<void>;
+  status(ctx: AgentContext): Promise<PowerState>;
+}
+
+/**
+ * - Unreachable: the device did not answer (network, frozen BMC); may fix itself.
+ * - AuthFailed: the device answered and refused the credentials or privilege; retrying will not help.
+ * - BadOutput: the device or agent answered something we cannot interpret.
+ * - Failed: any other failure of the operation.
+ * - TimedOut: the operation's deadline passed.
+ * - Config: the FenceAgent or the host is misconfigured (unknown type, agent not installed...); retrying will not help.
+ */
+export type AgentErrorKind = "Unreachable" | "AuthFailed" | "BadOutput" | "Failed" | "TimedOut" | "Config";
+
+export class AgentError extends Error {
+  readonly kind: AgentErrorKind;
+  constructor(kind: AgentErrorKind, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "AgentError";
+    this.kind = kind;
+  }
+}
+
+/** Errors that will not go away by trying again. */
+export function isPermanent(e: unknown): boolean {
+  return e instanceof AgentError && (e.kind === "Config" || e.kind === "AuthFailed");
+}

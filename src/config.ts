@@ -1,0 +1,83 @@
+// Command-line flags, each with an environment variable of the same meaning; validated before anything
+// starts, so a typo stops the operator with a message instead of running it half-configured.
+import { hostname } from "node:os";
+import { parseArgs } from "node:util";
+
+export interface Config {
+  kubeconfig: string | undefined;
+  healthBindAddress: { host: string; port: number } | undefined;
+  logLevel: "trace" | "debug" | "info" | "warn" | "error";
+  fenceWorkers: number;
+  watchStaleSeconds: number;
+  instanceId: string;
+}
+
+export const USAGE = `Usage: npm start -- [flags]   (or: node dist/main.js [flags])
+
+Runs the Stockade fencing operator against the cluster in --kubeconfig / $KUBECONFIG, or the in-cluster
+service account when neither is set.
+
+Flags (environment variable in brackets):
+  --kubeconfig PATH               kubeconfig file [KUBECONFIG]
+  --health-bind-address HOST:PORT serve /healthz and /readyz here; "0" disables [STOCKADE_HEALTH_BIND_ADDRESS] (default 0.0.0.0:8081)
+  --log-level LEVEL               trace, debug, info, warn or error [STOCKADE_LOG_LEVEL] (default info)
+  --fence-workers N               NodeFences worked on at once, 1-64 [STOCKADE_FENCE_WORKERS] (default 4)
+  --watch-stale-seconds N         restart a watch silent this long, 10-3600 [STOCKADE_WATCH_STALE_SECONDS] (default 120)
+  --instance-id ID                reported in Events [POD_NAME] (default: the hostname)
+  -h, --help                      print this help
+`;
+
+export class ConfigError extends Error {}
+
+function int(name: string, raw: string, min: number, max: number): number {
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || n < min || n > max)
+    throw new ConfigError(`invalid ${name} "${raw}": expected a whole number from ${min} to ${max}`);
+  return n;
+}
+
+function bindAddress(raw: string): Config["healthBindAddress"] {
+  if (raw === "0") return undefined;
+  const m = /^(.*):(\d{1,5})$/.exec(raw);
+  const port = m ? Number(m[2]) : NaN;
+  if (!m || port > 65535)
+    throw new ConfigError(`invalid --health-bind-address "${raw}": expected HOST:PORT (e.g. 0.0.0.0:8081, 127.0.0.1:0) or 0 to disable`);
+  return { host: m[1] || "0.0.0.0", port };
+}
+
+/** Parses argv and env; throws ConfigError with an actionable message, or returns undefined when help was asked for. */
+export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | undefined {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        kubeconfig: { type: "string" },
+        "health-bind-address": { type: "string" },
+        "log-level": { type: "string" },
+        "fence-workers": { type: "string" },
+        "watch-stale-seconds": { type: "string" },
+        "instance-id": { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }));
+  } catch (err) {
+    throw new ConfigError(`${(err as Error).message}\n\n${USAGE}`);
+  }
+  if (values.help) return undefined;
+  const level = values["log-level"] ?? env.STOCKADE_LOG_LEVEL ?? "info";
+  const levels = ["trace", "debug", "info", "warn", "error"] as const;
+  if (!(levels as readonly string[]).includes(level))
+    throw new ConfigError(`invalid --log-level "${level}": expected one of ${levels.join(", ")}`);
+  const kubeconfig = values.kubeconfig ?? env.KUBECONFIG ?? undefined;
+  return {
+    kubeconfig: kubeconfig || undefined,
+    healthBindAddress: bindAddress(values["health-bind-address"] ?? env.STOCKADE_HEALTH_BIND_ADDRESS ?? "0.0.0.0:8081"),
+    logLevel: level as Config["logLevel"],
+    fenceWorkers: int("--fence-workers", values["fence-workers"] ?? env.STOCKADE_FENCE_WORKERS ?? "4", 1, 64),
+    watchStaleSeconds: int("--watch-stale-seconds", values["watch-stale-seconds"] ?? env.STOCKADE_WATCH_STALE_SECONDS ?? "120", 10, 3600),
+    instanceId: values["instance-id"] ?? env.POD_NAME ?? hostname(),
+  };
+}

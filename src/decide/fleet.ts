@@ -1,0 +1,221 @@
+// The fleet decision: from everything observed, which pods get NodeDown, which nodes get a NodeFence,
+// and why every other partitioned node does not. Pure: observed state, policies and a clock in,
+// intentions out; the health controller applies them.
+import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1PodDisruptionBudget } from "@kubernetes/client-node";
+import type { DateTime } from "luxon";
+import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
+import { podWaitSeconds } from "./forgiveness.ts";
+import { isFinished, isGuarded } from "./guarded-pods.ts";
+import { assessNode, type NodeHealth } from "./node-health.ts";
+import { desiredNodeDown, nodeDownChange, type NodeDownChange } from "./node-down.ts";
+import { orderCandidates, podPriority, type Candidate } from "./priority.ts";
+import { matchesSelector, policyForNode } from "./selectors.ts";
+import { evaluateGuards, type Hold } from "./storm-guard.ts";
+
+export const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 40;
+
+export interface FleetInput {
+  now: DateTime;
+  nodes: readonly V1Node[];
+  /** Node Leases by node name. */
+  leases: ReadonlyMap<string, V1Lease>;
+  pods: readonly V1Pod[];
+  /** Claims by "namespace/name". */
+  pvcs: ReadonlyMap<string, V1PersistentVolumeClaim>;
+  pdbs: readonly V1PodDisruptionBudget[];
+  policies: readonly FencingPolicy[];
+  /** NodeFences by name (= node name). */
+  fences: ReadonlyMap<string, NodeFence>;
+  watchStalenessSeconds: number;
+}
+
+export type Verdict =
+  "Healthy" | "NoPolicy" | "NothingToProtect" | "Tolerated" | "Waiting" | "Paused" | "Held" | "Queued" | "DryRun" | "Fence" | "HasFence";
+
+export interface NodeDecision {
+  node: string;
+  verdict: Verdict;
+  message: string;
+  policy?: string;
+  health: NodeHealth;
+}
+
+export interface FenceIntent {
+  node: string;
+  policy: string;
+  reason: string;
+  lastHeartbeat: string | undefined;
+  /** An Unfenced NodeFence of an earlier episode is in the way and must be replaced. */
+  replaces: NodeFence | undefined;
+}
+
+export interface PolicyState {
+  holds: Hold[];
+  partitioned: string[];
+  activeFences: number;
+  wouldFence: string[];
+  queued: string[];
+}
+
+export interface FleetDecision {
+  decisions: NodeDecision[];
+  nodeDown: NodeDownChange[];
+  create: FenceIntent[];
+  policies: Map<string, PolicyState>;
+  /** When to look again if nothing happens before. */
+  nextCheck: DateTime | undefined;
+}
+
+export const ACTIVE_PHASES = new Set(["", "Pending", "Fencing"]);
+/** Phases in which the node is fenced or being fenced: its pods keep NodeDown and it is not re-assessed. */
+export const HOLDING_PHASES = new Set(["", "Pending", "Fencing", "Fenced", "Releasing", "Released", "Failed", "Unfencing"]);
+
+const phaseOf = (f: NodeFence) => f.status?.phase ?? "";
+const iso = (d: DateTime | undefined) => d?.toUTC().toISO({ suppressMilliseconds: true }) ?? undefined;
+
+export function decideFleet(i: FleetInput): FleetDecision {
+  const podsByNode = new Map<string, V1Pod[]>();
+  for (const p of i.pods) {
+    const n = p.spec?.nodeName;
+    if (n) podsByNode.set(n, [...(podsByNode.get(n) ?? []), p]);
+  }
+  const decisions: NodeDecision[] = [];
+  const nodeDown: NodeDownChange[] = [];
+  const healthOf = new Map<string, NodeHealth>();
+  const candidates = new Map<string, (Candidate & { policy: FencingPolicy; health: NodeHealth; why: string })[]>();
+  let nextCheck: DateTime | undefined;
+  const wake = (t: DateTime | undefined) => {
+    if (t && (!nextCheck || t < nextCheck)) nextCheck = t;
+  };
+
+  for (const node of i.nodes) {
+    const name = node.metadata?.name ?? "";
+    const { policy } = policyForNode(node, i.policies);
+    const h = assessNode(
+      node,
+      i.leases.get(name),
+      i.now,
+      policy?.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+    );
+    healthOf.set(name, h);
+    wake(h.nextCheck);
+    const fence = i.fences.get(name);
+    const holding = fence !== undefined && HOLDING_PHASES.has(phaseOf(fence));
+    const want = desiredNodeDown(h, holding);
+    for (const p of podsByNode.get(name) ?? []) {
+      const c = nodeDownChange(p, want);
+      if (c) nodeDown.push(c);
+    }
+    const decide = (verdict: Verdict, message: string) =>
+      decisions.push({ node: name, verdict, message, policy: policy?.metadata?.name, health: h });
+
+    if (holding) {
+      decide("HasFence", `NodeFence ${name} is ${phaseOf(fence) || "new"}`);
+      continue;
+    }
+    if (h.state !== "Partitioned") {
+      decide("Healthy", h.state === "Healthy" ? "heartbeats are current" : `not partitioned yet (Ready=${h.ready})`);
+      continue;
+    }
+    if (!policy) {
+      decide("NoPolicy", "no FencingPolicy selects this node");
+      continue;
+    }
+    const pvcs = i.pvcs;
+    const guarded = (podsByNode.get(name) ?? []).filter((p) => !isFinished(p) && isGuarded(p, policy.spec.guardedPods, pvcs).guarded);
+    if (!guarded.length) {
+      decide("NothingToProtect", "no guarded pods on the node: fencing it would release nothing");
+      continue;
+    }
+    const waits = guarded.map((p) => podWaitSeconds(p, policy.spec.detection)).filter((w): w is number => w !== null);
+    if (!waits.length) {
+      decide("Tolerated", "every guarded pod tolerates node.kubernetes.io/unreachable forever");
+      continue;
+    }
+    const wait = Math.min(...waits);
+    const since = h.partitionedSince ?? i.now;
+    const fenceAt = since.plus({ seconds: wait });
+    if (i.now < fenceAt) {
+      decide("Waiting", `partitioned since ${iso(since)}; guarded pods wait ${wait} s, until ${iso(fenceAt)}`);
+      wake(fenceAt);
+      continue;
+    }
+    const pname = policy.metadata?.name ?? "";
+    const list = candidates.get(pname) ?? [];
+    list.push({
+      node: name,
+      policy,
+      health: h,
+      priority: Math.max(...guarded.map(podPriority)),
+      atDisruptionLimit: guarded.filter((p) => atDisruptionLimit(p, i.pdbs)).length,
+      waitedSeconds: i.now.diff(since, "seconds").seconds,
+      why: `no heartbeat since ${iso(h.lastHeartbeat)} (Ready=${h.ready}); ${guarded.length} guarded pod(s) waited ${wait} s`,
+    });
+    candidates.set(pname, list);
+  }
+
+  const create: FenceIntent[] = [];
+  const policies = new Map<string, PolicyState>();
+  for (const policy of i.policies) {
+    const pname = policy.metadata?.name ?? "";
+    const selected = i.nodes.filter((n) => matchesSelector(n.metadata?.labels, policy.spec.nodeSelector));
+    const active = [...i.fences.values()].filter(
+      (f) => (f.status?.policy ?? f.spec.policy) === pname && ACTIVE_PHASES.has(phaseOf(f)),
+    ).length;
+    const verdict = evaluateGuards({
+      guards: policy.spec.guards,
+      nodes: selected.map((n) => {
+        const h = healthOf.get(n.metadata?.name ?? "");
+        return {
+          name: n.metadata?.name ?? "",
+          labels: n.metadata?.labels ?? {},
+          unhealthy: h?.state === "Partitioned" || h?.ready !== "True",
+        };
+      }),
+      activeFences: active,
+      watchStalenessSeconds: i.watchStalenessSeconds,
+    });
+    const state: PolicyState = {
+      holds: verdict.holds,
+      partitioned: selected.map((n) => n.metadata?.name ?? "").filter((n) => healthOf.get(n)?.state === "Partitioned"),
+      activeFences: active,
+      wouldFence: [],
+      queued: [],
+    };
+    policies.set(pname, state);
+    let slots = verdict.slots;
+    for (const c of orderCandidates(candidates.get(pname) ?? [])) {
+      const d = (verdict: Verdict, message: string) => decisions.push({ node: c.node, verdict, message, policy: pname, health: c.health });
+      const blocked = verdict.blocked.get(c.node);
+      if (policy.spec.paused) d("Paused", `FencingPolicy ${pname} is paused; would fence: ${c.why}`);
+      else if (verdict.holds.length) d("Held", verdict.holds.map((h) => h.message).join("; "));
+      else if (blocked) {
+        d("Held", blocked.message);
+        if (!state.holds.some((h) => h.message === blocked.message)) state.holds.push(blocked);
+      } else if (slots <= 0) {
+        d("Queued", `waiting for a fence slot (maxConcurrentFences ${policy.spec.guards?.maxConcurrentFences ?? 1}, ${active} in flight)`);
+        state.queued.push(c.node);
+      } else if (policy.spec.dryRun) {
+        slots--;
+        d("DryRun", `dry run: would fence: ${c.why}`);
+        state.wouldFence.push(c.node);
+      } else {
+        slots--;
+        d("Fence", c.why);
+        const old = i.fences.get(c.node);
+        create.push({ node: c.node, policy: pname, reason: c.why, lastHeartbeat: iso(c.health.lastHeartbeat), replaces: old });
+      }
+    }
+  }
+  return { decisions, nodeDown, create, policies, nextCheck };
+}
+
+function atDisruptionLimit(pod: V1Pod, pdbs: readonly V1PodDisruptionBudget[]): boolean {
+  return pdbs.some(
+    (b) =>
+      b.metadata?.namespace === pod.metadata?.namespace &&
+      b.spec?.selector !== undefined &&
+      matchesSelector(pod.metadata?.labels, b.spec.selector) &&
+      (b.status?.disruptionsAllowed ?? 1) <= 0,
+  );
+}

@@ -1,0 +1,34 @@
+// The NodeDown pod condition the pod-safety proposal asks for: every pod of a partitioned node says
+// so, naming the node and since when, and stops saying so if the node comes back unfenced.
+import type { V1Pod, V1PodCondition } from "@kubernetes/client-node";
+import type { NodeHealth } from "./node-health.ts";
+
+export const NODE_DOWN = "NodeDown";
+
+export interface NodeDownChange {
+  namespace: string;
+  name: string;
+  uid: string;
+  /** The condition to set, or null to remove it. */
+  condition: { status: "True"; reason: string; message: string } | null;
+}
+
+export function desiredNodeDown(health: NodeHealth, fenced: boolean): NodeDownChange["condition"] {
+  if (health.state === "Partitioned") {
+    return {
+      status: "True",
+      reason: "NodePartitioned",
+      message: `node ${health.name} has sent no heartbeat since ${health.lastHeartbeat?.toUTC().toISO({ suppressMilliseconds: true }) ?? "ever"} (Ready=${health.ready}, node Lease stale)`,
+    };
+  }
+  if (fenced) return { status: "True", reason: "NodeFenced", message: `node ${health.name} is fenced` };
+  return null;
+}
+
+export function nodeDownChange(pod: V1Pod, want: NodeDownChange["condition"]): NodeDownChange | undefined {
+  const have: V1PodCondition | undefined = pod.status?.conditions?.find((c) => c.type === NODE_DOWN);
+  const same =
+    want === null ? have === undefined : have?.status === want.status && have.reason === want.reason && have.message === want.message;
+  if (same) return undefined;
+  return { namespace: pod.metadata?.namespace ?? "", name: pod.metadata?.name ?? "", uid: pod.metadata?.uid ?? "", condition: want };
+}

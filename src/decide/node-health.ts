@@ -1,0 +1,58 @@
+// Node health from the two heartbeats a kubelet gives: the node Lease (renewed every few seconds) and
+// the Ready condition (whose status the node-lifecycle controller turns Unknown when heartbeats stop).
+// Partitioned needs both: a stale Lease alone may be a broken lease controller; Ready=Unknown alone
+// is what the controller says before its grace period is over.
+import type { V1Node } from "@kubernetes/client-node";
+import type { V1Lease } from "@kubernetes/client-node";
+import { DateTime } from "luxon";
+
+export type HealthState = "Healthy" | "Suspect" | "Partitioned";
+
+export interface NodeHealth {
+  name: string;
+  state: HealthState;
+  /** Status of the Ready condition: True, False, Unknown, or Missing. */
+  ready: string;
+  /** The newest heartbeat from either source; undefined when the node never reported. */
+  lastHeartbeat: DateTime | undefined;
+  /** When silence became a partition (lastHeartbeat + timeout), for Partitioned nodes. */
+  partitionedSince: DateTime | undefined;
+  bootID: string;
+  /** When this node's state would change with no further events (a heartbeat going stale). */
+  nextCheck: DateTime | undefined;
+}
+
+export const toDateTime = (v: Date | string | undefined | null): DateTime | undefined => {
+  if (v === undefined || v === null) return undefined;
+  const d = typeof v === "string" ? DateTime.fromISO(v) : DateTime.fromJSDate(v);
+  return d.isValid ? d : undefined;
+};
+
+const later = (a: DateTime | undefined, b: DateTime | undefined) => (!a ? b : !b ? a : a > b ? a : b);
+
+export function readyCondition(node: V1Node) {
+  return node.status?.conditions?.find((c) => c.type === "Ready");
+}
+
+export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTime, heartbeatTimeoutSeconds: number): NodeHealth {
+  const name = node.metadata?.name ?? "";
+  const ready = readyCondition(node);
+  const readyStatus = ready?.status ?? "Missing";
+  const leaseBeat = toDateTime(lease?.spec?.renewTime);
+  const lastHeartbeat = later(leaseBeat, toDateTime(ready?.lastHeartbeatTime));
+  const bootID = node.status?.nodeInfo?.bootID ?? "";
+  const base = { name, ready: readyStatus, lastHeartbeat, bootID };
+  if (!lastHeartbeat) {
+    // A node that never reported is being created, not partitioned.
+    return { ...base, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
+  }
+  const staleAt = lastHeartbeat.plus({ seconds: heartbeatTimeoutSeconds });
+  if (now < staleAt) {
+    return { ...base, state: readyStatus === "True" ? "Healthy" : "Suspect", partitionedSince: undefined, nextCheck: staleAt };
+  }
+  if (readyStatus === "True") {
+    // Silent but the node controller has not yet agreed; it will flip Ready and wake us with an event.
+    return { ...base, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
+  }
+  return { ...base, state: "Partitioned", partitionedSince: staleAt, nextCheck: undefined };
+}

@@ -1,0 +1,173 @@
+// Thin typed calls the reconcilers need, each with optimistic concurrency where it writes: status
+// updates carry the resourceVersion they were computed from, so a stale writer gets a 409 and retries
+// from fresh state instead of overwriting someone else's step.
+import {
+  ApiException,
+  CoordinationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  PatchStrategy,
+  StorageV1Api,
+  setHeaderOptions,
+  type KubeConfig,
+  type V1Lease,
+  type V1Node,
+  type V1NodeCondition,
+  type V1Pod,
+  type V1Taint,
+} from "@kubernetes/client-node";
+import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
+
+export type Plural = "nodefences" | "fencingpolicies" | "fenceagents";
+
+export const statusCode = (err: unknown): number | undefined => (err instanceof ApiException ? err.code : undefined);
+export const isNotFound = (err: unknown) => statusCode(err) === 404;
+export const isConflict = (err: unknown) => statusCode(err) === 409;
+
+/** The apiserver's message from an ApiException body, or the error's own message. */
+export function errorMessage(err: unknown): string {
+  if (err instanceof ApiException) {
+    const body = err.body as unknown;
+    try {
+      const parsed = typeof body === "string" ? (JSON.parse(body) as { message?: string }) : (body as { message?: string });
+      if (parsed?.message) return `${err.code}: ${parsed.message}`;
+    } catch {
+      /* not JSON */
+    }
+    return `HTTP ${err.code}`;
+  }
+  return err instanceof Error ? err.message : String(err);
+}
+
+const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+const strategic = setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch);
+
+export class Kube {
+  readonly core: CoreV1Api;
+  readonly custom: CustomObjectsApi;
+  readonly storage: StorageV1Api;
+  readonly coordination: CoordinationV1Api;
+  readonly kc: KubeConfig;
+
+  constructor(kc: KubeConfig) {
+    this.kc = kc;
+    this.core = kc.makeApiClient(CoreV1Api);
+    this.custom = kc.makeApiClient(CustomObjectsApi);
+    this.storage = kc.makeApiClient(StorageV1Api);
+    this.coordination = kc.makeApiClient(CoordinationV1Api);
+  }
+
+  async getNodeFence(name: string): Promise<NodeFence | undefined> {
+    try {
+      return (await this.custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences", name })) as NodeFence;
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  async createNodeFence(f: NodeFence): Promise<NodeFence> {
+    return (await this.custom.createClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences", body: f })) as NodeFence;
+  }
+
+  /** Deletes exactly this object (uid precondition), never a successor with the same name. */
+  async deleteNodeFence(f: NodeFence): Promise<void> {
+    await this.custom.deleteClusterCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural: "nodefences",
+      name: f.metadata?.name ?? "",
+      body: { preconditions: { uid: f.metadata?.uid, resourceVersion: f.metadata?.resourceVersion } },
+    });
+  }
+
+  /** Replaces status; the object's resourceVersion is the precondition. */
+  async replaceStatus<T extends NodeFence | FencingPolicy | FenceAgent>(plural: Plural, obj: T): Promise<T> {
+    return (await this.custom.replaceClusterCustomObjectStatus({
+      group: GROUP,
+      version: VERSION,
+      plural,
+      name: obj.metadata?.name ?? "",
+      body: obj,
+    })) as T;
+  }
+
+  async readNode(name: string): Promise<V1Node | undefined> {
+    try {
+      return await this.core.readNode({ name });
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  async readLease(node: string): Promise<V1Lease | undefined> {
+    try {
+      return await this.coordination.readNamespacedLease({ name: node, namespace: "kube-node-lease" });
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /** Sets the node's taints to `taints`, guarded by the resourceVersion they were computed from. */
+  async setTaints(node: V1Node, taints: V1Taint[]): Promise<V1Node> {
+    return await this.core.patchNode(
+      { name: node.metadata?.name ?? "", body: { metadata: { resourceVersion: node.metadata?.resourceVersion }, spec: { taints } } },
+      merge,
+    );
+  }
+
+  /** Adds, replaces or (condition null) removes one node condition by type. */
+  async setNodeCondition(name: string, type: string, condition: V1NodeCondition | null): Promise<void> {
+    const item = condition ?? { type, $patch: "delete" };
+    await this.core.patchNodeStatus({ name, body: { status: { conditions: [item] } } }, strategic);
+  }
+
+  /** Adds, replaces or (condition null) removes one pod condition by type. */
+  async setPodCondition(
+    namespace: string,
+    name: string,
+    uid: string,
+    type: string,
+    condition: { status: string; reason: string; message: string } | null,
+  ): Promise<void> {
+    const item = condition ? { type, ...condition, lastTransitionTime: new Date().toISOString() } : { type, $patch: "delete" };
+    await this.core.patchNamespacedPodStatus({ name, namespace, body: { metadata: { uid }, status: { conditions: [item] } } }, strategic);
+  }
+
+  /** Force-deletes exactly this pod (uid precondition: a replacement with the same name is never touched). */
+  async forceDeletePod(pod: V1Pod): Promise<"deleted" | "gone"> {
+    try {
+      await this.core.deleteNamespacedPod({
+        name: pod.metadata?.name ?? "",
+        namespace: pod.metadata?.namespace ?? "",
+        gracePeriodSeconds: 0,
+        body: { gracePeriodSeconds: 0, preconditions: { uid: pod.metadata?.uid } },
+      });
+      return "deleted";
+    } catch (err) {
+      // 404: already gone; 409: the name now belongs to a replacement, so our pod is gone.
+      if (isNotFound(err) || isConflict(err)) return "gone";
+      throw err;
+    }
+  }
+
+  async deleteVolumeAttachment(name: string, uid: string): Promise<"deleted" | "gone"> {
+    try {
+      await this.storage.deleteVolumeAttachment({ name, body: { preconditions: { uid } } });
+      return "deleted";
+    } catch (err) {
+      if (isNotFound(err) || isConflict(err)) return "gone";
+      throw err;
+    }
+  }
+
+  async readSecret(namespace: string, name: string): Promise<Record<string, string>> {
+    const s = await this.core.readNamespacedSecret({ name, namespace });
+    const out: Record<string, string> = {};
+    for (const [k, v] of Object.entries(s.data ?? {})) out[k] = Buffer.from(v, "base64").toString("utf8");
+    for (const [k, v] of Object.entries(s.stringData ?? {})) out[k] = v;
+    return out;
+  }
+}

@@ -1,0 +1,96 @@
+// The operator's view of the cluster: one informer per kind it reads, all started before any
+// controller runs. Staleness of the watches that carry heartbeats feeds the storm guard.
+import {
+  CoordinationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  PolicyV1Api,
+  StorageV1Api,
+  type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
+  type V1Lease,
+  type V1Node,
+  type V1PersistentVolumeClaim,
+  type V1Pod,
+  type V1PodDisruptionBudget,
+  type V1VolumeAttachment,
+} from "@kubernetes/client-node";
+import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
+import { Informer } from "../runtime/informer.ts";
+
+export interface CacheOptions {
+  staleAfterMs?: number;
+  onError?: (what: string, err: unknown, restartInMs: number) => void;
+}
+
+export class Caches {
+  readonly nodes: Informer<V1Node>;
+  readonly leases: Informer<V1Lease>;
+  readonly pods: Informer<V1Pod>;
+  readonly pvcs: Informer<V1PersistentVolumeClaim>;
+  readonly pdbs: Informer<V1PodDisruptionBudget>;
+  readonly volumeAttachments: Informer<V1VolumeAttachment>;
+  readonly policies: Informer<FencingPolicy>;
+  readonly agents: Informer<FenceAgent>;
+  readonly fences: Informer<NodeFence>;
+  private readonly all: Informer<KubernetesObject>[];
+
+  constructor(kc: KubeConfig, o: CacheOptions = {}) {
+    const core = kc.makeApiClient(CoreV1Api);
+    const custom = kc.makeApiClient(CustomObjectsApi);
+    const mk = <T extends KubernetesObject>(path: string, list: () => Promise<KubernetesListObject<T>>) =>
+      new Informer<T>({ kc, path, list, staleAfterMs: o.staleAfterMs, onError: (err, ms) => o.onError?.(path, err, ms) });
+    const crd = <T extends KubernetesObject>(plural: string) =>
+      mk<T>(
+        `/apis/${GROUP}/${VERSION}/${plural}`,
+        async () => (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as KubernetesListObject<T>,
+      );
+    this.nodes = mk("/api/v1/nodes", () => core.listNode());
+    const coordination = kc.makeApiClient(CoordinationV1Api);
+    this.leases = mk("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", () =>
+      coordination.listNamespacedLease({ namespace: "kube-node-lease" }),
+    );
+    this.pods = mk("/api/v1/pods", () => core.listPodForAllNamespaces());
+    this.pvcs = mk("/api/v1/persistentvolumeclaims", () => core.listPersistentVolumeClaimForAllNamespaces());
+    const policy = kc.makeApiClient(PolicyV1Api);
+    this.pdbs = mk("/apis/policy/v1/poddisruptionbudgets", () => policy.listPodDisruptionBudgetForAllNamespaces());
+    const storage = kc.makeApiClient(StorageV1Api);
+    this.volumeAttachments = mk("/apis/storage.k8s.io/v1/volumeattachments", () => storage.listVolumeAttachment());
+    this.policies = crd<FencingPolicy>("fencingpolicies");
+    this.agents = crd<FenceAgent>("fenceagents");
+    this.fences = crd<NodeFence>("nodefences");
+    this.all = [
+      this.nodes,
+      this.leases,
+      this.pods,
+      this.pvcs,
+      this.pdbs,
+      this.volumeAttachments,
+      this.policies,
+      this.agents,
+      this.fences,
+    ] as never;
+  }
+
+  async start(): Promise<void> {
+    await Promise.all(this.all.map((i) => i.start()));
+  }
+
+  stop(): void {
+    for (const i of this.all) i.stop();
+  }
+
+  get synced(): boolean {
+    return this.all.every((i) => i.hasSynced);
+  }
+
+  /** Seconds the heartbeat-carrying watches (Nodes, Leases) may be behind. */
+  heartbeatStalenessSeconds(now = Date.now()): number {
+    return Math.max(this.nodes.staleForMs(now), this.leases.staleForMs(now)) / 1000;
+  }
+
+  restarts(): number {
+    return this.all.reduce((n, i) => n + i.restarts, 0);
+  }
+}

@@ -1,0 +1,58 @@
+// Entry point: validate configuration, check the cluster is reachable and has our CRDs, then run until
+// SIGTERM/SIGINT.
+import { KubeConfig } from "@kubernetes/client-node";
+import { pino } from "pino";
+import { GROUP, VERSION } from "./api/v1alpha1.ts";
+import { ConfigError, parseConfig, USAGE } from "./config.ts";
+import { errorMessage, isNotFound, Kube } from "./kube/api.ts";
+import { Operator } from "./operator.ts";
+
+async function main(): Promise<number> {
+  let cfg;
+  try {
+    cfg = parseConfig(process.argv.slice(2), process.env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`stockade: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  if (!cfg) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const log = pino({ level: cfg.logLevel, base: { instance: cfg.instanceId } });
+  const kc = new KubeConfig();
+  try {
+    if (cfg.kubeconfig) kc.loadFromFile(cfg.kubeconfig);
+    else kc.loadFromCluster();
+    if (!kc.getCurrentCluster()) throw new Error("no cluster in the configuration");
+  } catch (err) {
+    process.stderr.write(
+      `stockade: cannot load ${cfg.kubeconfig ? `kubeconfig ${cfg.kubeconfig}` : "in-cluster configuration (set KUBECONFIG or --kubeconfig when running outside a cluster)"}: ${(err as Error).message}\n`,
+    );
+    return 2;
+  }
+  const server = kc.getCurrentCluster()?.server;
+  try {
+    await new Kube(kc).custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences", limit: 1 });
+  } catch (err) {
+    const msg = isNotFound(err)
+      ? `the Stockade CRDs are not installed in the cluster at ${server}: kubectl apply -f crds/`
+      : `cannot reach the Kubernetes API at ${server}: ${errorMessage(err)}`;
+    process.stderr.write(`stockade: ${msg}\n`);
+    return 1;
+  }
+  const op = new Operator(kc, cfg, log);
+  await op.start();
+  await new Promise<void>((resolve) => {
+    process.once("SIGTERM", resolve);
+    process.once("SIGINT", resolve);
+  });
+  log.info("stopping");
+  await op.stop();
+  return 0;
+}
+
+process.exit(await main());

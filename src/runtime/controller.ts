@@ -1,0 +1,89 @@
+// Worker loops around a WorkQueue, the way controller-runtime runs a Reconciler: a failed reconcile is
+// retried with backoff, a successful one resets the backoff and may ask to be run again later.
+import type { KubernetesObject } from "@kubernetes/client-node";
+import type { Informer } from "./informer.ts";
+import { WorkQueue } from "./work-queue.ts";
+
+export interface ReconcileResult {
+  /** Reconcile this key again after this many ms (e.g. to re-check a deadline). */
+  requeueAfterMs?: number;
+}
+
+/** The part of pino's Logger the runtime uses; a pino Logger fits as is. */
+export interface Log {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+  debug(obj: object, msg: string): void;
+}
+
+export interface ControllerOptions {
+  name: string;
+  /** Concurrent reconciles; one key is never reconciled by two workers at once. Default 1. */
+  workers?: number;
+  queue?: WorkQueue;
+  reconcile: (key: string) => Promise<ReconcileResult | void>;
+  log: Log;
+}
+
+export class Controller {
+  readonly name: string;
+  readonly queue: WorkQueue;
+  private readonly o: ControllerOptions;
+  private loops: Promise<void>[] = [];
+
+  constructor(o: ControllerOptions) {
+    this.o = o;
+    this.name = o.name;
+    this.queue = o.queue ?? new WorkQueue();
+  }
+
+  start(): void {
+    if (this.loops.length) return;
+    const workers = Math.max(1, this.o.workers ?? 1);
+    for (let i = 0; i < workers; i++) this.loops.push(this.work());
+  }
+
+  /** Shuts the queue down and waits for the reconciles in flight to finish. */
+  async stop(): Promise<void> {
+    this.queue.shutDown();
+    await Promise.all(this.loops);
+  }
+
+  private async work(): Promise<void> {
+    for (;;) {
+      const key = await this.queue.get();
+      if (key === undefined) return;
+      try {
+        const result = await this.o.reconcile(key);
+        this.queue.forget(key);
+        if (result?.requeueAfterMs !== undefined) this.queue.addAfter(key, result.requeueAfterMs);
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        this.o.log.error(
+          { err, controller: this.name, key, retries: this.queue.retries(key) },
+          `${this.name}: reconcile of ${key} failed: ${message}`,
+        );
+        this.queue.addRateLimited(key);
+      } finally {
+        this.queue.done(key);
+      }
+    }
+  }
+}
+
+type Keys = string | readonly string[] | undefined;
+
+/** Queues keyFn(obj) for every add, update and delete the informer sees. */
+export function enqueueFrom<T extends KubernetesObject>(
+  informer: Pick<Informer<T>, "on">,
+  queue: WorkQueue,
+  keyFn: (obj: T) => Keys,
+): void {
+  const enqueue = (obj: T) => {
+    const keys = keyFn(obj);
+    if (typeof keys === "string") queue.add(keys);
+    else for (const key of keys ?? []) queue.add(key);
+  };
+  for (const verb of ["add", "update", "delete"] as const) informer.on(verb, enqueue);
+}

@@ -1,0 +1,93 @@
+// End-to-end on the lab through the native IPMI agent: crash (1), partition (2), operator killed in the
+// middle of fencing (6), an administrator's NodeFence on a healthy node (7), and unfence in between.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { StorageV1Api } from "@kubernetes/client-node";
+import { Bed, NS } from "./harness.ts";
+import type { NodeFence } from "../../src/api/v1alpha1.ts";
+
+const released = (f: NodeFence) => f.status?.phase === "Released";
+
+describe("e2e: fencing through IPMI", () => {
+  let bed: Bed;
+  before(async () => {
+    bed = await Bed.up({ nodes: 4, name: "ipmi" });
+    await bed.policy("default", { guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 } });
+    await bed.startOperator();
+  });
+  after(async () => {
+    const r = bed?.invariant();
+    if (r)
+      console.log(
+        `invariant: ${r.identities} identities, ${r.replacements} replacements, ${r.fencedReplacements} after a node failure, ${r.violations.length} violations`,
+      );
+    await bed?.down();
+  });
+
+  /** Unfences through the API and waits until the node is back and clean. */
+  async function unfence(node: string) {
+    await bed.custom.patchClusterCustomObject({
+      group: "stockade.io",
+      version: "v1alpha1",
+      plural: "nodefences",
+      name: node,
+      body: [{ op: "replace", path: "/spec/unfence", value: true }],
+    });
+    await bed.waitForFence(node, (f) => f.status?.phase === "Unfenced", "Unfenced");
+    await bed.lab.waitForNodeReadyStatus(node, "True", 60_000);
+    const n = await bed.lab.core.readNode({ name: node });
+    assert.ok(!(n.spec?.taints ?? []).some((t) => t.key === "stockade.io/fenced"), "fenced taint removed");
+    assert.ok(!(n.status?.conditions ?? []).some((c) => c.type === "Fenced"), "Fenced condition removed");
+  }
+
+  test("1. crash: the pod's node is fenced through IPMI, released, and the pod runs again elsewhere", async () => {
+    const pods = await bed.statefulSet("db", 2);
+    const victim = pods.find((p) => p.metadata?.name === "db-0")!;
+    const node = victim.spec!.nodeName!;
+    const storage = bed.lab.kc.makeApiClient(StorageV1Api);
+    await storage.createVolumeAttachment({
+      body: {
+        metadata: { name: `va-db-0-${node}` },
+        spec: { attacher: "lab.csi.stockade.io", nodeName: node, source: { persistentVolumeName: "pv-db-0" } },
+      },
+    });
+    const t0 = Date.now();
+    await bed.lab.crash(node);
+    const replacement = await bed.waitForReplacement("db-0", victim.metadata!.uid!);
+    const failover = (Date.now() - t0) / 1000;
+    const f = await bed.waitForFence(node, released, "Released");
+    assert.equal(f.spec.origin, "Automatic");
+    assert.equal(f.status?.evidence?.method, "PowerOffConfirmed");
+    assert.equal(bed.lab.machine(node).power, "off");
+    assert.notEqual(replacement.spec?.nodeName, node);
+    const rel = f.status?.releases ?? [];
+    assert.deepEqual(
+      rel.filter((r) => r.kind === "Pod").map((r) => [r.name, r.uid, r.action]),
+      [["db-0", victim.metadata!.uid, "ForceDeleted"]],
+    );
+    assert.ok(rel.some((r) => r.kind === "VolumeAttachment" && r.name === `va-db-0-${node}`));
+    await assert.rejects(storage.readVolumeAttachment({ name: `va-db-0-${node}` }));
+    const n = await bed.lab.core.readNode({ name: node });
+    assert.ok(
+      n.spec?.taints?.some((t) => t.key === "stockade.io/fenced" && t.effect === "NoExecute"),
+      "fenced taint",
+    );
+    assert.equal(n.status?.conditions?.find((c) => c.type === "Fenced")?.status, "True");
+
+    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off")!;
+    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === victim.metadata!.uid)!;
+    const newRunning = bed.when(
+      (e) => e.source === "pod" && e.name === "db-0" && e.uid === replacement.metadata!.uid && e.phase === "Running",
+    )!;
+    assert.ok(off < gone && gone < newRunning, `power off < old pod gone < replacement Running\n${bed.rec.format(t0)}`);
+    // Heartbeat lost = the crash: the kubelet stopped renewing at that moment.
+    const ms = (n: number) => ((n - t0) / 1000).toFixed(1);
+    console.log(
+      `failover: ${failover.toFixed(1)} s (heartbeat lost → power off ${ms(off)} s → pod released ${ms(gone)} s → replacement Running ${ms(newRunning)} s)`,
+    );
+    const ev = await bed.lab.core.listNamespacedEvent({ namespace: NS, fieldSelector: `involvedObject.name=db-0,reason=ForceDeleted` });
+    assert.equal(ev.items.length, 1, "one ForceDeleted Event on the pod");
+    assert.deepEqual(bed.invariant().violations, []);
+    await unfence(node);
+  });
+});

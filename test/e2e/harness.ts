@@ -1,0 +1,260 @@
+// An end-to-end bed: the lab, Stockade's CRDs, FenceAgents for every node's simulated BMC (native
+// IPMI and Debian's fence_ipmilan), the operator as a child process (so it can be killed), and a
+// recorder of everything that happened.
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream, mkdtempSync, readFileSync } from "node:fs";
+import { once } from "node:events";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { AppsV1Api, CustomObjectsApi, type V1Pod } from "@kubernetes/client-node";
+import { Lab } from "../../lab/lab.ts";
+import { Recorder } from "../../lab/recorder.ts";
+import { waitFor } from "../../lab/health.ts";
+import { repoRoot } from "../../lab/bins.ts";
+import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../../src/api/v1alpha1.ts";
+import { checkInvariant } from "./invariant.ts";
+
+const run = promisify(execFile);
+export const NS = "default";
+export const SECRETS_NS = "stockade-system";
+
+export class Bed {
+  readonly lab: Lab;
+  readonly rec: Recorder;
+  readonly custom: CustomObjectsApi;
+  readonly apps: AppsV1Api;
+  operator: ChildProcess | undefined;
+  private opRuns = 0;
+
+  private constructor(lab: Lab, rec: Recorder) {
+    this.lab = lab;
+    this.rec = rec;
+    this.custom = lab.kc.makeApiClient(CustomObjectsApi);
+    this.apps = lab.kc.makeApiClient(AppsV1Api);
+  }
+
+  static async up(o: { nodes: number; zones?: string[]; name: string }): Promise<Bed> {
+    const lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`)), nodes: o.nodes, zones: o.zones });
+    try {
+      return await Bed.setUp(lab);
+    } catch (err) {
+      await lab.down();
+      throw err;
+    }
+  }
+
+  private static async setUp(lab: Lab): Promise<Bed> {
+    const bed = new Bed(lab, await new Recorder(lab).start());
+    await bed.kubectl("apply", "-f", join(repoRoot, "crds"));
+    await bed.kubectl(
+      "wait",
+      "--for=condition=Established",
+      "--timeout=60s",
+      "crd/nodefences.stockade.io",
+      "crd/fencingpolicies.stockade.io",
+      "crd/fenceagents.stockade.io",
+    );
+    await bed.kubectl("create", "namespace", SECRETS_NS);
+    await lab.waitForDefaultServiceAccount(NS);
+    for (const n of lab.nodes()) {
+      const ep = lab.bmcEndpoint(n);
+      await lab.core.createNamespacedSecret({
+        namespace: SECRETS_NS,
+        body: { metadata: { name: `bmc-${n}` }, stringData: { password: readFileSync(ep.passwordFile, "utf8").trim() } },
+      });
+    }
+    const perNode = Object.fromEntries(lab.nodes().map((n) => [n, { credentialsSecretRef: { namespace: SECRETS_NS, name: `bmc-${n}` } }]));
+    await bed.create("fenceagents", {
+      metadata: { name: "lab-ipmi" },
+      spec: {
+        type: "ipmi",
+        parameters: { username: "admin", cipher: "3" },
+        nodeTemplates: { address: '{{ annotations["lab.stockade.io/bmc-host"] }}', port: '{{ annotations["lab.stockade.io/bmc-port"] }}' },
+        nodes: perNode,
+        timeoutSeconds: 20,
+        retries: 1,
+      },
+    });
+    await bed.create("fenceagents", {
+      metadata: { name: "lab-fence-ipmilan" },
+      spec: {
+        type: "fenceAgent",
+        agent: "fence_ipmilan",
+        parameters: { username: "admin", lanplus: "1", cipher: "3" },
+        nodeTemplates: { ip: '{{ annotations["lab.stockade.io/bmc-host"] }}', ipport: '{{ annotations["lab.stockade.io/bmc-port"] }}' },
+        nodes: perNode,
+        timeoutSeconds: 30,
+        retries: 1,
+      },
+    });
+    return bed;
+  }
+
+  async kubectl(...args: string[]): Promise<string> {
+    return (await run("kubectl", args, { env: this.lab.env })).stdout;
+  }
+
+  async create(plural: string, body: object): Promise<unknown> {
+    const kind = { fenceagents: "FenceAgent", fencingpolicies: "FencingPolicy", nodefences: "NodeFence" }[plural];
+    return await this.custom.createClusterCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural,
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind, ...body },
+    });
+  }
+
+  async policy(name: string, spec: Partial<FencingPolicySpec>): Promise<void> {
+    await this.create("fencingpolicies", {
+      metadata: { name },
+      spec: {
+        detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 4, honorPodTolerations: false },
+        escalation: [{ agents: [{ name: "lab-ipmi" }] }],
+        guards: { maxUnhealthyNodes: "50%", maxConcurrentFences: 2 },
+        ...spec,
+      },
+    });
+  }
+
+  async getFence(name: string): Promise<NodeFence | undefined> {
+    try {
+      return (await this.custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences", name })) as NodeFence;
+    } catch {
+      return undefined;
+    }
+  }
+
+  async getPolicy(name: string): Promise<FencingPolicy> {
+    return (await this.custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: "fencingpolicies", name })) as FencingPolicy;
+  }
+
+  async agent(name: string): Promise<FenceAgent> {
+    return (await this.custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: "fenceagents", name })) as FenceAgent;
+  }
+
+  async waitForFence(name: string, pred: (f: NodeFence) => boolean, what: string, timeoutMs = 90_000): Promise<NodeFence> {
+    return await waitFor(
+      `NodeFence ${name} ${what}`,
+      async () => {
+        const f = await this.getFence(name);
+        return f && pred(f) ? f : undefined;
+      },
+      { timeoutMs, intervalMs: 250 },
+    );
+  }
+
+  /** Starts the operator (a child process, logs in the lab directory); resolves once its caches are synced. */
+  async startOperator(): Promise<void> {
+    const log = join(this.lab.dir, "logs", `operator-${++this.opRuns}.log`);
+    const out = createWriteStream(log);
+    const child = spawn(process.execPath, [join(repoRoot, "src/main.ts"), "--health-bind-address", "127.0.0.1:0", "--log-level", "debug"], {
+      env: { ...this.lab.env, KUBECONFIG: this.lab.kubeconfig },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.operator = child;
+    let text = "";
+    const ready = new Promise<void>((resolve, reject) => {
+      const onData = (b: Buffer) => {
+        text += b.toString();
+        if (text.includes("controllers running")) resolve();
+      };
+      child.stdout!.on("data", onData);
+      child.stderr!.on("data", onData);
+      child.once("exit", (code) => reject(new Error(`operator exited with ${code} before it was ready:\n${text.slice(-3000)}`)));
+    });
+    child.stdout!.pipe(out);
+    child.stderr!.pipe(out);
+    await Promise.race([
+      ready,
+      new Promise((_, rej) => setTimeout(() => rej(new Error(`operator not ready in 30 s:\n${text.slice(-3000)}`)), 30_000).unref()),
+    ]);
+  }
+
+  operatorLogs(): string {
+    let s = "";
+    for (let i = 1; i <= this.opRuns; i++) s += readFileSync(join(this.lab.dir, "logs", `operator-${i}.log`), "utf8");
+    return s;
+  }
+
+  async killOperator(signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
+    const c = this.operator;
+    if (!c || c.exitCode !== null || c.signalCode !== null) return;
+    const exited = once(c, "exit");
+    c.kill(signal);
+    await exited;
+    this.operator = undefined;
+  }
+
+  async statefulSet(
+    name: string,
+    replicas: number,
+    extra: { nodeSelector?: Record<string, string>; priorityClassName?: string } = {},
+  ): Promise<V1Pod[]> {
+    await this.apps.createNamespacedStatefulSet({
+      namespace: NS,
+      body: {
+        metadata: { name },
+        spec: {
+          serviceName: name,
+          replicas,
+          selector: { matchLabels: { app: name } },
+          template: {
+            metadata: { labels: { app: name } },
+            spec: {
+              nodeSelector: extra.nodeSelector,
+              priorityClassName: extra.priorityClassName,
+              affinity: {
+                podAntiAffinity: {
+                  requiredDuringSchedulingIgnoredDuringExecution: [
+                    { labelSelector: { matchLabels: { app: name } }, topologyKey: "kubernetes.io/hostname" },
+                  ],
+                },
+              },
+              containers: [{ name: "app", image: "registry.k8s.io/pause:3.10" }],
+            },
+          },
+        },
+      },
+    });
+    return await waitFor(
+      `${replicas} Running ${name} pods`,
+      async () => {
+        const ps = await this.pods(name);
+        return ps.length === replicas && ps.every((p) => p.status?.phase === "Running") ? ps : undefined;
+      },
+      { timeoutMs: 90_000 },
+    );
+  }
+
+  async pods(app: string): Promise<V1Pod[]> {
+    return (await this.lab.core.listNamespacedPod({ namespace: NS, labelSelector: `app=${app}` })).items;
+  }
+
+  /** Waits until a pod with this name runs again under a new uid; returns it. */
+  async waitForReplacement(name: string, oldUid: string, timeoutMs = 120_000): Promise<V1Pod> {
+    return await waitFor(
+      `a replacement of ${name} Running`,
+      async () => {
+        const p = (await this.lab.core.listNamespacedPod({ namespace: NS, fieldSelector: `metadata.name=${name}` })).items[0];
+        return p && p.metadata?.uid !== oldUid && p.status?.phase === "Running" ? p : undefined;
+      },
+      { timeoutMs, intervalMs: 200 },
+    );
+  }
+
+  invariant() {
+    return checkInvariant(this.rec.timeline());
+  }
+
+  /** When the timeline first shows this: ms since epoch. */
+  when(pred: Parameters<Recorder["first"]>[0]): number | undefined {
+    return this.rec.first(pred)?.t;
+  }
+
+  async down(): Promise<void> {
+    await this.killOperator("SIGTERM").catch(() => undefined);
+    this.rec.stop();
+    await this.lab.down();
+  }
+}

@@ -1,0 +1,60 @@
+// The safety invariant, checked on a recorded timeline: no replacement instance of a pod identity
+// becomes Running while an earlier instance may still be alive on a node that failed. An instance on
+// a crashed or partitioned node is presumed alive until that machine is powered off or reboots (the
+// lab's own power/boot log); a graceful delete on a healthy node is the kubelet's confirmation.
+import type { TimelineEntry } from "../../lab/recorder.ts";
+
+export interface InvariantReport {
+  identities: number;
+  replacements: number;
+  /** Replacements that followed an instance on a failed node: the cases fencing had to make safe. */
+  fencedReplacements: number;
+  violations: string[];
+}
+
+type PodEntry = Extract<TimelineEntry, { source: "pod" }>;
+type LabEntry = Extract<TimelineEntry, { source: "lab" }>;
+
+export function checkInvariant(timeline: readonly TimelineEntry[]): InvariantReport {
+  const lab = timeline.filter((e): e is LabEntry => e.source === "lab");
+  const byName = new Map<string, Map<string, PodEntry[]>>();
+  for (const e of timeline) {
+    if (e.source !== "pod") continue;
+    const id = `${e.namespace}/${e.name}`;
+    const inst = byName.get(id) ?? new Map<string, PodEntry[]>();
+    inst.set(e.uid, [...(inst.get(e.uid) ?? []), e]);
+    byName.set(id, inst);
+  }
+  const report: InvariantReport = { identities: byName.size, replacements: 0, fencedReplacements: 0, violations: [] };
+  for (const [id, instances] of byName) {
+    const ordered = [...instances.values()].sort((a, b) => a[0]!.t - b[0]!.t);
+    for (let i = 1; i < ordered.length; i++) {
+      const running = ordered[i]!.find((e) => e.phase === "Running");
+      if (!running) continue;
+      report.replacements++;
+      for (const prev of ordered.slice(0, i)) {
+        const node = prev.find((e) => e.node)?.node;
+        if (!node) continue;
+        const start = prev[0]!.t;
+        const gone = prev.find((e) => e.type === "delete")?.t ?? Infinity;
+        // The last fault of that node after the instance appeared and before the replacement ran.
+        const fault = lab
+          .filter((e) => e.node === node && (e.kind === "crash" || e.kind === "partition") && e.t >= start && e.t <= running.t)
+          .at(-1);
+        if (!fault) continue;
+        const healedBeforeGone = lab.some((e) => e.node === node && e.kind === "heal" && e.t > fault.t && e.t < gone && e.detail.resumed);
+        if (healedBeforeGone) continue; // the kubelet came back and confirmed the graceful delete
+        report.fencedReplacements++;
+        const dead = lab.find(
+          (e) => e.node === node && e.t > fault.t && ((e.kind === "power" && e.detail.power === "off") || e.kind === "boot"),
+        );
+        if (!dead || dead.t > running.t) {
+          report.violations.push(
+            `${id}: replacement ${running.uid} Running at ${new Date(running.t).toISOString()} while ${prev[0]!.uid} on ${node} (${fault.kind} at ${new Date(fault.t).toISOString()}) ${dead ? `was only powered off at ${new Date(dead.t).toISOString()}` : "was never powered off"}`,
+          );
+        }
+      }
+    }
+  }
+  return report;
+}

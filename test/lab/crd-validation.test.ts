@@ -1,0 +1,313 @@
+// The CRDs in crds/ against a real kube-apiserver: the documented examples are accepted with their defaults
+// filled in, every object in test/fixtures/invalid-specs/ is refused with a message that says what to fix,
+// and a NodeFence cannot be pointed at another node or change its origin after creation.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import {
+  ApiException,
+  ApiextensionsV1Api,
+  CustomObjectsApi,
+  loadAllYaml,
+  loadYaml,
+  type KubernetesObject,
+  type V1CustomResourceDefinition,
+} from "@kubernetes/client-node";
+import { Lab } from "../../lab/lab.ts";
+import { waitFor } from "../../lab/health.ts";
+import { CRD_FILES } from "../../tools/gen-api-types.ts";
+import {
+  FENCE_AGENTS,
+  FENCING_POLICIES,
+  GROUP,
+  NODE_FENCES,
+  VERSION,
+  type FenceAgent,
+  type FencingPolicy,
+  type NodeFence,
+  type NodeFenceStatus,
+} from "../../src/api/v1alpha1.ts";
+
+const run = promisify(execFile);
+const repoRoot = resolve(import.meta.dirname, "../..");
+const invalidDir = join(repoRoot, "test/fixtures/invalid-specs");
+const plurals: Record<string, string> = { FenceAgent: FENCE_AGENTS, FencingPolicy: FENCING_POLICIES, NodeFence: NODE_FENCES };
+
+/** The stockade.io objects in docs/api.md's YAML examples: the documentation must stay valid. */
+function docExamples(): KubernetesObject[] {
+  const md = readFileSync(join(repoRoot, "docs/api.md"), "utf8");
+  const blocks = [...md.matchAll(/```yaml\n([\s\S]*?)```/g)].map((m) => m[1]!).filter((y) => y.includes(`apiVersion: ${GROUP}/`));
+  return blocks.map((y) => loadYaml<KubernetesObject>(y));
+}
+
+const minimal = {
+  fenceAgent: { apiVersion: `${GROUP}/${VERSION}`, kind: "FenceAgent", metadata: { name: "min-manual" }, spec: { type: "manual" } },
+  policy: {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "FencingPolicy",
+    metadata: { name: "min-policy" },
+    spec: { escalation: [{ agents: [{ name: "min-manual" }] }] },
+  },
+  nodeFence: { apiVersion: `${GROUP}/${VERSION}`, kind: "NodeFence", metadata: { name: "node-1" }, spec: { nodeName: "node-1" } },
+} satisfies Record<string, FenceAgent | FencingPolicy | NodeFence>;
+
+/** More valid shapes: the edges of each rule, on the accepting side. */
+const moreValid: (FenceAgent | FencingPolicy)[] = [
+  {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "FenceAgent",
+    metadata: { name: "ok-fence-ipmilan" },
+    spec: {
+      type: "fenceAgent",
+      agent: "fence_ipmilan",
+      parameters: { ip: "10.0.0.1", username: "admin", lanplus: "1", cipher: "3" },
+      nodeTemplates: { ipport: '{{ annotations["lab.stockade.io/bmc-port"] }}' },
+      credentialsSecretRef: { namespace: "stockade-system", name: "bmc" },
+      timeoutSeconds: 600,
+      retries: 0,
+      retryBackoffSeconds: 0,
+    },
+  },
+  {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "FenceAgent",
+    metadata: { name: "ok-ipmi-per-node-credentials" },
+    spec: {
+      type: "ipmi",
+      nodes: {
+        "node-1": { parameters: { address: "10.0.0.1" }, credentialsSecretRef: { namespace: "stockade-system", name: "bmc-node-1" } },
+        "node-2": { credentialsSecretRef: { namespace: "stockade-system", name: "bmc-node-2" } },
+      },
+    },
+  },
+  ...([3, "0%", "100%", "7%"] as const).map((maxUnhealthyNodes, i): FencingPolicy => ({
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "FencingPolicy",
+    metadata: { name: `ok-max-unhealthy-${i}` },
+    spec: { escalation: [{ agents: [{ name: "a" }] }], guards: { maxUnhealthyNodes } },
+  })),
+  {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "FencingPolicy",
+    metadata: { name: "ok-taint-only-no-zone-guard" },
+    spec: {
+      nodeSelector: {
+        matchLabels: { "node-role.kubernetes.io/worker": "" },
+        matchExpressions: [
+          { key: "topology.kubernetes.io/zone", operator: "In", values: ["zone-a", "zone-b"] },
+          { key: "stockade.io/exclude", operator: "DoesNotExist" },
+        ],
+      },
+      escalation: [{ agents: [{ name: "a" }, { name: "b" }], timeoutSeconds: 3600 }, { agents: [{ name: "a" }] }],
+      action: "reboot",
+      release: { forceDeletePods: false, outOfServiceTaint: true },
+      guards: { zoneTopologyKey: "" },
+      detection: { heartbeatTimeoutSeconds: 5, fenceAfterSeconds: 0 },
+    },
+  },
+];
+
+function apiError(err: unknown): string {
+  if (!(err instanceof ApiException)) throw err;
+  const body = err.body as unknown;
+  const parsed = typeof body === "string" ? (JSON.parse(body) as { message?: string }) : (body as { message?: string } | undefined);
+  return parsed?.message ?? `HTTP ${err.code}`;
+}
+
+/** The apiserver's message when it refuses `p`; fails when it accepts. */
+async function refusal(p: Promise<unknown>, what: string): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    return apiError(err);
+  }
+  assert.fail(`${what} was accepted; it should have been refused`);
+}
+
+describe("CRDs: the apiserver validates stockade.io objects", () => {
+  let lab: Lab;
+  let custom: CustomObjectsApi;
+  const create = <T>(obj: KubernetesObject | FenceAgent | FencingPolicy | NodeFence) =>
+    custom.createClusterCustomObject({ group: GROUP, version: VERSION, plural: plurals[obj.kind!]!, body: obj }) as Promise<T>;
+
+  before(async () => {
+    lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), "stockade-crd-")), nodes: 1 });
+    custom = lab.kc.makeApiClient(CustomObjectsApi);
+    const ext = lab.kc.makeApiClient(ApiextensionsV1Api);
+    const names: string[] = [];
+    for (const file of CRD_FILES) {
+      const [crd] = loadAllYaml(readFileSync(join(repoRoot, file), "utf8")) as V1CustomResourceDefinition[];
+      await ext.createCustomResourceDefinition({ body: crd! });
+      names.push(crd!.metadata!.name!);
+    }
+    for (const name of names) {
+      await waitFor(`CRD ${name} Established`, async () => {
+        const crd = await ext.readCustomResourceDefinition({ name });
+        return crd.status?.conditions?.some((c) => c.type === "Established" && c.status === "True");
+      });
+    }
+  });
+  after(async () => {
+    await lab?.down();
+  });
+
+  test("the examples in docs/api.md and a minimal object of each kind are accepted", async () => {
+    const examples = docExamples();
+    assert.deepEqual(
+      examples.map((o) => o.kind).sort(),
+      ["FenceAgent", "FencingPolicy", "NodeFence"],
+      "docs/api.md has one example per kind",
+    );
+    for (const obj of [...examples, minimal.fenceAgent, minimal.policy, minimal.nodeFence, ...moreValid]) {
+      await create(obj).catch((err: unknown) => assert.fail(`${obj.kind} ${obj.metadata?.name} was refused: ${apiError(err)}`));
+    }
+  });
+
+  test("defaults are filled in", async () => {
+    const get = <T>(plural: string, name: string) =>
+      custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural, name }) as Promise<T>;
+    const fp = await get<FencingPolicy>(FENCING_POLICIES, minimal.policy.metadata.name);
+    assert.equal(fp.spec.action, "off");
+    assert.equal(fp.spec.guards?.maxConcurrentFences, 1);
+    assert.deepEqual(fp.spec, {
+      nodeSelector: {},
+      guardedPods: { statefulSets: true, readWriteOnceVolumes: true },
+      detection: { heartbeatTimeoutSeconds: 40, fenceAfterSeconds: 60, honorPodTolerations: true },
+      escalation: [{ agents: [{ name: "min-manual" }] }],
+      action: "off",
+      release: { forceDeletePods: true, deleteVolumeAttachments: true, outOfServiceTaint: false },
+      unfenceOnReboot: false,
+      guards: {
+        maxConcurrentFences: 1,
+        maxUnhealthyNodes: "50%",
+        zoneTopologyKey: "topology.kubernetes.io/zone",
+        minZoneSize: 2,
+        maxWatchStalenessSeconds: 60,
+      },
+      dryRun: false,
+      paused: false,
+    });
+    const fa = await get<FenceAgent>(FENCE_AGENTS, minimal.fenceAgent.metadata.name);
+    assert.deepEqual(fa.spec, {
+      type: "manual",
+      parameters: {},
+      nodeTemplates: {},
+      nodes: {},
+      timeoutSeconds: 30,
+      retries: 2,
+      retryBackoffSeconds: 1,
+    });
+    const nf = await get<NodeFence>(NODE_FENCES, minimal.nodeFence.metadata.name);
+    assert.deepEqual(nf.spec, { nodeName: "node-1", origin: "Manual", unfence: false });
+  });
+
+  test("every object in test/fixtures/invalid-specs is refused with its expected message", async () => {
+    const files = readdirSync(invalidDir).filter((f) => f.endsWith(".yaml"));
+    assert.ok(files.length >= 20, `at least 20 invalid specs (found ${files.length})`);
+    const wrong: string[] = [];
+    for (const file of files) {
+      const text = readFileSync(join(invalidDir, file), "utf8");
+      const expect = /^# expect: (.+)$/m.exec(text)?.[1]?.trim();
+      assert.ok(expect, `${file} must start with a "# expect: <part of the apiserver's message>" line`);
+      const message = await refusal(create(loadYaml<KubernetesObject>(text)), file);
+      if (!message.includes(expect)) wrong.push(`${file}: expected a message containing\n  ${expect}\ngot\n  ${message}`);
+    }
+    assert.deepEqual(wrong, []);
+  });
+
+  test("a NodeFence's nodeName and origin cannot change; its other fields can", async () => {
+    const name = "node-immutable";
+    const created = await create<NodeFence>({ ...minimal.nodeFence, metadata: { name }, spec: { nodeName: name, reason: "first" } });
+    const replace = (spec: NodeFence["spec"]) =>
+      custom.replaceClusterCustomObject({ group: GROUP, version: VERSION, plural: NODE_FENCES, name, body: { ...created, spec } });
+
+    const moved = await refusal(replace({ ...created.spec, nodeName: "node-1" }), "changing spec.nodeName");
+    assert.match(moved, /spec\.nodeName is immutable/);
+    const reorigined = await refusal(replace({ ...created.spec, origin: "Automatic" }), "changing spec.origin");
+    assert.match(reorigined, /spec\.origin is immutable/);
+
+    const updated = (await replace({ ...created.spec, reason: "second", unfence: true })) as NodeFence;
+    assert.equal(updated.spec.reason, "second");
+    assert.equal(updated.spec.unfence, true);
+  });
+
+  test("the status the operator writes is accepted, and the printer columns show it", async () => {
+    const name = minimal.nodeFence.metadata.name;
+    const nf = (await custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: NODE_FENCES, name })) as NodeFence;
+    const t = "2025-01-01T00:00:00Z";
+    const status: NodeFenceStatus = {
+      phase: "Released",
+      observedGeneration: 1,
+      conditions: [
+        { type: "Fenced", status: "True", observedGeneration: 1, lastTransitionTime: t, reason: "PowerOffConfirmed", message: "off" },
+      ],
+      policy: "default",
+      bootID: "b0",
+      lastHeartbeatTime: t,
+      startTime: t,
+      fencedTime: t,
+      releasedTime: t,
+      currentLevel: 1,
+      attempts: [
+        { level: 0, agent: "lab-ipmi", operation: "off", startTime: t, endTime: t, outcome: "TimedOut", message: "no answer" },
+        { level: 1, agent: "pdu-a", operation: "confirm", startTime: t, endTime: t, outcome: "Succeeded" },
+      ],
+      evidence: { method: "PowerOffConfirmed", time: t, agents: ["pdu-a"], detail: "chassis power is off" },
+      releases: [{ kind: "Pod", namespace: "default", name: "web-0", uid: "u1", action: "ForceDeleted", time: t }],
+    };
+    const written = (await custom.replaceClusterCustomObjectStatus({
+      group: GROUP,
+      version: VERSION,
+      plural: NODE_FENCES,
+      name,
+      body: { ...nf, status },
+    })) as NodeFence;
+    assert.deepEqual(written.status, status);
+
+    const { stdout } = await run("kubectl", ["get", "nodefences", name], { env: lab.env });
+    const [header, row] = stdout
+      .trim()
+      .split("\n")
+      .map((l) => l.trim().split(/\s+/));
+    assert.deepEqual(header, ["NAME", "NODE", "PHASE", "ORIGIN", "LEVEL", "EVIDENCE", "AGE"]);
+    assert.deepEqual(row?.slice(0, 6), [name, "node-1", "Released", "Manual", "1", "PowerOffConfirmed"]);
+
+    const fp = (await custom.getClusterCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural: FENCING_POLICIES,
+      name: minimal.policy.metadata.name,
+    })) as FencingPolicy;
+    await custom.replaceClusterCustomObjectStatus({
+      group: GROUP,
+      version: VERSION,
+      plural: FENCING_POLICIES,
+      name: minimal.policy.metadata.name,
+      body: {
+        ...fp,
+        status: {
+          conditions: [
+            { type: "StormGuard", status: "True", lastTransitionTime: t, reason: "TooManyUnhealthyNodes", message: "3 of 4 nodes" },
+          ],
+          partitionedNodes: ["node-1"],
+          activeFences: 0,
+        },
+      } satisfies FencingPolicy,
+    });
+    const fpOut = await run("kubectl", ["get", "fp", minimal.policy.metadata.name], { env: lab.env });
+    const fpLines = fpOut.stdout
+      .trim()
+      .split("\n")
+      .map((l) => l.trim().split(/\s+/));
+    assert.deepEqual(fpLines[0], ["NAME", "ACTION", "DRYRUN", "PAUSED", "STORMGUARD", "AGE"]);
+    assert.deepEqual(fpLines[1]?.slice(0, 5), [minimal.policy.metadata.name, "off", "false", "false", "True"]);
+
+    const { stdout: all } = await run("kubectl", ["get", "stockade", "-o", "name"], { env: lab.env });
+    assert.match(all, /fenceagent\.stockade\.io\/min-manual/, "the stockade category lists every kind");
+    assert.match(all, /nodefence\.stockade\.io\/node-1/);
+  });
+});

@@ -1,0 +1,174 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
+import { pino } from "pino";
+import type { KubernetesObject } from "@kubernetes/client-node";
+import { Controller, enqueueFrom, type Log } from "../../src/runtime/controller.ts";
+import { WorkQueue } from "../../src/runtime/work-queue.ts";
+
+type Entry = { level: string; obj: Record<string, unknown>; msg: string };
+
+function memoryLog(): Log & { entries: Entry[] } {
+  const entries: Entry[] = [];
+  const at = (level: string) => (obj: object, msg: string) => void entries.push({ level, obj: obj as Record<string, unknown>, msg });
+  return { entries, info: at("info"), warn: at("warn"), error: at("error"), debug: at("debug") };
+}
+
+/** A queue whose timers keep the process alive, so tests can await delayed adds. */
+const queue = (o: ConstructorParameters<typeof WorkQueue>[0] = {}) => new WorkQueue({ setTimer: (fn, ms) => setTimeout(fn, ms), ...o });
+
+async function until(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(2);
+  }
+}
+
+test("a pino Logger is a Log", () => {
+  const log: Log = pino({ level: "silent" });
+  log.info({ a: 1 }, "fits");
+});
+
+test("a failing reconcile is logged and retried with backoff until it succeeds", async () => {
+  const log = memoryLog();
+  const q = queue({ baseDelayMs: 10 });
+  const calls: number[] = [];
+  const c = new Controller({
+    name: "test",
+    queue: q,
+    log,
+    reconcile: async () => {
+      calls.push(Date.now());
+      if (calls.length <= 3) throw new Error(`boom ${calls.length}`);
+    },
+  });
+  c.start();
+  q.add("ns/a");
+  await until(() => calls.length === 4, "the fourth reconcile");
+  await c.stop();
+  assert.equal(q.retries("ns/a"), 0, "success forgets the failures");
+  const errors = log.entries.filter((e) => e.level === "error");
+  assert.equal(errors.length, 3);
+  assert.deepEqual(
+    errors.map((e) => [e.obj.controller, e.obj.key, e.obj.retries]),
+    [
+      ["test", "ns/a", 0],
+      ["test", "ns/a", 1],
+      ["test", "ns/a", 2],
+    ],
+  );
+  assert.match(errors[2]!.msg, /test.*ns\/a.*boom 3/);
+  // Backoff 10, 20, 40 ms: each gap at least the delay (timers never fire early).
+  const gaps = calls.slice(1).map((t, i) => t - calls[i]!);
+  gaps.forEach((gap, i) => assert.ok(gap >= 10 * 2 ** i - 1, `gap ${i} was ${gap} ms`));
+});
+
+test("requeueAfterMs runs the key again after the delay", async () => {
+  const q = queue();
+  const calls: number[] = [];
+  const c = new Controller({
+    name: "test",
+    queue: q,
+    log: memoryLog(),
+    reconcile: async () => {
+      calls.push(Date.now());
+      return calls.length === 1 ? { requeueAfterMs: 30 } : undefined;
+    },
+  });
+  c.start();
+  q.add("a");
+  await until(() => calls.length === 2, "the requeued reconcile");
+  await sleep(50);
+  await c.stop();
+  assert.equal(calls.length, 2, "no further requeue after a plain success");
+  assert.ok(calls[1]! - calls[0]! >= 29, `requeued after ${calls[1]! - calls[0]!} ms`);
+});
+
+test("several workers never reconcile the same key concurrently", async () => {
+  const q = queue();
+  const inFlight = new Set<string>();
+  const perKey = new Map<string, number>();
+  const overlaps: string[] = [];
+  let concurrent = 0;
+  let maxConcurrent = 0;
+  const c = new Controller({
+    name: "stress",
+    workers: 4,
+    queue: q,
+    log: memoryLog(),
+    reconcile: async (key) => {
+      // Not an assert: the controller would catch it as a reconcile error.
+      if (inFlight.has(key)) overlaps.push(key);
+      inFlight.add(key);
+      maxConcurrent = Math.max(maxConcurrent, ++concurrent);
+      await sleep(Math.random() * 2);
+      perKey.set(key, (perKey.get(key) ?? 0) + 1);
+      concurrent--;
+      inFlight.delete(key);
+    },
+  });
+  c.start();
+  const keys = Array.from({ length: 8 }, (_, i) => `k${i}`);
+  for (let round = 0; round < 200; round++) {
+    for (let i = 0; i < 5; i++) q.add(keys[Math.floor(Math.random() * keys.length)]!);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  await until(() => q.len() === 0 && q.stats().processing === 0, "the queue to drain");
+  await c.stop();
+  assert.deepEqual(overlaps, [], "keys reconciled twice at once");
+  assert.ok(maxConcurrent > 1, "the workers did run in parallel");
+  assert.equal(inFlight.size, 0);
+  assert.ok([...perKey.values()].reduce((a, b) => a + b) < 1000, "adds of waiting keys coalesced");
+});
+
+test("stop waits for the reconciles in flight and then hands out no more keys", async () => {
+  const q = queue();
+  let release!: () => void;
+  const blocked = new Promise<void>((resolve) => (release = resolve));
+  const started: string[] = [];
+  let finished = false;
+  const c = new Controller({
+    name: "test",
+    workers: 2,
+    queue: q,
+    log: memoryLog(),
+    reconcile: async (key) => {
+      started.push(key);
+      await blocked;
+      finished = true;
+    },
+  });
+  c.start();
+  q.add("a");
+  await until(() => started.length === 1, "the reconcile to start");
+  let stopped = false;
+  const stopping = c.stop().then(() => (stopped = true));
+  q.add("b");
+  await sleep(20);
+  assert.equal(stopped, false, "stop returned while a reconcile was in flight");
+  release();
+  await stopping;
+  assert.equal(finished, true);
+  assert.deepEqual(started, ["a"]);
+});
+
+test("enqueueFrom queues the keys of added, updated and deleted objects", async () => {
+  const handlers = new Map<string, (obj: KubernetesObject) => void>();
+  const informer = { on: (verb: "add" | "update" | "delete", fn: (obj: KubernetesObject) => void) => void handlers.set(verb, fn) };
+  const q = queue();
+  enqueueFrom(informer, q, (o) => {
+    const name = o.metadata?.name;
+    if (name === "skip") return undefined;
+    if (name === "fan") return ["x", "y"];
+    return `${o.metadata?.namespace}/${name}`;
+  });
+  assert.deepEqual([...handlers.keys()].sort(), ["add", "delete", "update"]);
+  handlers.get("add")!({ metadata: { name: "p", namespace: "ns" } });
+  handlers.get("update")!({ metadata: { name: "skip" } });
+  handlers.get("delete")!({ metadata: { name: "fan" } });
+  const got = [await q.get(), await q.get(), await q.get()];
+  assert.deepEqual(got, ["ns/p", "x", "y"]);
+  assert.equal(q.len(), 0);
+  q.shutDown();
+});
