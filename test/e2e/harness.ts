@@ -243,8 +243,13 @@ export class Bed {
     );
   }
 
-  invariant() {
-    return checkInvariant(this.rec.timeline());
+  /** Checks the safety invariant over everything recorded, counting every pod a NodeFence force-deleted. */
+  async invariant() {
+    const fences = (await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as {
+      items: NodeFence[];
+    };
+    const uids = fences.items.flatMap((f) => (f.status?.releases ?? []).filter((r) => r.kind === "Pod").map((r) => r.uid ?? ""));
+    return checkInvariant(this.rec.timeline(), new Set(uids));
   }
 
   /** When the timeline first shows this: ms since epoch. */

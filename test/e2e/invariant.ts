@@ -15,7 +15,8 @@ export interface InvariantReport {
 type PodEntry = Extract<TimelineEntry, { source: "pod" }>;
 type LabEntry = Extract<TimelineEntry, { source: "lab" }>;
 
-export function checkInvariant(timeline: readonly TimelineEntry[]): InvariantReport {
+/** forceDeleted: uids Stockade released (from NodeFence status): their deletion proves nothing about the kubelet. */
+export function checkInvariant(timeline: readonly TimelineEntry[], forceDeleted: ReadonlySet<string> = new Set()): InvariantReport {
   const lab = timeline.filter((e): e is LabEntry => e.source === "lab");
   const byName = new Map<string, Map<string, PodEntry[]>>();
   for (const e of timeline) {
@@ -38,9 +39,9 @@ export function checkInvariant(timeline: readonly TimelineEntry[]): InvariantRep
         const start = prev[0]!.t;
         const gone = prev.find((e) => e.type === "delete")?.t ?? Infinity;
         // The last fault of that node after the instance appeared and before the replacement ran.
-        const fault = lab
-          .filter((e) => e.node === node && (e.kind === "crash" || e.kind === "partition") && e.t >= start && e.t <= running.t)
-          .at(-1);
+        const fault =
+          lab.filter((e) => e.node === node && (e.kind === "crash" || e.kind === "partition") && e.t >= start && e.t <= running.t).at(-1) ??
+          (forceDeleted.has(prev[0]!.uid) ? { t: start, kind: "force-delete" } : undefined);
         if (!fault) continue;
         const healedBeforeGone = lab.some((e) => e.node === node && e.kind === "heal" && e.t > fault.t && e.t < gone && e.detail.resumed);
         if (healedBeforeGone) continue; // the kubelet came back and confirmed the graceful delete
