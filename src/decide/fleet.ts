@@ -169,14 +169,15 @@ export function decideFleet(i: FleetInput): FleetDecision {
         return {
           name: n.metadata?.name ?? "",
           labels: n.metadata?.labels ?? {},
-          unhealthy: h?.state === "Partitioned" || h?.ready !== "True",
+          unhealthy: !h || h.silent || h.ready !== "True",
         };
       }),
       activeFences: active,
       watchStalenessSeconds: i.watchStalenessSeconds,
     });
     const state: PolicyState = {
-      holds: verdict.holds,
+      // A copy: zone holds are added below for reporting, and must not turn into holds on every later candidate.
+      holds: [...verdict.holds],
       partitioned: selected.map((n) => n.metadata?.name ?? "").filter((n) => healthOf.get(n)?.state === "Partitioned"),
       activeFences: active,
       wouldFence: [],

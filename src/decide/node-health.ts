@@ -18,6 +18,8 @@ export interface NodeHealth {
   /** When silence became a partition (lastHeartbeat + timeout), for Partitioned nodes. */
   partitionedSince: DateTime | undefined;
   bootID: string;
+  /** No heartbeat for the timeout, whatever Ready says: the storm guard counts these before the node controller agrees. */
+  silent: boolean;
   /** When this node's state would change with no further events (a heartbeat going stale). */
   nextCheck: DateTime | undefined;
 }
@@ -44,15 +46,21 @@ export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTi
   const base = { name, ready: readyStatus, lastHeartbeat, bootID };
   if (!lastHeartbeat) {
     // A node that never reported is being created, not partitioned.
-    return { ...base, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
+    return { ...base, silent: false, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
   }
   const staleAt = lastHeartbeat.plus({ seconds: heartbeatTimeoutSeconds });
   if (now < staleAt) {
-    return { ...base, state: readyStatus === "True" ? "Healthy" : "Suspect", partitionedSince: undefined, nextCheck: staleAt };
+    return {
+      ...base,
+      silent: false,
+      state: readyStatus === "True" ? "Healthy" : "Suspect",
+      partitionedSince: undefined,
+      nextCheck: staleAt,
+    };
   }
   if (readyStatus === "True") {
     // Silent but the node controller has not yet agreed; it will flip Ready and wake us with an event.
-    return { ...base, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
+    return { ...base, silent: true, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
   }
-  return { ...base, state: "Partitioned", partitionedSince: staleAt, nextCheck: undefined };
+  return { ...base, silent: true, state: "Partitioned", partitionedSince: staleAt, nextCheck: undefined };
 }

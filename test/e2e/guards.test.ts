@@ -1,0 +1,131 @@
+// End-to-end guards: a partition shorter than the window only raises NodeDown (9); a storm of
+// partitions fences nothing and says why (5).
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Bed, NS } from "./harness.ts";
+import { waitFor } from "../../lab/health.ts";
+import type { NodeFence } from "../../src/api/v1alpha1.ts";
+
+describe("e2e: NodeDown and the storm guard", () => {
+  let bed: Bed;
+  before(async () => {
+    bed = await Bed.up({ nodes: 4, name: "guards" });
+    await bed.policy("default", {
+      detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 120, honorPodTolerations: false },
+      guards: { maxUnhealthyNodes: "50%" },
+    });
+    await bed.startOperator();
+    await bed.statefulSet("g", 4);
+    // Tolerate unreachability forever so that the taint manager leaves the pods alone: what happens to them is Stockade's doing.
+    await bed.kubectl(
+      "patch",
+      "statefulset",
+      "g",
+      "--type=json",
+      "-p",
+      JSON.stringify([
+        {
+          op: "add",
+          path: "/spec/template/spec/tolerations",
+          value: [{ key: "node.kubernetes.io/unreachable", operator: "Exists", effect: "NoExecute" }],
+        },
+      ]),
+    );
+    await waitFor(
+      "g pods recreated with the toleration",
+      async () => {
+        const ps = await bed.pods("g");
+        return ps.length === 4 &&
+          ps.every(
+            (p) =>
+              p.status?.phase === "Running" &&
+              p.spec?.tolerations?.some((t) => t.key === "node.kubernetes.io/unreachable" && t.tolerationSeconds === undefined),
+          )
+          ? ps
+          : undefined;
+      },
+      { timeoutMs: 120_000 },
+    );
+  });
+  after(async () => {
+    await bed?.down();
+  });
+
+  const nodeDown = async (name: string) =>
+    (await bed.lab.core.readNamespacedPod({ name, namespace: NS })).status?.conditions?.find((c) => c.type === "NodeDown");
+  const fences = async () =>
+    (
+      (await bed.custom.listClusterCustomObject({ group: "stockade.io", version: "v1alpha1", plural: "nodefences" })) as {
+        items: NodeFence[];
+      }
+    ).items;
+
+  test("9. heal without fencing: NodeDown appears on the node's pods and disappears, nothing is fenced", async () => {
+    const pod = (await bed.pods("g")).find((p) => p.metadata?.name === "g-0")!;
+    const node = pod.spec!.nodeName!;
+    const t0 = Date.now();
+    await bed.lab.partition(node);
+    const down = await waitFor(
+      "NodeDown on g-0",
+      async () => ((await nodeDown("g-0"))?.status === "True" ? await nodeDown("g-0") : undefined),
+      { timeoutMs: 60_000 },
+    );
+    const tDown = Date.now();
+    assert.equal(down.reason, "NodePartitioned");
+    assert.match(down.message ?? "", new RegExp(`node ${node} has sent no heartbeat since \\d{4}-\\d\\d-\\d\\dT`));
+    await bed.lab.heal(node);
+    const tHeal = Date.now();
+    await waitFor("NodeDown removed from g-0", async () => ((await nodeDown("g-0")) ? undefined : true), { timeoutMs: 60_000 });
+    const tUp = Date.now();
+    assert.ok(t0 < tDown && tDown < tHeal && tHeal < tUp);
+    assert.equal(
+      (await bed.lab.core.readNamespacedPod({ name: "g-0", namespace: NS })).metadata?.uid,
+      pod.metadata?.uid,
+      "same pod, never released",
+    );
+    assert.deepEqual(await fences(), [], "no NodeFence");
+    assert.equal(bed.lab.machine(node).power, "on");
+    const ev = await bed.lab.core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=g-0" });
+    assert.deepEqual(
+      new Set(ev.items.map((e) => e.reason)).has("NodeDown") && new Set(ev.items.map((e) => e.reason)).has("NodeUp"),
+      true,
+      "NodeDown and NodeUp Events",
+    );
+  });
+
+  test("5. storm guard: 3 of 4 nodes partitioned at once → nothing is fenced; a condition and an Event say why", async () => {
+    await bed.kubectl("patch", "fencingpolicy", "default", "--type=merge", "-p", '{"spec":{"detection":{"fenceAfterSeconds":2}}}');
+    const victims = ["node-1", "node-2", "node-3"];
+    const t0 = Date.now();
+    await Promise.all(victims.map((n) => bed.lab.partition(n)));
+    const policy = await waitFor(
+      "StormGuard=True",
+      async () => {
+        const p = await bed.getPolicy("default");
+        return p.status?.conditions?.find((c) => c.type === "StormGuard" && c.status === "True") ? p : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    const cond = policy.status!.conditions!.find((c) => c.type === "StormGuard")!;
+    assert.equal(cond.reason, "TooManyUnhealthyNodes");
+    assert.match(cond.message, /3 of 4 nodes are unhealthy/);
+    // Well past the point where a single partitioned node would have been fenced (6 s + 2 s):
+    await sleep(Math.max(0, t0 + 25_000 - Date.now()));
+    assert.deepEqual(await fences(), [], "no NodeFence during the storm");
+    for (const n of victims) assert.equal(bed.lab.machine(n).power, "on");
+    const ev = await bed.lab.core.listNamespacedEvent({
+      namespace: "default",
+      fieldSelector: "involvedObject.kind=FencingPolicy,reason=TooManyUnhealthyNodes",
+    });
+    assert.ok(ev.items.length >= 1, "an Event on the FencingPolicy");
+    await Promise.all(victims.map((n) => bed.lab.heal(n)));
+    await waitFor(
+      "StormGuard=False after the heal",
+      async () =>
+        (await bed.getPolicy("default")).status?.conditions?.find((c) => c.type === "StormGuard")?.status === "False" ? true : undefined,
+      { timeoutMs: 60_000 },
+    );
+    assert.deepEqual(await fences(), []);
+  });
+});

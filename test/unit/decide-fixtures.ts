@@ -1,0 +1,164 @@
+// Small factories for the pure decision tests (test/unit/decide-*.test.ts): plain objects in the shapes
+// the informers deliver, and a fixed clock. No timers, no I/O.
+import type {
+  V1Lease,
+  V1Node,
+  V1PersistentVolumeClaim,
+  V1Pod,
+  V1PodDisruptionBudget,
+  V1Taint,
+  V1Toleration,
+  V1Volume,
+  V1VolumeAttachment,
+} from "@kubernetes/client-node";
+import { DateTime } from "luxon";
+import type { FenceAgent, FencingPolicy, FencingPolicySpec, NodeFence, NodeFenceSpec, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
+
+export const T0 = DateTime.fromISO("2026-01-01T00:00:00Z", { zone: "utc" });
+/** T0 plus some seconds. */
+export const at = (seconds: number): DateTime => T0.plus({ seconds });
+/** The timestamp format the controllers write to status (with milliseconds, UTC). */
+export const stamp = (d: DateTime): string => d.toUTC().toISO() ?? "";
+
+export interface NodeOpts {
+  /** Status of the Ready condition; null leaves the condition out. Default True. */
+  ready?: "True" | "False" | "Unknown" | null;
+  /** Ready.lastHeartbeatTime; undefined leaves it out. */
+  heartbeat?: DateTime;
+  bootID?: string;
+  labels?: Record<string, string>;
+  taints?: V1Taint[];
+}
+
+export function node(name: string, o: NodeOpts = {}): V1Node {
+  const ready = o.ready === undefined ? "True" : o.ready;
+  return {
+    apiVersion: "v1",
+    kind: "Node",
+    metadata: { name, uid: `uid-node-${name}`, labels: o.labels ?? {} },
+    spec: { taints: o.taints ?? [] },
+    status: {
+      conditions:
+        ready === null ? [] : [{ type: "Ready", status: ready, reason: "KubeletReady", lastHeartbeatTime: o.heartbeat?.toJSDate() }],
+      nodeInfo: {
+        bootID: o.bootID ?? `boot-${name}`,
+        architecture: "amd64",
+        containerRuntimeVersion: "",
+        kernelVersion: "",
+        kubeProxyVersion: "",
+        kubeletVersion: "",
+        machineID: "",
+        operatingSystem: "linux",
+        osImage: "",
+        systemUUID: "",
+      },
+    },
+  };
+}
+
+export function lease(name: string, renewTime: DateTime | undefined): V1Lease {
+  return {
+    metadata: { name, namespace: "kube-node-lease" },
+    spec: { holderIdentity: name, leaseDurationSeconds: 40, renewTime: renewTime?.toJSDate() },
+  };
+}
+
+export const leases = (...ls: V1Lease[]): Map<string, V1Lease> => new Map(ls.map((l) => [l.metadata?.name ?? "", l]));
+
+export interface PodOpts {
+  node?: string;
+  ns?: string;
+  uid?: string;
+  /** Controlled by a StatefulSet. */
+  sts?: boolean;
+  /** Names of PersistentVolumeClaims the pod mounts. */
+  claims?: string[];
+  /** Access modes of an ephemeral volume's claim template. */
+  ephemeral?: string[];
+  labels?: Record<string, string>;
+  priority?: number;
+  tolerations?: V1Toleration[];
+  phase?: string;
+  /** deletionTimestamp: the pod is terminating. */
+  deleting?: DateTime;
+  conditions?: NonNullable<V1Pod["status"]>["conditions"];
+}
+
+export function pod(name: string, o: PodOpts = {}): V1Pod {
+  const ns = o.ns ?? "default";
+  const volumes: V1Volume[] = [
+    ...(o.claims ?? []).map((c) => ({ name: `vol-${c}`, persistentVolumeClaim: { claimName: c } })),
+    ...(o.ephemeral
+      ? [{ name: "scratch", ephemeral: { volumeClaimTemplate: { spec: { accessModes: o.ephemeral, resources: {} } } } }]
+      : []),
+  ];
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: {
+      name,
+      namespace: ns,
+      uid: o.uid ?? `uid-${ns}-${name}`,
+      labels: o.labels ?? {},
+      ownerReferences: o.sts ? [{ apiVersion: "apps/v1", kind: "StatefulSet", name: "db", uid: "uid-sts-db", controller: true }] : [],
+      deletionTimestamp: o.deleting?.toJSDate(),
+    },
+    spec: {
+      nodeName: o.node ?? "node-1",
+      containers: [{ name: "main", image: "busybox" }],
+      volumes,
+      priority: o.priority,
+      tolerations: o.tolerations,
+    },
+    status: { phase: o.phase ?? "Running", conditions: o.conditions },
+  };
+}
+
+/** A guarded pod: controlled by a StatefulSet. */
+export const stsPod = (name: string, o: PodOpts = {}): V1Pod => pod(name, { sts: true, ...o });
+
+export function pvc(name: string, accessModes: string[], ns = "default"): V1PersistentVolumeClaim {
+  return { metadata: { name, namespace: ns }, spec: { accessModes, resources: {} } };
+}
+
+export const pvcMap = (...cs: V1PersistentVolumeClaim[]): Map<string, V1PersistentVolumeClaim> =>
+  new Map(cs.map((c) => [`${c.metadata?.namespace}/${c.metadata?.name}`, c]));
+
+export function pdb(name: string, matchLabels: Record<string, string>, disruptionsAllowed: number, ns = "default"): V1PodDisruptionBudget {
+  return {
+    metadata: { name, namespace: ns },
+    spec: { selector: { matchLabels } },
+    status: { disruptionsAllowed, currentHealthy: 0, desiredHealthy: 0, expectedPods: 0 },
+  };
+}
+
+export function policy(name: string, spec: Partial<FencingPolicySpec> = {}): FencingPolicy {
+  return {
+    apiVersion: "stockade.io/v1alpha1",
+    kind: "FencingPolicy",
+    metadata: { name },
+    spec: { escalation: [{ agents: [{ name: "ipmi" }] }], ...spec },
+  };
+}
+
+export function agent(name: string, type: FenceAgent["spec"]["type"] = "ipmi"): FenceAgent {
+  return { apiVersion: "stockade.io/v1alpha1", kind: "FenceAgent", metadata: { name }, spec: { type } };
+}
+
+export const agentMap = (...as: FenceAgent[]): Map<string, FenceAgent> => new Map(as.map((a) => [a.metadata?.name ?? "", a]));
+
+export function fence(name: string, status?: NodeFenceStatus, spec: Partial<NodeFenceSpec> = {}): NodeFence {
+  return {
+    apiVersion: "stockade.io/v1alpha1",
+    kind: "NodeFence",
+    metadata: { name, generation: 1 },
+    spec: { nodeName: name, origin: "Automatic", ...spec },
+    status,
+  };
+}
+
+export const fenceMap = (...fs: NodeFence[]): Map<string, NodeFence> => new Map(fs.map((f) => [f.metadata?.name ?? "", f]));
+
+export function volumeAttachment(name: string, nodeName: string, uid = `uid-va-${name}`): V1VolumeAttachment {
+  return { metadata: { name, uid }, spec: { attacher: "csi.example.com", nodeName, source: { persistentVolumeName: `pv-${name}` } } };
+}
