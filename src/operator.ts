@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import type { Logger } from "pino";
+import { FenceAgentController } from "./controllers/fence-agent.ts";
 import { NodeFenceController } from "./controllers/node-fence.ts";
 import { FLEET_KEY, NodeHealthController } from "./controllers/node-health.ts";
 import { Kube } from "./kube/api.ts";
@@ -17,6 +18,7 @@ export class Operator {
   readonly kube: Kube;
   private readonly fleet: Controller;
   private readonly fences: Controller;
+  private readonly agents: Controller;
   private server: Server | undefined;
   private started = false;
   private readonly log: Logger;
@@ -36,6 +38,8 @@ export class Operator {
     const fence = new NodeFenceController(deps);
     this.fleet = new Controller({ name: "node-health", reconcile: () => health.reconcile(), log });
     this.fences = new Controller({ name: "node-fence", workers: cfg.fenceWorkers, reconcile: (k) => fence.reconcile(k), log });
+    const agent = new FenceAgentController(deps);
+    this.agents = new Controller({ name: "fence-agent", reconcile: (k) => agent.reconcile(k), log });
     const c = this.caches;
     for (const inf of [c.nodes, c.leases, c.pods, c.pvcs, c.pdbs, c.policies, c.fences] as const)
       enqueueFrom(inf as never, this.fleet.queue, () => FLEET_KEY);
@@ -44,6 +48,8 @@ export class Operator {
     const all = () => c.fences.list().map((f) => f.metadata?.name ?? "");
     enqueueFrom(c.policies, this.fences.queue, all);
     enqueueFrom(c.agents, this.fences.queue, all);
+    enqueueFrom(c.agents, this.agents.queue, (a) => a.metadata?.name);
+    enqueueFrom(c.policies, this.agents.queue, () => c.agents.list().map((a) => a.metadata?.name ?? ""));
   }
 
   get ready(): boolean {
@@ -55,6 +61,7 @@ export class Operator {
     await this.caches.start();
     this.fleet.start();
     this.fences.start();
+    this.agents.start();
     this.fleet.queue.add(FLEET_KEY);
     this.started = true;
     this.log.info(
@@ -65,7 +72,7 @@ export class Operator {
 
   async stop(): Promise<void> {
     this.caches.stop();
-    await Promise.all([this.fleet.stop(), this.fences.stop()]);
+    await Promise.all([this.fleet.stop(), this.fences.stop(), this.agents.stop()]);
     await new Promise<void>((r) => (this.server ? this.server.close(() => r()) : r()));
   }
 

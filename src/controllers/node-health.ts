@@ -179,9 +179,18 @@ export class NodeHealthController {
         : { type: "DryRun", status: "False", reason: p.spec.dryRun ? "NothingToFence" : "Disabled", message: "", observedGeneration: gen },
       now,
     );
+    const missing = p.spec.escalation.flatMap((l) => l.agents.map((a) => a.name)).filter((n) => !this.d.caches.agents.get(n));
     conditions = setCondition(
       conditions,
-      { type: "Ready", status: "True", reason: "Accepted", message: "policy is in effect", observedGeneration: gen },
+      missing.length
+        ? {
+            type: "Ready",
+            status: "False",
+            reason: "AgentNotFound",
+            message: `FenceAgent ${[...new Set(missing)].join(", ")} does not exist: create it or fix spec.escalation (fences under this policy fail)`,
+            observedGeneration: gen,
+          }
+        : { type: "Ready", status: "True", reason: "Accepted", message: "policy is in effect", observedGeneration: gen },
       now,
     );
     const status = { ...p.status, conditions, observedGeneration: gen, partitionedNodes: s.partitioned, activeFences: s.activeFences };

@@ -89,7 +89,11 @@ export function nextStep(o: FenceObservation): Step {
     }
     return { kind: "unmarkNode", reason };
   }
-  if (f.spec.unfence && phase !== "") return { kind: "startUnfence", reason: "UnfenceRequested" };
+  if (f.spec.unfence) {
+    // Asked to unfence before anything happened: nothing to undo.
+    if (phase === "") return { kind: "unmarkNode", reason: "UnfenceRequested" };
+    return { kind: "startUnfence", reason: "UnfenceRequested" };
+  }
 
   const policy = resolvePolicy(o);
   if (phase === "") {
@@ -113,9 +117,6 @@ export function nextStep(o: FenceObservation): Step {
   if (phase === "Pending") {
     if (policy.spec.paused && f.spec.origin === "Automatic")
       return { kind: "wait", reason: "Paused", message: `FencingPolicy ${st.policy} is paused`, requeueAfterMs: 10_000 };
-    if (!o.node && f.spec.origin !== "Automatic") {
-      // A manual fence of a node that no longer exists has nothing to power off: the deletion is the evidence.
-    }
     const missing = policy.spec.escalation.flatMap((l) => l.agents.map((a) => a.name)).filter((n) => !o.agents.has(n));
     if (missing.length)
       return {
@@ -167,6 +168,13 @@ export function nextStep(o: FenceObservation): Step {
   if (phase === "Fenced") return { kind: "markNode" };
 
   if (phase === "Releasing") {
+    // The invariant holds here too, not only in the controller: a status that lost its evidence releases nothing.
+    if (!st.evidence?.method)
+      return {
+        kind: "fail",
+        reason: "EvidenceMissing",
+        message: `NodeFence ${nodeName} is Releasing but has no confirmation evidence: nothing more is released; delete the NodeFence to fence again`,
+      };
     const rel = policy.spec.release ?? {};
     const releases = st.releases ?? [];
     const taintAdded = releases.some((r) => r.kind === "Taint" && r.action === "Added");
@@ -182,13 +190,15 @@ export function nextStep(o: FenceObservation): Step {
       if (va) return { kind: "release", item: { kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" } };
     }
     if (rel.outOfServiceTaint && !taintRemoved) {
-      // The pod GC controller force-deletes terminating pods of an out-of-service node; the taint may go once none is left.
+      // The taint manager evicts the node's pods and the pod GC controller force-deletes them; the taint may go
+      // only once none is terminating there and no guarded pod is left (one not yet evicted would be stranded).
       const terminating = o.pods.filter((p) => p.metadata?.deletionTimestamp);
-      if (terminating.length)
+      const guarded = podsToRelease(o, policy).filter((p) => !p.metadata?.deletionTimestamp);
+      if (terminating.length || guarded.length)
         return {
           kind: "wait",
           reason: "WaitingForPodGC",
-          message: `${terminating.length} pod(s) still terminating on ${nodeName}; out-of-service taint stays until the pod GC controller removes them`,
+          message: `${terminating.length} pod(s) still terminating and ${guarded.length} guarded pod(s) not yet evicted on ${nodeName}; the out-of-service taint stays until the pod GC controller has removed them (a pod tolerating node.kubernetes.io/out-of-service keeps it forever)`,
           requeueAfterMs: 2_000,
         };
       return { kind: "release", item: { kind: "Taint", action: "Removed" } };

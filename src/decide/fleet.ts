@@ -70,6 +70,9 @@ export const ACTIVE_PHASES = new Set(["", "Pending", "Fencing"]);
 /** Phases in which the node is fenced or being fenced: its pods keep NodeDown and it is not re-assessed. */
 export const HOLDING_PHASES = new Set(["", "Pending", "Fencing", "Fenced", "Releasing", "Released", "Failed", "Unfencing"]);
 
+/** Phases in which the node is confirmed fenced. */
+export const FENCED_PHASES = new Set(["Fenced", "Releasing", "Released", "Unfencing"]);
+
 const phaseOf = (f: NodeFence) => f.status?.phase ?? "";
 const iso = (d: DateTime | undefined) => d?.toUTC().toISO({ suppressMilliseconds: true }) ?? undefined;
 
@@ -101,7 +104,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
     wake(h.nextCheck);
     const fence = i.fences.get(name);
     const holding = fence !== undefined && HOLDING_PHASES.has(phaseOf(fence));
-    const want = desiredNodeDown(h, holding);
+    const want = desiredNodeDown(h, fence !== undefined && FENCED_PHASES.has(phaseOf(fence)));
     for (const p of podsByNode.get(name) ?? []) {
       const c = nodeDownChange(p, want);
       if (c) nodeDown.push(c);

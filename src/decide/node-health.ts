@@ -58,8 +58,9 @@ export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTi
       nextCheck: staleAt,
     };
   }
-  if (readyStatus === "True") {
-    // Silent but the node controller has not yet agreed; it will flip Ready and wake us with an event.
+  if (readyStatus !== "Unknown") {
+    // Silent but the node controller has not yet agreed (it turns Ready Unknown after its grace period and
+    // wakes us with an event); automatic fencing needs both signals.
     return { ...base, silent: true, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
   }
   return { ...base, silent: true, state: "Partitioned", partitionedSince: staleAt, nextCheck: undefined };

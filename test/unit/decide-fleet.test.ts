@@ -23,7 +23,7 @@ const up = (name: string, now: DateTime, labels: Record<string, string> = {}): N
   lease: lease(name, now.minus({ seconds: 5 })),
 });
 /** A node silent since `since` (T0), Ready=Unknown as the node-lifecycle controller leaves it. */
-const down = (name: string, labels: Record<string, string> = {}, since = T0): N => ({
+const down = (name: string, labels: Record<string, string> = {}, since: DateTime = T0): N => ({
   node: node(name, { ready: "Unknown", heartbeat: since, labels }),
   lease: lease(name, since),
 });

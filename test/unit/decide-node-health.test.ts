@@ -92,12 +92,14 @@ describe("assessNode", () => {
   // Current behaviour, pinned on purpose: docs/DESIGN say automatic fencing needs Ready=Unknown, but a node whose
   // last word was Ready=False (or no Ready condition) and that has been silent past the timeout is also Partitioned
   // (unlike Ready=True, which waits for the node-lifecycle controller). Raised as a design question in the report.
-  test("silent with Ready=False or no Ready condition: Partitioned (see comment)", () => {
+  test("silent with Ready=False or no Ready condition: Suspect (silent) until the node controller says Unknown", () => {
     const f = assessNode(node("node-1", { ready: "False", heartbeat: T0 }), lease("node-1", T0), at(100), TIMEOUT);
-    assert.equal(f.state, "Partitioned");
+    assert.equal(f.state, "Suspect");
+    assert.equal(f.silent, true);
     const m = assessNode(node("node-1", { ready: null }), lease("node-1", T0), at(100), TIMEOUT);
     assert.equal(m.ready, "Missing");
-    assert.equal(m.state, "Partitioned");
+    assert.equal(m.state, "Suspect");
+    assert.equal(m.silent, true);
   });
 
   test("a node that never reported is Suspect (being created), never Partitioned", () => {

@@ -1,0 +1,51 @@
+// Failover benchmark: on a 4-node lab with the default e2e policy (heartbeat timeout 6 s, fence after
+// 4 s, native IPMI), crash the node of a StatefulSet pod N times and print, per run and summarised,
+// heartbeat lost (the crash) → power off confirmed → old pod released → replacement Running.
+//   node bench/failover.ts [--runs N] [--mode crash|partition]
+import { parseArgs } from "node:util";
+import { Bed, NS } from "../test/e2e/harness.ts";
+
+const { values } = parseArgs({ options: { runs: { type: "string", default: "5" }, mode: { type: "string", default: "crash" } } });
+const runs = Number(values.runs);
+const mode = values.mode;
+if (!Number.isInteger(runs) || runs < 1 || runs > 50) throw new Error(`--runs must be 1-50 (got ${values.runs})`);
+if (mode !== "crash" && mode !== "partition") throw new Error(`--mode must be crash or partition (got ${mode})`);
+
+const bed = await Bed.up({ nodes: 4, name: "bench" });
+try {
+  await bed.policy("default", { guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 } });
+  await bed.startOperator();
+  await bed.statefulSet("db", 2);
+  const rows: number[][] = [];
+  for (let i = 1; i <= runs; i++) {
+    const p = (await bed.lab.core.listNamespacedPod({ namespace: NS, fieldSelector: "metadata.name=db-0" })).items[0]!;
+    const node = p.spec!.nodeName!;
+    const uid = p.metadata!.uid!;
+    await bed.kubectl("delete", "nodefence", node, "--ignore-not-found");
+    const t0 = Date.now();
+    await (mode === "crash" ? bed.lab.crash(node) : bed.lab.partition(node));
+    const r = await bed.waitForReplacement("db-0", uid);
+    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0)!;
+    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid)!;
+    const running = bed.when((e) => e.source === "pod" && e.uid === r.metadata?.uid && e.phase === "Running")!;
+    const row = [off - t0, gone - t0, running - t0].map((ms) => ms / 1000);
+    rows.push(row);
+    console.log(
+      `run ${i}: ${node}: power off ${row[0]!.toFixed(1)} s, released ${row[1]!.toFixed(1)} s, replacement Running ${row[2]!.toFixed(1)} s`,
+    );
+    await bed.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
+    await bed.waitForFence(node, (f) => f.status?.phase === "Unfenced", "Unfenced");
+    await bed.lab.waitForNodeReadyStatus(node, "True", 60_000);
+  }
+  const col = (j: number) => rows.map((r) => r[j]!).sort((a, b) => a - b);
+  const fmt = (xs: number[]) =>
+    `min ${xs[0]!.toFixed(1)} / median ${xs[Math.floor(xs.length / 2)]!.toFixed(1)} / max ${xs.at(-1)!.toFixed(1)} s`;
+  console.log(`power off confirmed:  ${fmt(col(0))}`);
+  console.log(`pod released:         ${fmt(col(1))}`);
+  console.log(`failover (${mode} → replacement Running, ${runs} runs): ${fmt(col(2))}`);
+  const inv = await bed.invariant();
+  console.log(`invariant: ${inv.fencedReplacements} replacements after a node failure checked, ${inv.violations.length} violations`);
+  if (inv.violations.length) process.exitCode = 1;
+} finally {
+  await bed.down();
+}

@@ -1,0 +1,80 @@
+// The FenceAgent controller: reports in the agent's Ready condition (and an Event when it turns bad)
+// whether it could fence the nodes its policies give it — before a node fails, not during the fence.
+import type { DateTime } from "luxon";
+import type { Logger } from "pino";
+import { API_VERSION, type FenceAgent } from "../api/v1alpha1.ts";
+import { secretKey, secretRefsFor } from "../agents/parameters.ts";
+import { checkAgent, nodesForAgent } from "../decide/agent-check.ts";
+import { isNotFound, type Kube } from "../kube/api.ts";
+import type { Caches } from "../kube/caches.ts";
+import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
+import type { EventRecorder } from "../runtime/events.ts";
+
+export interface FenceAgentDeps {
+  kube: Kube;
+  caches: Caches;
+  events: EventRecorder;
+  log: Logger;
+  clock: () => DateTime;
+}
+
+export class FenceAgentController {
+  private readonly d: FenceAgentDeps;
+
+  constructor(d: FenceAgentDeps) {
+    this.d = d;
+  }
+
+  async reconcile(name: string): Promise<{ requeueAfterMs: number } | void> {
+    const { caches, kube } = this.d;
+    const agent = caches.agents.get(name);
+    if (!agent) return;
+    const nodes = nodesForAgent(agent, caches.policies.list(), caches.nodes.list());
+    const secrets = new Map<string, Record<string, string> | undefined>();
+    for (const n of nodes)
+      for (const ref of secretRefsFor(agent.spec, n.metadata?.name ?? "")) {
+        const key = secretKey(ref);
+        if (secrets.has(key)) continue;
+        try {
+          secrets.set(key, await kube.readSecret(ref.namespace, ref.name));
+        } catch (err) {
+          if (!isNotFound(err)) throw err;
+          secrets.set(key, undefined);
+        }
+      }
+    const check = checkAgent(agent, nodes, secrets);
+    const gen = agent.metadata?.generation;
+    const before = findCondition(agent.status?.conditions as Condition[] | undefined, "Ready");
+    const conditions = setCondition(
+      agent.status?.conditions as Condition[] | undefined,
+      {
+        type: "Ready",
+        status: check.ok ? "True" : "False",
+        reason: check.reason,
+        message: check.message.slice(0, 32_000),
+        observedGeneration: gen,
+      },
+      this.d.clock().toUTC().toISO() ?? "",
+    );
+    const after = conditions.find((c) => c.type === "Ready")!;
+    const changed =
+      before?.status !== after.status ||
+      before.reason !== after.reason ||
+      before.message !== after.message ||
+      agent.status?.observedGeneration !== gen;
+    if (changed) {
+      await kube.replaceStatus("fenceagents", { ...agent, status: { ...agent.status, conditions, observedGeneration: gen } } as FenceAgent);
+      if (!check.ok) {
+        this.d.log.warn({ fenceAgent: name, reason: check.reason }, `FenceAgent ${name} is not ready: ${check.message}`);
+        await this.d.events.record(
+          { apiVersion: API_VERSION, kind: "FenceAgent", name, uid: agent.metadata?.uid },
+          "Warning",
+          check.reason,
+          check.message,
+        );
+      }
+    }
+    // Secrets are not watched (the operator reads only those it needs): look again now and then.
+    return { requeueAfterMs: 60_000 };
+  }
+}

@@ -1,0 +1,62 @@
+// Whether a FenceAgent can fence the nodes its policies give it, checked before any fence needs it:
+// the driver exists, every node's parameters resolve (templates, node map, Secret keys) and the
+// driver accepts them. Pure: the caller fetches the Secrets (missing ones are reported by name).
+import type { V1Node } from "@kubernetes/client-node";
+import type { FenceAgent, FencingPolicy } from "../api/v1alpha1.ts";
+import { resolveParameters, secretKey, secretRefsFor } from "../agents/parameters.ts";
+import { driverFor } from "../agents/registry.ts";
+import { matchesSelector } from "./selectors.ts";
+
+export interface AgentCheck {
+  ok: boolean;
+  reason: "Valid" | "Unused" | "InvalidConfiguration" | "SecretNotFound";
+  message: string;
+  nodes: string[];
+}
+
+/** The nodes this agent may be asked to fence: those selected by the policies whose escalation names it. */
+export function nodesForAgent(agent: FenceAgent, policies: readonly FencingPolicy[], nodes: readonly V1Node[]): V1Node[] {
+  const name = agent.metadata?.name;
+  const users = policies.filter((p) => p.spec.escalation.some((l) => l.agents.some((a) => a.name === name)));
+  return nodes.filter((n) => users.some((p) => matchesSelector(n.metadata?.labels, p.spec.nodeSelector)));
+}
+
+export function checkAgent(
+  agent: FenceAgent,
+  nodes: readonly V1Node[],
+  secrets: ReadonlyMap<string, Record<string, string> | undefined>,
+): AgentCheck {
+  const names = nodes.map((n) => n.metadata?.name ?? "");
+  let driver;
+  try {
+    driver = driverFor(agent.spec.type, agent.spec.agent);
+  } catch (err) {
+    return { ok: false, reason: "InvalidConfiguration", message: (err as Error).message, nodes: names };
+  }
+  if (!nodes.length) return { ok: true, reason: "Unused", message: "no FencingPolicy names this agent for any node", nodes: names };
+  const missing = new Set<string>();
+  const errors: string[] = [];
+  for (const n of nodes) {
+    const name = n.metadata?.name ?? "";
+    const refs = secretRefsFor(agent.spec, name);
+    const absent = refs.filter((r) => secrets.get(secretKey(r)) === undefined);
+    for (const r of absent) missing.add(secretKey(r));
+    if (absent.length) continue;
+    const have = new Map(refs.map((r) => [secretKey(r), secrets.get(secretKey(r)) ?? {}] as const));
+    const r = resolveParameters(agent.spec, n, have);
+    if ("errors" in r) errors.push(...r.errors);
+    else errors.push(...driver.validate(r.parameters).map((e) => `node ${name}: ${e}`));
+  }
+  if (missing.size)
+    return {
+      ok: false,
+      reason: "SecretNotFound",
+      message: `Secret ${[...missing].sort().join(", ")} does not exist: create it with the agent's credentials (e.g. key "password")`,
+      nodes: names,
+    };
+  if (errors.length) {
+    const more = errors.length > 5 ? ` (and ${errors.length - 5} more)` : "";
+    return { ok: false, reason: "InvalidConfiguration", message: errors.slice(0, 5).join("; ") + more, nodes: names };
+  }
+  return { ok: true, reason: "Valid", message: `parameters resolve for ${names.length} node(s)`, nodes: names };
+}

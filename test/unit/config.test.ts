@@ -1,0 +1,43 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { ConfigError, parseConfig } from "../../src/config.ts";
+
+test("defaults, and flags win over environment variables", () => {
+  const c = parseConfig([], { KUBECONFIG: "/k", POD_NAME: "stockade-0" })!;
+  assert.deepEqual(c, {
+    kubeconfig: "/k",
+    healthBindAddress: { host: "0.0.0.0", port: 8081 },
+    logLevel: "info",
+    fenceWorkers: 4,
+    watchStaleSeconds: 120,
+    instanceId: "stockade-0",
+  });
+  const f = parseConfig(["--log-level", "debug", "--fence-workers=8", "--health-bind-address", "127.0.0.1:0"], {
+    STOCKADE_LOG_LEVEL: "warn",
+  })!;
+  assert.equal(f.logLevel, "debug");
+  assert.equal(f.fenceWorkers, 8);
+  assert.deepEqual(f.healthBindAddress, { host: "127.0.0.1", port: 0 });
+  assert.equal(parseConfig(["--health-bind-address", "0"], {})!.healthBindAddress, undefined);
+  assert.equal(parseConfig(["--help"], {}), undefined);
+});
+
+test("bad input is refused with a message naming the flag and what is expected", () => {
+  const cases: [string[], NodeJS.ProcessEnv, RegExp][] = [
+    [["--log-level", "loud"], {}, /invalid --log-level "loud": expected one of trace, debug, info, warn, error/],
+    [[], { STOCKADE_LOG_LEVEL: "verbose" }, /invalid --log-level "verbose"/],
+    [["--fence-workers", "0"], {}, /invalid --fence-workers "0": expected a whole number from 1 to 64/],
+    [["--fence-workers", "2.5"], {}, /--fence-workers/],
+    [[], { STOCKADE_WATCH_STALE_SECONDS: "5" }, /--watch-stale-seconds "5": expected a whole number from 10 to 3600/],
+    [["--health-bind-address", "8081"], {}, /expected HOST:PORT/],
+    [["--health-bind-address", "x:70000"], {}, /expected HOST:PORT/],
+    [["--kubeconfg", "/x"], {}, /Unknown option '--kubeconfg'[\s\S]*Usage:/],
+    [["extra"], {}, /Unexpected argument 'extra'|positional/],
+  ];
+  for (const [argv, env, msg] of cases)
+    assert.throws(
+      () => parseConfig(argv, env),
+      (e: unknown) => e instanceof ConfigError && msg.test(e.message),
+      argv.join(" "),
+    );
+});
