@@ -365,7 +365,12 @@ export class NodeFenceController {
       const driver = driverFor(agent.spec.type, agent.spec.agent);
       const problems = driver.validate(resolved.parameters);
       if (problems.length) throw new Error(`FenceAgent ${agentName}: ${problems.join("; ")}`);
-      const ctx = { node: nodeName, parameters: resolved.parameters, annotations: fence.metadata?.annotations ?? {} };
+      // Live view of the NodeFence's annotations: a manual agent polls for the administrator's confirmation during the attempt.
+      const fenceName = fence.metadata?.name ?? "";
+      const annotations = new Proxy({} as Record<string, string>, {
+        get: (_t, key) => (typeof key === "string" ? this.d.caches.fences.get(fenceName)?.metadata?.annotations?.[key] : undefined),
+      });
+      const ctx = { node: nodeName, parameters: resolved.parameters, annotations };
       const opts = {
         timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000,
         retries: agent.spec.retries ?? 2,

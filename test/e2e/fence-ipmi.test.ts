@@ -174,6 +174,31 @@ describe("e2e: fencing through IPMI", () => {
     await unfence(node);
   });
 
+  test("manual agent: the fence waits for the administrator's confirmation, then releases", async () => {
+    await bed.create("fenceagents", { metadata: { name: "by-hand" }, spec: { type: "manual", timeoutSeconds: 120 } });
+    await bed.create("fencingpolicies", {
+      metadata: { name: "manual" },
+      spec: { nodeSelector: { matchLabels: { "stockade.io/never": "x" } }, escalation: [{ agents: [{ name: "by-hand" }] }] },
+    });
+    const { uid, node } = await current("db-0");
+    await bed.kubectl("delete", "nodefence", node, "--ignore-not-found");
+    await bed.create("nodefences", {
+      metadata: { name: node },
+      spec: { nodeName: node, policy: "manual", reason: "replacing its motherboard" },
+    });
+    await bed.waitForFence(node, (f) => (f.status?.attempts ?? []).some((a) => a.outcome === "InProgress"), "waiting for confirmation");
+    await new Promise((r) => setTimeout(r, 2000));
+    assert.equal((await current("db-0")).uid, uid, "nothing released before the confirmation");
+    await bed.lab.bmc(node, "off"); // the administrator powers it off…
+    await bed.kubectl("annotate", "nodefence", node, `stockade.io/confirmed-off=${node}`); // …and says so
+    const f = await bed.waitForFence(node, released, "Released");
+    assert.equal(f.status?.evidence?.method, "ManualConfirmation");
+    await bed.waitForReplacement("db-0", uid);
+    assert.deepEqual((await bed.invariant()).violations, []);
+    await bed.lab.bmc(node, "on");
+    await unfence(node);
+  });
+
   test("no credential reaches the operator's logs", () => {
     const logs = bed.operatorLogs();
     for (const n of bed.lab.nodes()) {
