@@ -6,6 +6,9 @@ import { parseArgs } from "node:util";
 export interface Config {
   kubeconfig: string | undefined;
   healthBindAddress: { host: string; port: number } | undefined;
+  metricsBindAddress: { host: string; port: number } | undefined;
+  leaderElect: boolean;
+  leaderElectionNamespace: string;
   logLevel: "trace" | "debug" | "info" | "warn" | "error";
   fenceWorkers: number;
   watchStaleSeconds: number;
@@ -20,6 +23,9 @@ service account when neither is set.
 Flags (environment variable in brackets):
   --kubeconfig PATH               kubeconfig file [KUBECONFIG]
   --health-bind-address HOST:PORT serve /healthz and /readyz here; "0" disables [STOCKADE_HEALTH_BIND_ADDRESS] (default 0.0.0.0:8081)
+  --metrics-bind-address HOST:PORT serve Prometheus /metrics here; "0" disables [STOCKADE_METRICS_BIND_ADDRESS] (default 0.0.0.0:8080)
+  --leader-elect BOOL             run controllers only while holding the Lease stockade-operator [STOCKADE_LEADER_ELECT] (default true)
+  --leader-election-namespace NS  namespace of that Lease [POD_NAMESPACE] (default stockade-system)
   --log-level LEVEL               trace, debug, info, warn or error [STOCKADE_LOG_LEVEL] (default info)
   --fence-workers N               NodeFences worked on at once, 1-64 [STOCKADE_FENCE_WORKERS] (default 4)
   --watch-stale-seconds N         restart a watch silent this long, 10-3600 [STOCKADE_WATCH_STALE_SECONDS] (default 120)
@@ -36,13 +42,25 @@ function int(name: string, raw: string, min: number, max: number): number {
   return n;
 }
 
-function bindAddress(raw: string): Config["healthBindAddress"] {
+function bindAddress(flag: string, raw: string): Config["healthBindAddress"] {
   if (raw === "0") return undefined;
   const m = /^(.*):(\d{1,5})$/.exec(raw);
   const port = m ? Number(m[2]) : NaN;
   if (!m || port > 65535)
-    throw new ConfigError(`invalid --health-bind-address "${raw}": expected HOST:PORT (e.g. 0.0.0.0:8081, 127.0.0.1:0) or 0 to disable`);
+    throw new ConfigError(`invalid ${flag} "${raw}": expected HOST:PORT (e.g. 0.0.0.0:8081, 127.0.0.1:0) or 0 to disable`);
   return { host: m[1] || "0.0.0.0", port };
+}
+
+function bool(name: string, raw: string): boolean {
+  if (raw === "true") return true;
+  if (raw === "false") return false;
+  throw new ConfigError(`invalid ${name} "${raw}": expected true or false`);
+}
+
+function dnsLabel(name: string, raw: string): string {
+  if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(raw))
+    throw new ConfigError(`invalid ${name} "${raw}": expected a namespace name (lowercase DNS label)`);
+  return raw;
 }
 
 /** Parses argv and env; throws ConfigError with an actionable message, or returns undefined when help was asked for. */
@@ -56,6 +74,9 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
       options: {
         kubeconfig: { type: "string" },
         "health-bind-address": { type: "string" },
+        "metrics-bind-address": { type: "string" },
+        "leader-elect": { type: "string" },
+        "leader-election-namespace": { type: "string" },
         "log-level": { type: "string" },
         "fence-workers": { type: "string" },
         "watch-stale-seconds": { type: "string" },
@@ -74,7 +95,19 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
   const kubeconfig = values.kubeconfig ?? env.KUBECONFIG ?? undefined;
   return {
     kubeconfig: kubeconfig || undefined,
-    healthBindAddress: bindAddress(values["health-bind-address"] ?? env.STOCKADE_HEALTH_BIND_ADDRESS ?? "0.0.0.0:8081"),
+    healthBindAddress: bindAddress(
+      "--health-bind-address",
+      values["health-bind-address"] ?? env.STOCKADE_HEALTH_BIND_ADDRESS ?? "0.0.0.0:8081",
+    ),
+    metricsBindAddress: bindAddress(
+      "--metrics-bind-address",
+      values["metrics-bind-address"] ?? env.STOCKADE_METRICS_BIND_ADDRESS ?? "0.0.0.0:8080",
+    ),
+    leaderElect: bool("--leader-elect", values["leader-elect"] ?? env.STOCKADE_LEADER_ELECT ?? "true"),
+    leaderElectionNamespace: dnsLabel(
+      "--leader-election-namespace",
+      values["leader-election-namespace"] ?? env.POD_NAMESPACE ?? "stockade-system",
+    ),
     logLevel: level as Config["logLevel"],
     fenceWorkers: int("--fence-workers", values["fence-workers"] ?? env.STOCKADE_FENCE_WORKERS ?? "4", 1, 64),
     watchStaleSeconds: int("--watch-stale-seconds", values["watch-stale-seconds"] ?? env.STOCKADE_WATCH_STALE_SECONDS ?? "120", 10, 3600),

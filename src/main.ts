@@ -44,7 +44,13 @@ async function main(): Promise<number> {
     process.stderr.write(`stockade: ${msg}\n`);
     return 1;
   }
-  const op = new Operator(kc, cfg, log);
+  const op = new Operator(kc, cfg, log, {
+    // A replica that lost the Lease may hold a view another replica now acts on: stop at once.
+    onLostLeadership: () => {
+      log.error("lost leadership; exiting so that a restart starts from a clean state");
+      process.exit(1);
+    },
+  });
   await op.start();
   await new Promise<void>((resolve) => {
     process.once("SIGTERM", resolve);

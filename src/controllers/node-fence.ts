@@ -2,7 +2,7 @@
 // what happened to status (resourceVersion-guarded), and asks again, until the machine says wait or
 // done. Status is the only memory: a restarted or newly elected operator resumes from it.
 import type { V1Node, V1Taint } from "@kubernetes/client-node";
-import type { DateTime } from "luxon";
+import { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FenceAgent, type NodeFence, type NodeFenceStatus, type NodeFenceStatusAttempts } from "../api/v1alpha1.ts";
 import { resolveParameters, secretRefsFor } from "../agents/parameters.ts";
@@ -22,6 +22,7 @@ import { errorMessage, isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import { setCondition, type Condition } from "../kube/conditions.ts";
 import type { EventRecorder } from "../runtime/events.ts";
+import type { Metrics } from "../metrics.ts";
 
 export const FENCED_CONDITION = "Fenced";
 
@@ -31,6 +32,7 @@ export interface NodeFenceDeps {
   events: EventRecorder;
   log: Logger;
   clock: () => DateTime;
+  metrics?: Metrics;
 }
 
 type Status = NodeFenceStatus;
@@ -130,10 +132,13 @@ export class NodeFenceController {
     const flog = log.child({ nodeFence: fence.metadata?.name, step: step.kind });
     switch (step.kind) {
       case "start": {
+        const lease = await this.d.kube.readLease(nodeName);
+        const beat = node ? assessNode(node, lease, this.d.clock(), 40).lastHeartbeat : undefined;
         const next = await this.write(fence, (s) => {
           s.phase = "Pending";
           s.policy = step.policy;
           s.bootID = step.bootID;
+          if (beat) s.lastHeartbeatTime = beat.toUTC().toISO() ?? undefined;
           s.startTime = this.now();
           return this.cond(
             s,
@@ -164,6 +169,7 @@ export class NodeFenceController {
           );
         });
         flog.error({ reason: step.reason }, `fencing ${nodeName} failed: ${step.message}`);
+        this.d.metrics?.fences.inc({ outcome: "Failed", agent: "" });
         await Promise.all(this.event(next, "Warning", "FenceFailed", `${step.message}; nothing was released`, node));
         return next;
       }
@@ -210,6 +216,9 @@ export class NodeFenceController {
           );
         });
         flog.warn({ evidence: step.evidence }, `node ${nodeName} confirmed fenced: ${step.evidence.detail}`);
+        this.d.metrics?.fences.inc({ outcome: "Fenced", agent: step.evidence.agents.join(",") || step.evidence.method });
+        const started = next.status?.startTime ? DateTime.fromISO(next.status.startTime) : undefined;
+        if (started?.isValid) this.d.metrics?.fenceDuration.observe(this.d.clock().diff(started).as("seconds"));
         await Promise.all(
           this.event(next, "Warning", "Fenced", `confirmed fenced (${step.evidence.method}): ${step.evidence.detail}`, node),
         );
@@ -246,6 +255,8 @@ export class NodeFenceController {
           return this.cond(s, { type: "Released", status: "True", reason: "Released", message: `${n} release(s) recorded` }, fence);
         });
         flog.info({ releases: next.status?.releases?.length }, `node ${nodeName}: released`);
+        const beat = next.status?.lastHeartbeatTime ? DateTime.fromISO(next.status.lastHeartbeatTime) : undefined;
+        if (beat?.isValid) this.d.metrics?.failoverDuration.observe(this.d.clock().diff(beat).as("seconds"));
         await Promise.all(
           this.event(next, "Normal", "Released", `released ${next.status?.releases?.length ?? 0} item(s) of ${nodeName}`, node),
         );
@@ -313,6 +324,7 @@ export class NodeFenceController {
       );
     });
     this.d.log.info({ node: fence.spec.nodeName }, `fencing of ${fence.spec.nodeName} cancelled: heartbeats are back`);
+    this.d.metrics?.fences.inc({ outcome: "Cancelled", agent: "" });
     await Promise.all(this.event(next, "Normal", "FenceCancelled", "the node heartbeats again: nothing was powered off or released", node));
     return next;
   }
@@ -393,6 +405,7 @@ export class NodeFenceController {
       }
       return s;
     });
+    this.d.metrics?.attempts.inc({ agent: agentName, type: agent.spec.type, operation: op, outcome });
     const ok = outcome === "Succeeded";
     (ok ? flog.info.bind(flog) : flog.warn.bind(flog))({ outcome }, `agent ${agentName} ${op} for ${nodeName}: ${outcome}: ${message}`);
     await Promise.all(
@@ -471,6 +484,7 @@ export class NodeFenceController {
     });
     const what = `${rec.kind} ${rec.namespace ? `${rec.namespace}/` : ""}${rec.name}: ${rec.action}`;
     this.d.log.info({ nodeFence: nodeName, release: rec }, `released ${what}`);
+    this.d.metrics?.releases.inc({ kind: rec.kind, action: rec.action });
     await Promise.all(this.event(next, "Normal", "Release", what, item.kind === "Taint" ? node : undefined));
     return next;
   }

@@ -25,6 +25,7 @@ export class Bed {
   readonly custom: CustomObjectsApi;
   readonly apps: AppsV1Api;
   operator: ChildProcess | undefined;
+  readonly operators: ChildProcess[] = [];
   private opRuns = 0;
 
   private constructor(lab: Lab, rec: Recorder) {
@@ -144,20 +145,45 @@ export class Bed {
     );
   }
 
-  /** Starts the operator (a child process, logs in the lab directory); resolves once its caches are synced. */
-  async startOperator(): Promise<void> {
+  /**
+   * Starts an operator replica (a child process, logs in the lab directory); resolves once it runs its
+   * controllers, or, with leader election, once its caches are synced (a follower never runs them).
+   */
+  async startOperator(o: { leaderElect?: boolean; kubeconfig?: string; extraArgs?: string[] } = {}): Promise<ChildProcess> {
     const log = join(this.lab.dir, "logs", `operator-${++this.opRuns}.log`);
     const out = createWriteStream(log);
-    const child = spawn(process.execPath, [join(repoRoot, "src/main.ts"), "--health-bind-address", "127.0.0.1:0", "--log-level", "debug"], {
-      env: { ...this.lab.env, KUBECONFIG: this.lab.kubeconfig },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        join(repoRoot, "src/main.ts"),
+        "--health-bind-address",
+        "127.0.0.1:0",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+        "--log-level",
+        "debug",
+        "--leader-elect",
+        String(o.leaderElect ?? false),
+        "--leader-election-namespace",
+        SECRETS_NS,
+        // Replicas on one machine share a hostname: each run gets its own leader-election identity.
+        "--instance-id",
+        `e2e-operator-${this.opRuns}`,
+        ...(o.extraArgs ?? []),
+      ],
+      {
+        env: { ...this.lab.env, KUBECONFIG: o.kubeconfig ?? this.lab.kubeconfig },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     this.operator = child;
+    this.operators.push(child);
+    const marker = o.leaderElect ? "caches synced" : "controllers running";
     let text = "";
     const ready = new Promise<void>((resolve, reject) => {
       const onData = (b: Buffer) => {
         text += b.toString();
-        if (text.includes("controllers running")) resolve();
+        if (text.includes(marker)) resolve();
       };
       child.stdout!.on("data", onData);
       child.stderr!.on("data", onData);
@@ -169,6 +195,7 @@ export class Bed {
       ready,
       new Promise((_, rej) => setTimeout(() => rej(new Error(`operator not ready in 30 s:\n${text.slice(-3000)}`)), 30_000).unref()),
     ]);
+    return child;
   }
 
   operatorLogs(): string {
@@ -177,13 +204,13 @@ export class Bed {
     return s;
   }
 
-  async killOperator(signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
-    const c = this.operator;
+  /** Stops one replica (default: the last started). */
+  async killOperator(signal: NodeJS.Signals = "SIGKILL", c: ChildProcess | undefined = this.operator): Promise<void> {
+    if (c === this.operator) this.operator = undefined;
     if (!c || c.exitCode !== null || c.signalCode !== null) return;
     const exited = once(c, "exit");
     c.kill(signal);
     await exited;
-    this.operator = undefined;
   }
 
   async statefulSet(
@@ -258,7 +285,7 @@ export class Bed {
   }
 
   async down(): Promise<void> {
-    await this.killOperator("SIGTERM").catch(() => undefined);
+    for (const c of this.operators) await this.killOperator("SIGTERM", c).catch(() => undefined);
     this.rec.stop();
     await this.lab.down();
   }

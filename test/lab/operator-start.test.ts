@@ -54,6 +54,7 @@ describe("operator start-up and configuration errors", () => {
 
   test("with the CRDs it serves /healthz and /readyz, reports config mistakes on the NodeFence, and stops on SIGTERM", async () => {
     await run("kubectl", ["apply", "-f", join(repoRoot, "crds")], { env: lab.env });
+    await run("kubectl", ["create", "namespace", "stockade-system"], { env: lab.env }); // where the leader Lease lives
     await run(
       "kubectl",
       [
@@ -67,7 +68,7 @@ describe("operator start-up and configuration errors", () => {
         env: lab.env,
       },
     );
-    const child = spawn(process.execPath, [main, "--health-bind-address", "127.0.0.1:0"], {
+    const child = spawn(process.execPath, [main, "--health-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"], {
       env: { ...process.env, KUBECONFIG: lab.kubeconfig },
     });
     let out = "";
@@ -80,6 +81,12 @@ describe("operator start-up and configuration errors", () => {
       });
       assert.equal((await fetch(`http://${addr}/healthz`)).status, 200);
       assert.equal((await fetch(`http://${addr}/nope`)).status, 404);
+      const maddr = /"metrics":"([\d.]+:\d+)"/.exec(out)?.[1];
+      const scrape = async () => await (await fetch(`http://${maddr}/metrics`)).text();
+      assert.match(
+        await waitFor("leader", async () => (/^stockade_leader 1$/m.test(await scrape()) ? scrape() : undefined)),
+        /stockade_workqueue_adds_total\{name="node-health"\} \d+/,
+      );
 
       const custom = lab.kc.makeApiClient(CustomObjectsApi);
       const create = (plural: string, kind: string, body: object) =>
@@ -156,6 +163,9 @@ describe("operator start-up and configuration errors", () => {
       });
       const cond = noAgent.status?.conditions?.find((c) => c.type === "Failed");
       assert.equal(cond?.reason, "AgentNotFound");
+      const metrics = await scrape();
+      assert.match(metrics, /^stockade_fences_total\{outcome="Failed",agent=""\} 2$/m);
+      assert.match(metrics, /^stockade_fence_attempts_total\{agent="no-secret",type="ipmi",operation="off",outcome="Failed"\} 1$/m);
       assert.match(cond?.message ?? "", /FenceAgent not-there named by FencingPolicy q does not exist/);
     } finally {
       const exited = once(child, "exit");

@@ -7,6 +7,9 @@ test("defaults, and flags win over environment variables", () => {
   assert.deepEqual(c, {
     kubeconfig: "/k",
     healthBindAddress: { host: "0.0.0.0", port: 8081 },
+    metricsBindAddress: { host: "0.0.0.0", port: 8080 },
+    leaderElect: true,
+    leaderElectionNamespace: "stockade-system",
     logLevel: "info",
     fenceWorkers: 4,
     watchStaleSeconds: 120,
@@ -33,6 +36,9 @@ test("bad input is refused with a message naming the flag and what is expected",
     [["--health-bind-address", "x:70000"], {}, /expected HOST:PORT/],
     [["--kubeconfg", "/x"], {}, /Unknown option '--kubeconfg'[\s\S]*Usage:/],
     [["extra"], {}, /Unexpected argument 'extra'|positional/],
+    [["--leader-elect", "yes"], {}, /invalid --leader-elect "yes": expected true or false/],
+    [[], { POD_NAMESPACE: "Bad_NS" }, /invalid --leader-election-namespace "Bad_NS"/],
+    [["--metrics-bind-address", "x"], {}, /invalid --metrics-bind-address "x"/],
   ];
   for (const [argv, env, msg] of cases)
     assert.throws(

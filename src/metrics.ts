@@ -1,0 +1,103 @@
+// Prometheus metrics (prom-client). Counters and histograms are fed where things happen; gauges of
+// state are computed at scrape time from the caches, so they can never drift from what we see.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { QueueMetric } from "./runtime/work-queue.ts";
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly fences = new Counter({
+    name: "stockade_fences_total",
+    help: "NodeFences that ended, by outcome (Fenced, Failed, Cancelled) and the agents of the confirming level",
+    labelNames: ["outcome", "agent"] as const,
+    registers: [this.registry],
+  });
+  readonly attempts = new Counter({
+    name: "stockade_fence_attempts_total",
+    help: "Agent operations, by agent, type, operation and outcome",
+    labelNames: ["agent", "type", "operation", "outcome"] as const,
+    registers: [this.registry],
+  });
+  readonly fenceDuration = new Histogram({
+    name: "stockade_fence_duration_seconds",
+    help: "From the NodeFence's start to the node confirmed fenced",
+    buckets: [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300],
+    registers: [this.registry],
+  });
+  readonly failoverDuration = new Histogram({
+    name: "stockade_failover_duration_seconds",
+    help: "From the node's last heartbeat to its guarded pods released",
+    buckets: [5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600],
+    registers: [this.registry],
+  });
+  readonly releases = new Counter({
+    name: "stockade_releases_total",
+    help: "Pods, VolumeAttachments and taints released after a confirmed fence",
+    labelNames: ["kind", "action"] as const,
+    registers: [this.registry],
+  });
+  readonly partitioned = new Gauge({ name: "stockade_nodes_partitioned", help: "Nodes partitioned now", registers: [this.registry] });
+  readonly guardedPods = new Gauge({
+    name: "stockade_guarded_pods",
+    help: "Guarded pods on partitioned nodes",
+    registers: [this.registry],
+  });
+  readonly stormGuard = new Gauge({
+    name: "stockade_storm_guard_holding",
+    help: "1 while a storm guard holds fencing back under a policy, by reason",
+    labelNames: ["policy", "reason"] as const,
+    registers: [this.registry],
+  });
+  readonly leader = new Gauge({ name: "stockade_leader", help: "1 while this replica is the leader", registers: [this.registry] });
+  readonly watchRestarts = new Gauge({
+    name: "stockade_watch_restarts",
+    help: "Watches restarted after an error or a stale stream, since start",
+    registers: [this.registry],
+  });
+  private readonly queueDepth = new Gauge({
+    name: "stockade_workqueue_depth",
+    help: "Keys waiting",
+    labelNames: ["name"] as const,
+    registers: [this.registry],
+  });
+  private readonly queueAdds = new Counter({
+    name: "stockade_workqueue_adds_total",
+    help: "Keys added",
+    labelNames: ["name"] as const,
+    registers: [this.registry],
+  });
+  private readonly queueRetries = new Counter({
+    name: "stockade_workqueue_retries_total",
+    help: "Keys re-added after a failed reconcile",
+    labelNames: ["name"] as const,
+    registers: [this.registry],
+  });
+  private readonly queueLatency = new Histogram({
+    name: "stockade_workqueue_queue_duration_seconds",
+    help: "Time a key waited in the queue",
+    labelNames: ["name"] as const,
+    buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 10, 60],
+    registers: [this.registry],
+  });
+  private readonly workDuration = new Histogram({
+    name: "stockade_workqueue_work_duration_seconds",
+    help: "Time a reconcile took",
+    labelNames: ["name"] as const,
+    buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300],
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** The onMetric callback of a WorkQueue named `name`. */
+  queue(name: string): (m: QueueMetric, v: number) => void {
+    return (m, v) => {
+      if (m === "depth") this.queueDepth.set({ name }, v);
+      else if (m === "adds") this.queueAdds.inc({ name }, v);
+      else if (m === "retries") this.queueRetries.inc({ name }, v);
+      else if (m === "queueLatencyMs") this.queueLatency.observe({ name }, v / 1000);
+      else this.workDuration.observe({ name }, v / 1000);
+    };
+  }
+}
