@@ -35,8 +35,9 @@ export class Bed {
     this.apps = lab.kc.makeApiClient(AppsV1Api);
   }
 
-  static async up(o: { nodes: number; zones?: string[]; name: string }): Promise<Bed> {
-    const lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`)), nodes: o.nodes, zones: o.zones });
+  static async up(o: { nodes: number; zones?: string[]; name: string; dir?: string; log?: (msg: string) => void }): Promise<Bed> {
+    const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
+    const lab = await Lab.up({ dir, nodes: o.nodes, zones: o.zones, log: o.log });
     try {
       return await Bed.setUp(lab);
     } catch (err) {
