@@ -3,7 +3,7 @@
 // exits, so it can never act on a view it no longer owns). Expiry is judged by when *we* last saw the
 // Lease change, not by the holder's timestamps, so clock skew between replicas cannot shorten it.
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from "@kubernetes/client-node";
-import { isConflict, isNotFound } from "../kube/api.ts";
+import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
 import type { Log } from "./controller.ts";
 
 export interface LeaderElectionOptions {
@@ -46,7 +46,10 @@ export class LeaderElector {
       try {
         await this.tryAcquireOrRenew();
       } catch (err) {
-        this.o.log.warn({ err: String(err) }, "leader election: cannot reach the Lease");
+        const why = isNotFound(err)
+          ? `namespace ${this.o.namespace} does not exist: create it (kubectl create namespace ${this.o.namespace}) or pass --leader-election-namespace`
+          : errorMessage(err);
+        this.o.log.warn({ lease: `${this.o.namespace}/${this.o.name}` }, `leader election: cannot take or renew the Lease: ${why}`);
       }
       if (this.leading && Date.now() - this.lastRenew > this.o.renewDeadlineMs) this.lose("could not renew the leader Lease in time");
       if (!this.stopped) this.timer = setTimeout(tick, this.o.retryPeriodMs);

@@ -285,9 +285,19 @@ export class Bed {
     return this.rec.first(pred)?.t;
   }
 
+  /** BMC passwords (every node's, plus any given) that appear in the operator's logs. */
+  leakedSecrets(extra: string[] = []): string[] {
+    const logs = this.opRuns ? this.operatorLogs() : "";
+    const secrets = [...this.lab.nodes().map((n) => readFileSync(this.lab.bmcEndpoint(n).passwordFile, "utf8").trim()), ...extra];
+    return secrets.filter((s) => s && logs.includes(s));
+  }
+
+  /** Stops everything; fails if an operator logged a BMC password (every e2e run is checked). */
   async down(): Promise<void> {
     for (const c of this.operators) await this.killOperator("SIGTERM", c).catch(() => undefined);
     this.rec.stop();
+    const leaked = this.leakedSecrets().length;
     await this.lab.down();
+    if (leaked) throw new Error(`${leaked} BMC password(s) appear in the operator's logs in ${this.lab.dir}/logs`);
   }
 }

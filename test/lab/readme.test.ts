@@ -1,0 +1,48 @@
+// The README's documented commands work as documented: the quickstart demo, the flags table, the plugin.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { repoRoot } from "../../lab/bins.ts";
+import { USAGE } from "../../src/config.ts";
+
+const run = promisify(execFile);
+const readme = readFileSync(join(repoRoot, "README.md"), "utf8");
+const npm = process.platform === "win32" ? "npm.cmd" : "npm";
+
+test("the README's first command is the demo, and `npm run demo -- --once` ends with the failover line", async () => {
+  const first = /```sh\n([^\n]+)\n```/.exec(readme)?.[1];
+  assert.equal(first, "npm run demo");
+  const dir = mkdtempSync(join(tmpdir(), "stockade-demo-"));
+  const r = await run(npm, ["run", "demo", "--", "--once"], {
+    cwd: repoRoot,
+    env: { ...process.env, STOCKADE_LAB_DIR: dir },
+    timeout: 300_000,
+    maxBuffer: 16 * 1024 * 1024,
+  });
+  const lines = r.stdout.trim().split("\n");
+  for (const milestone of [
+    "heartbeat lost",
+    "NodeDown",
+    "level 1, agent lab-ipmi",
+    "confirmed fenced",
+    "removed from the API",
+    "replacement db-0 Running",
+  ])
+    assert.ok(r.stdout.includes(milestone), `the timeline shows "${milestone}"`);
+  const failover = lines.filter((l) => l.startsWith("failover:")).at(-1);
+  assert.match(failover ?? "", /^failover: \d+\.\d s$/);
+  assert.match(lines.at(-1) ?? "", /stopping the operator and the lab|^failover/);
+  console.log(`demo ${failover}`);
+});
+
+test("every flag in the README's table is one the operator knows, and the other way round", async () => {
+  const inReadme = new Set([...readme.matchAll(/^\| `(--[a-z-]+)/gm)].map((m) => m[1]));
+  const inUsage = new Set([...USAGE.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]));
+  assert.deepEqual([...inReadme].sort(), [...inUsage].sort());
+  const help = await run(process.execPath, [join(repoRoot, "src/main.ts"), "--help"]);
+  assert.match(help.stdout, /^Usage: npm start -- \[flags\]/);
+});
