@@ -46,3 +46,9 @@ test("every flag in the README's table is one the operator knows, and the other 
   const help = await run(process.execPath, [join(repoRoot, "src/main.ts"), "--help"]);
   assert.match(help.stdout, /^Usage: npm start -- \[flags\]/);
 });
+
+test("the plugin's commands in the README are the plugin's commands", async () => {
+  const help = await run(process.execPath, [join(repoRoot, "bin/kubectl-stockade.js"), "--help"]);
+  for (const cmd of [...readme.matchAll(/^kubectl stockade ([a-z]+)/gm)].map((m) => m[1]!))
+    assert.match(help.stdout, new RegExp(`\\b${cmd}\\b`), `${cmd} is in the plugin's help`);
+});

@@ -1,0 +1,112 @@
+// `kubectl stockade explain NODE`: the operator's own fleet decision, computed here from one list of each
+// kind, for one node, with the inputs that led to it. The CLI cannot see the operator's watches, so the
+// watch-staleness guard is taken as satisfied (watchStalenessSeconds 0).
+import type { DateTime } from "luxon";
+import type { FencingPolicy } from "../api/v1alpha1.ts";
+import { decideFleet, type FleetInput } from "../decide/fleet.ts";
+import { podWaitSeconds } from "../decide/forgiveness.ts";
+import { isFinished, isGuarded } from "../decide/guarded-pods.ts";
+import { policyForNode } from "../decide/selectors.ts";
+import { CliError, type Cluster } from "./cluster.ts";
+import { clip, dash, iso, table, when } from "./format.ts";
+import { lastAttempt } from "./status.ts";
+
+export async function gatherFleet(c: Cluster, now: DateTime): Promise<FleetInput> {
+  const [nodes, leases, pods, pvcs, pdbs, policies, fences] = await Promise.all([
+    c.nodes(),
+    c.leases(),
+    c.pods(),
+    c.pvcs(),
+    c.pdbs(),
+    c.policies(),
+    c.fences(),
+  ]);
+  return { now, nodes, leases, pods, pvcs, pdbs, policies, fences, watchStalenessSeconds: 0 };
+}
+
+function describePolicy(p: FencingPolicy): string {
+  const d = p.spec.detection ?? {};
+  const levels = p.spec.escalation.map((l, i) => `level ${i + 1}: ${l.agents.map((a) => a.name).join(" + ")}`).join(", ");
+  const flags = [p.spec.dryRun ? "dryRun" : "", p.spec.paused ? "paused" : ""].filter(Boolean).join(", ");
+  return [
+    `heartbeatTimeoutSeconds ${d.heartbeatTimeoutSeconds ?? 40}, fenceAfterSeconds ${d.fenceAfterSeconds ?? 60}, honorPodTolerations ${d.honorPodTolerations ?? true}`,
+    `escalation ${levels}; action ${p.spec.action ?? "off"}${flags ? `; ${flags}` : ""}`,
+  ].join("\n");
+}
+
+/** The explanation of one node; throws a CliError when the node does not exist. */
+export function renderExplain(i: FleetInput, nodeName: string): string {
+  const node = i.nodes.find((n) => n.metadata?.name === nodeName);
+  if (!node) throw new CliError(`node "${nodeName}" not found (kubectl get nodes lists them)`);
+  const d = decideFleet(i);
+  const x = d.decisions.find((y) => y.node === nodeName);
+  if (!x) throw new CliError(`internal error: the fleet decision has no verdict for node ${nodeName}`);
+  const { now } = i;
+  const { policy, conflicts } = policyForNode(node, i.policies);
+  const out: string[] = [];
+
+  out.push(`Node:      ${nodeName}`);
+  out.push(`Verdict:   ${x.verdict}`);
+  out.push(`Why:       ${x.message}`);
+  const h = x.health;
+  out.push("Health:");
+  out.push(`  state:             ${h.state}${h.silent && h.state !== "Partitioned" ? " (silent, but Ready is not Unknown yet)" : ""}`);
+  out.push(`  ready:             ${h.ready}`);
+  out.push(`  last heartbeat:    ${when(h.lastHeartbeat, now)}`);
+  out.push(`  partitioned since: ${h.partitionedSince ? when(h.partitionedSince, now) : "-"}`);
+  out.push(`  bootID:            ${dash(h.bootID)}`);
+
+  if (!policy) {
+    out.push("Policy:    none: no FencingPolicy's nodeSelector matches this node, so Stockade never fences it automatically");
+  } else {
+    out.push(`Policy:    ${policy.metadata?.name}`);
+    for (const l of describePolicy(policy).split("\n")) out.push(`  ${l}`);
+    if (conflicts.length)
+      out.push(`  also selected by ${conflicts.map((p) => p.metadata?.name).join(", ")} (ignored: the first policy by name applies)`);
+  }
+
+  const fence = i.fences.get(nodeName);
+  if (fence) {
+    out.push(`NodeFence: ${nodeName} phase ${fence.status?.phase ?? "(new)"}, origin ${fence.spec.origin ?? "Manual"}`);
+    if (fence.spec.reason) out.push(`  reason:       ${clip(fence.spec.reason, 200)}`);
+    if (fence.status?.evidence)
+      out.push(
+        `  evidence:     ${fence.status.evidence.method} at ${iso(fence.status.evidence.time)}${fence.status.evidence.detail ? `: ${fence.status.evidence.detail}` : ""}`,
+      );
+    out.push(`  last attempt: ${lastAttempt(fence, now)}`);
+    if (fence.spec.unfence) out.push("  unfence requested");
+  } else out.push("NodeFence: none");
+
+  const pods = i.pods.filter((p) => p.spec?.nodeName === nodeName);
+  out.push("", `Pods on ${nodeName}: ${pods.length}`);
+  if (pods.length && policy) {
+    const rows = pods
+      .sort((a, b) => `${a.metadata?.namespace}/${a.metadata?.name}`.localeCompare(`${b.metadata?.namespace}/${b.metadata?.name}`))
+      .map((p) => {
+        const name = `${p.metadata?.namespace}/${p.metadata?.name}`;
+        if (isFinished(p)) return [name, "no", `finished (${p.status?.phase}): nothing to release`, "-"];
+        const g = isGuarded(p, policy.spec.guardedPods, i.pvcs);
+        if (!g.guarded) return [name, "no", g.why, "-"];
+        const w = podWaitSeconds(p, policy.spec.detection);
+        const policyWait = podWaitSeconds(p, { ...policy.spec.detection, honorPodTolerations: false });
+        const wait =
+          w === null ? "forever (tolerates unreachable)" : w === policyWait ? `${w}s (fenceAfterSeconds)` : `${w}s (its toleration)`;
+        return [name, "yes", g.why, wait];
+      });
+    out.push(table(["POD", "GUARDED", "WHY", "WAITS"], rows));
+  } else if (pods.length) out.push(`  ${pods.map((p) => `${p.metadata?.namespace}/${p.metadata?.name}`).join(", ")}`);
+
+  if (policy) {
+    const s = d.policies.get(policy.metadata?.name ?? "");
+    out.push("", `Storm guard (policy ${policy.metadata?.name}):`);
+    if (!s?.holds.length) out.push("  no hold: fencing is not held back");
+    else for (const hold of s.holds) out.push(`  HOLD ${hold.reason}: ${hold.message}`);
+    if (s) {
+      out.push(`  partitioned nodes: ${s.partitioned.join(", ") || "none"}; fences in flight: ${s.activeFences}`);
+      if (s.queued.length) out.push(`  queued for a fence slot: ${s.queued.join(", ")}`);
+      if (s.wouldFence.length) out.push(`  dry run would fence: ${s.wouldFence.join(", ")}`);
+    }
+    out.push("  (the watch-staleness guard is the operator's own and is not evaluated here)");
+  }
+  return out.join("\n") + "\n";
+}

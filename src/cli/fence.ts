@@ -1,0 +1,115 @@
+// `kubectl stockade fence NODE` and `unfence NODE`: an administrator's NodeFence, the same object one
+// would `kubectl apply` (origin Manual), with the checks kubectl cannot make: the node exists, the policy
+// exists, and an existing NodeFence is not silently replaced.
+import { userInfo } from "node:os";
+import { PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
+import type { DateTime } from "luxon";
+import { API_VERSION, GROUP, VERSION, type NodeFence } from "../api/v1alpha1.ts";
+import { policyForNode } from "../decide/selectors.ts";
+import { statusCode } from "../kube/api.ts";
+import { CliError, describeApiError, type Cluster } from "./cluster.ts";
+import { age } from "./format.ts";
+
+/** Phases after which a NodeFence is only a record: deleting it is what allows a new episode. */
+export const ENDED_PHASES = new Set(["Failed", "Unfenced"]);
+
+export interface FenceOptions {
+  reason?: string;
+  policy?: string;
+  replace?: boolean;
+}
+
+function who(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return "an administrator";
+  }
+}
+
+/** Why an existing NodeFence ended, from its Failed condition when there is one. */
+function endedWhy(f: NodeFence): string {
+  const failed = f.status?.conditions?.find((c) => c.type === "Failed" && c.status === "True");
+  return failed ? `: ${failed.message}` : "";
+}
+
+export async function fence(c: Cluster, node: string, o: FenceOptions, now: DateTime): Promise<string> {
+  const [n, policies] = await Promise.all([c.node(node), c.policies()]);
+  let policy = o.policy;
+  if (policy) {
+    if (!policies.some((p) => p.metadata?.name === policy))
+      throw new CliError(
+        `FencingPolicy "${policy}" not found (policies: ${policies.map((p) => p.metadata?.name).join(", ") || "none"}); omit --policy to use the one whose nodeSelector matches the node`,
+      );
+  } else {
+    // The operator would fail the NodeFence with NoPolicy: say so before creating it.
+    policy = policyForNode(n, policies).policy?.metadata?.name;
+    if (!policy)
+      throw new CliError(`no FencingPolicy selects node ${node}, so nothing says how to fence it: pass --policy NAME or create a policy`);
+  }
+  const lines: string[] = [];
+  const old = await c.fence(node);
+  if (old) {
+    const phase = old.status?.phase ?? "";
+    const desc = `NodeFence ${node} (phase ${phase || "(new)"}, origin ${old.spec.origin ?? "Manual"}, created ${age(old.metadata?.creationTimestamp, now)} ago)`;
+    if (!ENDED_PHASES.has(phase))
+      throw new CliError(`${desc} already exists and is active: ${node} is being fenced or is fenced; see kubectl stockade status`);
+    if (!o.replace)
+      throw new CliError(
+        `${desc} exists and ended${endedWhy(old)}; it is the record of that episode: pass --replace to delete it and fence ${node} again`,
+      );
+    await c.call(`delete NodeFence ${node}`, () => c.kube.deleteNodeFence(old));
+    lines.push(`nodefence.${GROUP}/${node} deleted (it was ${phase})`);
+  }
+  const body: NodeFence = {
+    apiVersion: API_VERSION,
+    kind: "NodeFence",
+    metadata: { name: node },
+    spec: {
+      nodeName: node,
+      origin: "Manual",
+      ...(o.policy ? { policy: o.policy } : {}),
+      reason: (o.reason ?? `requested by ${who()} with kubectl stockade fence`).slice(0, 1024),
+    },
+  };
+  try {
+    await c.raw(() => c.kube.createNodeFence(body));
+  } catch (err) {
+    // The operator may have created one for a partitioned node in between.
+    const other = statusCode(err) === 409 ? await c.fence(node).catch(() => undefined) : undefined;
+    if (other)
+      throw new CliError(
+        `NodeFence ${node} was created meanwhile by someone else (origin ${other.spec.origin}): see kubectl stockade status`,
+      );
+    throw new CliError(describeApiError(err, `create NodeFence ${node}`, c.server));
+  }
+  lines.push(
+    `nodefence.${GROUP}/${node} created (origin Manual, policy ${policy}${o.policy ? "" : ", the one that selects the node"})`,
+    `The operator now powers ${node} off, confirms it, and releases its guarded pods. Follow it with: kubectl stockade status`,
+  );
+  return lines.join("\n") + "\n";
+}
+
+const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+
+export async function unfence(c: Cluster, node: string): Promise<string> {
+  const f = await c.fence(node);
+  if (!f) throw new CliError(`no NodeFence ${node}: node ${node} is not fenced, nothing to unfence`);
+  const phase = f.status?.phase ?? "";
+  if (phase === "Unfenced") return `NodeFence ${node} is already Unfenced; nothing to do\n`;
+  if (f.spec.unfence) return `NodeFence ${node} already has spec.unfence=true (phase ${phase || "(new)"}); the operator is on it\n`;
+  await c.call(`patch NodeFence ${node}`, () =>
+    c.kube.custom.patchClusterCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        plural: "nodefences",
+        name: node,
+        // The resourceVersion makes this a compare-and-swap: a concurrent change is not overwritten.
+        body: { metadata: { resourceVersion: f.metadata?.resourceVersion }, spec: { unfence: true } },
+      },
+      mergePatch,
+    ),
+  );
+  return `nodefence.${GROUP}/${node} patched (spec.unfence=true): the operator powers ${node} on and removes its fenced taint\n`;
+}

@@ -1,0 +1,324 @@
+// kubectl-stockade without a cluster: formatting, the renderings of status and explain over fixtures, the
+// command line, and the API error messages against a fake apiserver (no CRDs, "try again later", nothing listening).
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { AddressInfo } from "node:net";
+import { age, clip, humanDuration, iso, table } from "../../src/cli/format.ts";
+import { renderStatus } from "../../src/cli/status.ts";
+import { renderExplain } from "../../src/cli/explain.ts";
+import { policyProblems } from "../../src/cli/check.ts";
+import { retryAfterSeconds } from "../../src/cli/cluster.ts";
+import { main } from "../../src/cli/kubectl-stockade.ts";
+import type { FleetInput } from "../../src/decide/fleet.ts";
+import { ApiException } from "@kubernetes/client-node";
+import { T0, at, fence, fenceMap, lease, leases, node, pod, policy, pvcMap, stsPod } from "./decide-fixtures.ts";
+
+describe("format", () => {
+  test("table aligns columns with three spaces and does not pad the last one", () => {
+    assert.equal(
+      table(
+        ["NAME", "PHASE"],
+        [
+          ["node-1", "Fenced"],
+          ["n2", "-"],
+        ],
+      ),
+      "NAME     PHASE\nnode-1   Fenced\nn2       -",
+    );
+    assert.equal(table(["A", "B", "C"], [["x", "", "z"]]), "A   B   C\nx       z");
+  });
+
+  test("humanDuration follows kubectl's", () => {
+    const cases: [number, string][] = [
+      [0, "0s"],
+      [59, "59s"],
+      [119, "119s"],
+      [120, "2m"],
+      [185, "3m5s"],
+      [600, "10m"],
+      [179 * 60, "179m"],
+      [3 * 3600 + 5 * 60, "3h5m"],
+      [8 * 3600, "8h"],
+      [47 * 3600, "47h"],
+      [50 * 3600, "2d2h"],
+      [10 * 86400, "10d"],
+      [800 * 86400, "2y70d"],
+      [9 * 365 * 86400, "9y"],
+      [-5, "<invalid>"],
+    ];
+    for (const [s, want] of cases) assert.equal(humanDuration(s), want, `${s} s`);
+  });
+
+  test("age, iso and clip", () => {
+    assert.equal(age(T0.toISO(), at(90)), "90s");
+    assert.equal(age(undefined, T0), "-");
+    assert.equal(iso(at(1.5)), "2026-01-01T00:00:01Z");
+    assert.equal(clip("a\n  b", 10), "a b");
+    assert.equal(clip("abcdefghijkl", 5), "abcd…");
+  });
+});
+
+/** node-1 heartbeats; node-2 is silent since T0 (partitioned at T0+6 with a 6 s timeout), with a guarded pod and an opted-out one. */
+function world(now = at(8)): FleetInput {
+  return {
+    now,
+    nodes: [node("node-1", { heartbeat: now.minus({ seconds: 1 }) }), node("node-2", { ready: "Unknown", heartbeat: T0 })],
+    leases: leases(lease("node-1", now.minus({ seconds: 1 })), lease("node-2", T0)),
+    pods: [
+      stsPod("db-0", { node: "node-2" }),
+      pod("web", { node: "node-2", labels: { "stockade.io/guarded": "false" } }),
+      pod("cache", {
+        node: "node-2",
+        claims: ["data"],
+        conditions: [{ type: "NodeDown", status: "True", reason: "NodePartitioned", lastTransitionTime: at(6).toJSDate() }],
+      }),
+    ],
+    pvcs: pvcMap(),
+    pdbs: [],
+    policies: [policy("default", { detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 4, honorPodTolerations: false } })],
+    fences: fenceMap(),
+    watchStalenessSeconds: 0,
+  };
+}
+
+describe("explain", () => {
+  test("a node partitioned for less than its pods' wait is Waiting, with its guarded pods and why", () => {
+    const out = renderExplain(world(), "node-2");
+    assert.match(out, /^Verdict:\s+Waiting$/m);
+    assert.match(out, /^Policy:\s+default$/m);
+    assert.match(out, /state:\s+Partitioned/);
+    assert.match(out, /partitioned since: 2026-01-01T00:00:06Z \(2s ago\)/);
+    assert.match(out, /^default\/db-0\s+yes\s+owned by a StatefulSet\s+4s \(fenceAfterSeconds\)$/m);
+    assert.match(out, /^default\/cache\s+yes\s+uses ReadWriteOnce claim data\s+4s/m);
+    assert.match(out, /^default\/web\s+no\s+opted out by label/m);
+    assert.match(out, /no hold: fencing is not held back/);
+  });
+
+  test("once the wait is over it is Fence; a healthy node is Healthy; a fenced one HasFence; an unknown one an error", () => {
+    assert.match(renderExplain(world(at(11)), "node-2"), /^Verdict:\s+Fence$/m);
+    assert.match(renderExplain(world(at(11)), "node-1"), /^Verdict:\s+Healthy$/m);
+    const w = { ...world(at(11)), fences: fenceMap(fence("node-2", { phase: "Fencing", currentLevel: 0 })) };
+    const out = renderExplain(w, "node-2");
+    assert.match(out, /^Verdict:\s+HasFence$/m);
+    assert.match(out, /^NodeFence: node-2 phase Fencing, origin Automatic$/m);
+    assert.throws(() => renderExplain(w, "node-9"), /node "node-9" not found/);
+  });
+
+  test("a node no policy selects says so", () => {
+    // Without a policy the default 40 s heartbeat timeout applies.
+    const w = { ...world(at(50)), policies: [] };
+    const out = renderExplain(w, "node-2");
+    assert.match(out, /^Verdict:\s+NoPolicy$/m);
+    assert.match(out, /^Policy:\s+none/m);
+  });
+
+  test("storm guard holds are listed", () => {
+    const w = world(at(11));
+    w.policies = [policy("default", { detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 4 }, guards: { maxUnhealthyNodes: 0 } })];
+    const out = renderExplain({ ...w, nodes: [...w.nodes, node("node-3", { ready: "Unknown", heartbeat: T0 })] }, "node-2");
+    assert.match(out, /^Verdict:\s+Held$/m);
+    assert.match(out, /HOLD TooManyUnhealthyNodes: /);
+  });
+});
+
+describe("status", () => {
+  test("lists the partitioned node, the NodeFences, the pods with NodeDown and the policies' conditions", () => {
+    const w = world(at(20));
+    const p = policy("default", { detection: { heartbeatTimeoutSeconds: 6 } });
+    p.status = {
+      conditions: [
+        { type: "Ready", status: "True", reason: "Accepted", message: "", lastTransitionTime: T0.toISO() ?? "" },
+        {
+          type: "StormGuard",
+          status: "True",
+          reason: "ZonePartitioned",
+          message: "zone a is silent",
+          lastTransitionTime: T0.toISO() ?? "",
+        },
+      ],
+      partitionedNodes: ["node-2"],
+      activeFences: 1,
+    };
+    const f = fence("node-2", {
+      phase: "Fencing",
+      currentLevel: 1,
+      attempts: [{ level: 1, agent: "pdu", operation: "off", startTime: at(15).toISO() ?? "", outcome: "InProgress" }],
+    });
+    f.metadata.creationTimestamp = at(12).toJSDate();
+    const out = renderStatus({ now: at(20), nodes: w.nodes, leases: w.leases, pods: w.pods, policies: [p], fences: fenceMap(f) });
+    assert.match(out, /^node-2\s+Partitioned\s+Unknown\s+20s ago\s+14s ago\s+6s\s+default$/m);
+    assert.doesNotMatch(out, /^node-1\s/m);
+    assert.match(out, /^node-2\s+Fencing\s+Automatic\s+2\s+-\s+8s\s+pdu off InProgress 5s ago$/m);
+    assert.match(out, /^default\/cache\s+node-2\s+14s\s+NodePartitioned$/m);
+    assert.match(out, /^default\s+True\s+True \(ZonePartitioned\)\s+-\s+no\s+node-2\s+1$/m);
+    assert.match(out, /default StormGuard=True ZonePartitioned: zone a is silent/);
+  });
+
+  test("all quiet", () => {
+    const out = renderStatus({
+      now: T0,
+      nodes: [node("n", { heartbeat: T0 })],
+      leases: leases(),
+      pods: [],
+      policies: [],
+      fences: fenceMap(),
+    });
+    assert.match(out, /all 1 node\(s\) heartbeating/);
+    assert.match(out, /NODEFENCES\nnone/);
+    assert.match(out, /FENCINGPOLICIES\nnone/);
+  });
+});
+
+test("check: a policy naming a missing agent is a problem", () => {
+  const p = policy("p", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu-a" }, { name: "ipmi" }] }] });
+  assert.deepEqual(policyProblems(p, new Set(["ipmi"])), ["level 2 names FenceAgent pdu-a, which does not exist"]);
+  assert.deepEqual(policyProblems(p, new Set(["ipmi", "pdu-a"])), []);
+});
+
+test("retryAfterSeconds: 429 and 503 with Retry-After are retried, others not", () => {
+  assert.equal(retryAfterSeconds(new ApiException(429, "", "", { "retry-after": "1" })), 1);
+  assert.equal(retryAfterSeconds(new ApiException(429, "", "", {})), 1);
+  assert.equal(retryAfterSeconds(new ApiException(429, "", "", { "Retry-After": "60" })), 5);
+  assert.equal(retryAfterSeconds(new ApiException(503, "", "", { "retry-after": "2" })), 2);
+  assert.equal(retryAfterSeconds(new ApiException(503, "", "", {})), undefined);
+  assert.equal(retryAfterSeconds(new ApiException(404, "", "", {})), undefined);
+  assert.equal(retryAfterSeconds(new Error("x")), undefined);
+});
+
+/** Runs main() with its output captured. */
+async function cli(argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  let out = "";
+  let err = "";
+  const code = await main(argv, { out: (s) => (out += s), err: (s) => (err += s) });
+  return { code, out, err };
+}
+
+describe("command line", () => {
+  test("--help for the plugin and each command", async () => {
+    const top = await cli(["--help"]);
+    assert.equal(top.code, 0);
+    for (const c of ["status", "fence NODE", "unfence NODE", "explain NODE", "check"]) assert.match(top.out, new RegExp(`^  ${c}\\s`, "m"));
+    for (const c of ["status", "fence", "unfence", "explain", "check"]) {
+      const r = await cli([c, "--help"]);
+      assert.equal(r.code, 0, c);
+      assert.match(r.out, new RegExp(`^Usage: kubectl stockade ${c}`), c);
+      assert.match(r.out, /--kubeconfig PATH/);
+    }
+  });
+
+  test("usage errors exit 2 and say what is wrong", async () => {
+    const cases: [string[], RegExp][] = [
+      [[], /Usage: kubectl stockade COMMAND/],
+      [["frob"], /unknown command "frob"/],
+      [["fence"], /fence takes exactly one NODE/],
+      [["explain", "a", "b"], /explain takes exactly one NODE/],
+      [["status", "--reason", "x"], /status does not take --reason/],
+      [["check", "--timeout", "0"], /--timeout must be a whole number of seconds from 1 to 600/],
+      [["status", "--bogus"], /Unknown option '--bogus'/],
+    ];
+    for (const [argv, re] of cases) {
+      const r = await cli(argv);
+      assert.equal(r.code, 2, argv.join(" "));
+      assert.match(r.err, re, argv.join(" "));
+    }
+  });
+
+  test("a missing kubeconfig or context is an error", async () => {
+    const r = await cli(["status", "--kubeconfig", "/nonexistent/kubeconfig"]);
+    assert.equal(r.code, 1);
+    assert.match(r.err, /cannot load the kubeconfig \/nonexistent\/kubeconfig/);
+    const file = kubeconfig("http://127.0.0.1:9");
+    const c = await cli(["status", "--kubeconfig", file, "--context", "other"]);
+    assert.equal(c.code, 1);
+    assert.match(c.err, /context "other" is not in the kubeconfig \(contexts: test\)/);
+  });
+
+  test("no cluster listening: says it cannot reach the API server", async () => {
+    const port = await freePort();
+    const r = await cli(["status", "--kubeconfig", kubeconfig(`http://127.0.0.1:${port}`)]);
+    assert.equal(r.code, 1);
+    assert.match(
+      r.err,
+      new RegExp(`cannot reach the Kubernetes API server at http://127\\.0\\.0\\.1:${port} to list .*ECONNREFUSED.*--context right\\?`),
+    );
+  });
+
+  test("no CRDs: says to install them; a 429 is retried", async () => {
+    let tooMany = 0;
+    let crds = false;
+    await withApiserver(
+      (req, res) => {
+        const url = req.url ?? "";
+        res.setHeader("Content-Type", "application/json");
+        if (url.startsWith("/api/v1/nodes") && tooMany-- > 0) {
+          res.writeHead(429, { "Retry-After": "1" });
+          return res.end(JSON.stringify({ kind: "Status", code: 429, message: "storage is (re)initializing" }));
+        }
+        if ((url.startsWith("/apis/stockade.io/") && !crds) || /^\/api\/v1\/nodes\/[^?]/.test(url)) {
+          res.writeHead(404);
+          return res.end(JSON.stringify({ kind: "Status", code: 404, message: "the server could not find the requested resource" }));
+        }
+        res.writeHead(200);
+        res.end(JSON.stringify({ items: [] }));
+      },
+      async (server) => {
+        const r = await cli(["status", "--kubeconfig", kubeconfig(server)]);
+        assert.equal(r.code, 1, r.err);
+        assert.match(
+          r.err,
+          /the (fencingpolicies|nodefences)\.stockade\.io CRD is not installed .*: install Stockade's CRDs \(kubectl apply -f crds\//,
+        );
+        const e = await cli(["explain", "node-1", "--kubeconfig", kubeconfig(server)]);
+        assert.equal(e.code, 1, e.err);
+        assert.match(e.err, /node "node-1" not found/);
+
+        crds = true;
+        tooMany = 1;
+        const ok = await cli(["status", "--kubeconfig", kubeconfig(server)]);
+        assert.equal(ok.code, 0, ok.err);
+        assert.equal(tooMany, -1, "the 429 was retried");
+        assert.match(ok.out, /all 0 node\(s\) heartbeating/);
+      },
+    );
+  });
+});
+
+/** A loopback port nobody listens on. */
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
+  const port = (s.address() as AddressInfo).port;
+  await new Promise((resolve) => s.close(resolve));
+  return port;
+}
+
+function kubeconfig(server: string): string {
+  const file = join(mkdtempSync(join(tmpdir(), "stockade-kubectl-plugin-")), "kubeconfig");
+  writeFileSync(
+    file,
+    JSON.stringify({
+      apiVersion: "v1",
+      kind: "Config",
+      clusters: [{ name: "test", cluster: { server, "insecure-skip-tls-verify": true } }],
+      users: [{ name: "test", user: { token: "t" } }],
+      contexts: [{ name: "test", context: { cluster: "test", user: "test" } }],
+      "current-context": "test",
+    }),
+  );
+  return file;
+}
+
+async function withApiserver(handler: (req: IncomingMessage, res: ServerResponse) => void, fn: (url: string) => Promise<void>) {
+  const server = createServer(handler);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  try {
+    await fn(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+}
