@@ -4,8 +4,8 @@ import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FenceAgent } from "../api/v1alpha1.ts";
 import { secretKey, secretRefsFor } from "../agents/parameters.ts";
-import { checkAgent, nodesForAgent } from "../decide/agent-check.ts";
-import { isNotFound, type Kube } from "../kube/api.ts";
+import { checkAgent, nodesForAgent, type AgentCheck } from "../decide/agent-check.ts";
+import { isNotFound, statusCode, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import type { EventRecorder } from "../runtime/events.ts";
@@ -31,6 +31,7 @@ export class FenceAgentController {
     if (!agent) return;
     const nodes = nodesForAgent(agent, caches.policies.list(), caches.nodes.list());
     const secrets = new Map<string, Record<string, string> | undefined>();
+    const forbidden: string[] = [];
     for (const n of nodes)
       for (const ref of secretRefsFor(agent.spec, n.metadata?.name ?? "")) {
         const key = secretKey(ref);
@@ -38,11 +39,19 @@ export class FenceAgentController {
         try {
           secrets.set(key, await kube.readSecret(ref.namespace, ref.name));
         } catch (err) {
-          if (!isNotFound(err)) throw err;
+          if (statusCode(err) === 403) forbidden.push(key);
+          else if (!isNotFound(err)) throw err;
           secrets.set(key, undefined);
         }
       }
-    const check = checkAgent(agent, nodes, secrets);
+    const check: AgentCheck = forbidden.length
+      ? {
+          ok: false,
+          reason: "SecretForbidden",
+          message: `the operator may not read Secret ${forbidden.join(", ")}: keep credentials in the operator's namespace, or grant its ServiceAccount get on secrets there (a Role and RoleBinding)`,
+          nodes: [],
+        }
+      : checkAgent(agent, nodes, secrets);
     const gen = agent.metadata?.generation;
     const before = findCondition(agent.status?.conditions as Condition[] | undefined, "Ready");
     const conditions = setCondition(

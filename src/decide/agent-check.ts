@@ -9,7 +9,7 @@ import { matchesSelector } from "./selectors.ts";
 
 export interface AgentCheck {
   ok: boolean;
-  reason: "Valid" | "Unused" | "InvalidConfiguration" | "SecretNotFound";
+  reason: "Valid" | "Unused" | "InvalidConfiguration" | "SecretNotFound" | "SecretForbidden";
   message: string;
   nodes: string[];
 }

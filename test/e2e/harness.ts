@@ -48,16 +48,42 @@ export class Bed {
 
   private static async setUp(lab: Lab): Promise<Bed> {
     const bed = new Bed(lab, await new Recorder(lab).start());
-    await bed.kubectl("apply", "-f", join(repoRoot, "crds"));
-    await bed.kubectl(
-      "wait",
-      "--for=condition=Established",
-      "--timeout=60s",
-      "crd/nodefences.stockade.io",
-      "crd/fencingpolicies.stockade.io",
-      "crd/fenceagents.stockade.io",
+    try {
+      return await bed.install();
+    } catch (err) {
+      bed.rec.stop(); // its watches would keep the test process alive
+      throw err;
+    }
+  }
+
+  private async install(): Promise<Bed> {
+    const lab = this.lab;
+    await this.kubectl("apply", "-f", join(repoRoot, "crds"));
+    // A CRD may not have a status yet when created (`kubectl wait` then errors instead of waiting), and the
+    // apiserver answers 429 until the new kinds' storage is ready: poll until a list works.
+    await waitFor(
+      "the stockade.io CRDs Established and served",
+      async () => {
+        const out = await this.kubectl(
+          "get",
+          "crd",
+          "nodefences.stockade.io",
+          "fencingpolicies.stockade.io",
+          "fenceagents.stockade.io",
+          "-o",
+          'jsonpath={.items[*].status.conditions[?(@.type=="Established")].status}',
+        ).catch(() => "");
+        if (out.split(/\s+/).filter((x) => x === "True").length !== 3) return undefined;
+        return (
+          (await this.kubectl("get", "nodefences,fencingpolicies,fenceagents").then(
+            () => true,
+            () => false,
+          )) || undefined
+        );
+      },
+      { timeoutMs: 60_000, intervalMs: 250 },
     );
-    await bed.kubectl("create", "namespace", SECRETS_NS);
+    await this.kubectl("create", "namespace", SECRETS_NS);
     await lab.waitForDefaultServiceAccount(NS);
     for (const n of lab.nodes()) {
       const ep = lab.bmcEndpoint(n);
@@ -67,7 +93,7 @@ export class Bed {
       });
     }
     const perNode = Object.fromEntries(lab.nodes().map((n) => [n, { credentialsSecretRef: { namespace: SECRETS_NS, name: `bmc-${n}` } }]));
-    await bed.create("fenceagents", {
+    await this.create("fenceagents", {
       metadata: { name: "lab-ipmi" },
       spec: {
         type: "ipmi",
@@ -78,7 +104,7 @@ export class Bed {
         retries: 1,
       },
     });
-    await bed.create("fenceagents", {
+    await this.create("fenceagents", {
       metadata: { name: "lab-fence-ipmilan" },
       spec: {
         type: "fenceAgent",
@@ -90,7 +116,7 @@ export class Bed {
         retries: 1,
       },
     });
-    return bed;
+    return this;
   }
 
   async kubectl(...args: string[]): Promise<string> {

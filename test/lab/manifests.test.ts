@@ -1,0 +1,298 @@
+// The install bundle (manifests/) against a real apiserver: it applies whole to a fresh cluster, the
+// server-side dry runs accept it and the examples, the Deployment's pods pass Pod Security "restricted";
+// and its RBAC is proven sufficient and minimal: the operator runs as the bundle's ServiceAccount through
+// a crash, a release, an unfence and a second fence of the same node, and the apiserver's audit log shows
+// no request of it forbidden and every (group, resource, verb) granted used.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { AppsV1Api, loadAllYaml, StorageV1Api, type KubernetesObject, type V1PolicyRule } from "@kubernetes/client-node";
+import { Lab } from "../../lab/lab.ts";
+import { repoRoot } from "../../lab/bins.ts";
+import { waitFor } from "../../lab/health.ts";
+import { paths } from "../../lab/state.ts";
+import { Bed, SECRETS_NS } from "../e2e/harness.ts";
+import type { NodeFence } from "../../src/api/v1alpha1.ts";
+
+const run = promisify(execFile);
+const MANIFESTS = join(repoRoot, "manifests");
+const EXAMPLES = join(MANIFESTS, "examples");
+const OPERATOR_USER = "system:serviceaccount:stockade-system:stockade";
+
+/** Every object of the YAML files directly in dir (what `kubectl apply -f dir` applies). */
+function objectsIn(dir: string): (KubernetesObject & { rules?: V1PolicyRule[] })[] {
+  return readdirSync(dir)
+    .filter((f) => /\.ya?ml$/.test(f))
+    .sort()
+    .flatMap((f) => (loadAllYaml(readFileSync(join(dir, f), "utf8")) as KubernetesObject[]).filter(Boolean));
+}
+
+/** kubectl without throwing: exit code and both streams. */
+async function kubectl(lab: Lab, ...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const r = await run("kubectl", args, { env: lab.env, maxBuffer: 16 << 20 });
+    return { code: 0, stdout: r.stdout, stderr: r.stderr };
+  } catch (e) {
+    const err = e as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof err.code === "number" ? err.code : -1, stdout: err.stdout ?? "", stderr: err.stderr ?? String(e) };
+  }
+}
+
+/** `kubectl apply` prints "<kind>/<name> <what>" per object: the lines saying `what`. */
+const linesSaying = (out: string, what: string) => out.split("\n").filter((l) => l.endsWith(` ${what}`));
+/** stderr without kubectl's non-fatal warnings. */
+const errorsIn = (stderr: string) =>
+  stderr
+    .split("\n")
+    .filter((l) => l.trim() && !l.startsWith("Warning:"))
+    .join("\n");
+
+describe("manifests/ on a fresh lab", () => {
+  let lab: Lab;
+  before(async () => {
+    lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), "stockade-manifests-")), nodes: 2 });
+  });
+  after(async () => {
+    await lab?.down();
+  });
+
+  test("kubectl apply -f manifests/ installs the bundle whole; the server-side dry runs accept it and the examples", async () => {
+    const objects = objectsIn(MANIFESTS);
+    assert.ok(!readdirSync(MANIFESTS).includes("kustomization.yaml"), "kubectl apply -f would try to apply a kustomization.yaml");
+    const inOwnNamespace = objects.filter((o) => o.metadata?.namespace === "stockade-system").length;
+
+    // A dry run persists nothing, the namespace included: on a fresh cluster the objects that live in it can
+    // only be refused for that reason, and everything else must pass.
+    const fresh = await kubectl(lab, "apply", "--server-side", "--dry-run=server", "-f", MANIFESTS);
+    const notFound = errorsIn(fresh.stderr)
+      .split("\n")
+      .filter((l) => l.includes('namespaces "stockade-system" not found'));
+    assert.equal(notFound.length, inOwnNamespace, fresh.stderr);
+    assert.equal(errorsIn(fresh.stderr).split("\n").length, inOwnNamespace, `only the missing namespace is refused:\n${fresh.stderr}`);
+    assert.equal(linesSaying(fresh.stdout, "serverside-applied (server dry run)").length, objects.length - inOwnNamespace, fresh.stdout);
+
+    const applied = await kubectl(lab, "apply", "-f", MANIFESTS);
+    assert.equal(applied.code, 0, applied.stderr);
+    assert.equal(linesSaying(applied.stdout, "created").length, objects.length, applied.stdout);
+    const again = await kubectl(lab, "apply", "-f", MANIFESTS);
+    assert.equal(again.code, 0, again.stderr);
+    // Re-applying is how users upgrade. (kubectl always sends a PodDisruptionBudget's selector, patch strategy
+    // "replace", and so reports it "configured"; the apiserver finds nothing to change.)
+    const unchanged = again.stdout
+      .split("\n")
+      .filter((l) => l.endsWith(" unchanged") || l === "poddisruptionbudget.policy/stockade configured");
+    assert.equal(unchanged.length, objects.length, `a second apply changes nothing:\n${again.stdout}`);
+
+    const dry = await kubectl(lab, "apply", "--server-side", "--dry-run=server", "-f", MANIFESTS);
+    assert.equal(dry.code, 0, dry.stderr);
+    assert.equal(errorsIn(dry.stderr), "");
+    assert.equal(linesSaying(dry.stdout, "serverside-applied (server dry run)").length, objects.length, dry.stdout);
+
+    // Pod Security "restricted" is enforced in stockade-system: the ReplicaSet could create both pods. (There is
+    // no image; kwok reports the pods Running and Ready anyway.)
+    const apps = lab.kc.makeApiClient(AppsV1Api);
+    const dep = await waitFor(
+      "Deployment stockade with 2 ready replicas",
+      async () => {
+        const d = await apps.readNamespacedDeployment({ name: "stockade", namespace: "stockade-system" });
+        return d.status?.readyReplicas === 2 ? d : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    assert.equal(dep.spec?.template.spec?.priorityClassName, "system-cluster-critical");
+    const failed = await lab.core.listNamespacedEvent({ namespace: "stockade-system", fieldSelector: "reason=FailedCreate" });
+    assert.deepEqual(
+      failed.items.map((e) => e.message),
+      [],
+    );
+
+    const examples = objectsIn(EXAMPLES);
+    const ex = await kubectl(lab, "apply", "--dry-run=server", "-f", EXAMPLES);
+    assert.equal(ex.code, 0, ex.stderr);
+    assert.equal(linesSaying(ex.stdout, "created (server dry run)").length, examples.length, ex.stdout);
+  });
+});
+
+interface AuditEvent {
+  verb?: string;
+  stage?: string;
+  requestURI?: string;
+  user?: { username?: string };
+  objectRef?: { resource?: string; subresource?: string; namespace?: string; name?: string; apiGroup?: string };
+  responseStatus?: { code?: number };
+}
+
+/** One thing the bundle lets the operator do; namespace undefined for a ClusterRole's grants. */
+interface Grant {
+  group: string;
+  resource: string;
+  verb: string;
+  namespace: string | undefined;
+  names: string[] | undefined;
+}
+
+function grantsOf(objects: ReturnType<typeof objectsIn>): Grant[] {
+  const out: Grant[] = [];
+  for (const o of objects) {
+    if (o.kind !== "ClusterRole" && o.kind !== "Role") continue;
+    const namespace = o.kind === "Role" ? o.metadata?.namespace : undefined;
+    for (const r of o.rules ?? [])
+      for (const group of r.apiGroups ?? [])
+        for (const resource of r.resources ?? [])
+          for (const verb of r.verbs) out.push({ group, resource, verb, namespace, names: r.resourceNames });
+  }
+  return out;
+}
+
+const resourceOf = (e: AuditEvent) => `${e.objectRef?.resource ?? ""}${e.objectRef?.subresource ? `/${e.objectRef.subresource}` : ""}`;
+const groupOf = (e: AuditEvent) => e.objectRef?.apiGroup ?? "";
+const show = (g: Grant) =>
+  `${g.group || "core"} ${g.resource} ${g.verb}${g.namespace ? ` in ${g.namespace}` : ""}${g.names ? ` ${JSON.stringify(g.names)}` : ""}`;
+
+describe("RBAC: the operator as the bundle's ServiceAccount", () => {
+  let bed: Bed;
+  before(async () => {
+    bed = await Bed.up({ nodes: 3, name: "rbac" });
+  });
+  after(async () => {
+    await bed?.down();
+  });
+
+  /** Unfences through the API and waits until the node is back and clean. */
+  async function unfence(node: string) {
+    await bed.custom.patchClusterCustomObject({
+      group: "stockade.io",
+      version: "v1alpha1",
+      plural: "nodefences",
+      name: node,
+      body: [{ op: "replace", path: "/spec/unfence", value: true }],
+    });
+    await bed.waitForFence(node, (f) => f.status?.phase === "Unfenced", "Unfenced");
+    await bed.lab.waitForNodeReadyStatus(node, "True", 60_000);
+  }
+
+  const released = (f: NodeFence) => f.status?.phase === "Released";
+
+  test("through a crash, release, unfence and a second fence: never forbidden, every grant used", async () => {
+    // The bed made stockade-system and the FenceAgents' per-node Secrets in it; the bundle labels the
+    // namespace and adds the ServiceAccount and its RBAC.
+    const applied = await kubectl(bed.lab, "apply", "-f", MANIFESTS);
+    assert.equal(applied.code, 0, applied.stderr);
+    const token = (await bed.kubectl("create", "token", "stockade", "-n", SECRETS_NS, "--duration=1h")).trim();
+    const cluster = bed.lab.kc.getCurrentCluster();
+    assert.ok(cluster, "the lab's admin kubeconfig names a cluster");
+    const kubeconfig = join(bed.lab.dir, "stockade-sa.kubeconfig");
+    writeFileSync(
+      kubeconfig,
+      JSON.stringify({
+        apiVersion: "v1",
+        kind: "Config",
+        clusters: [
+          {
+            name: "lab",
+            cluster: {
+              server: cluster.server,
+              ...(cluster.caData ? { "certificate-authority-data": cluster.caData } : { "certificate-authority": cluster.caFile }),
+            },
+          },
+        ],
+        users: [{ name: "stockade", user: { token } }],
+        contexts: [{ name: "stockade", context: { cluster: "lab", user: "stockade" } }],
+        "current-context": "stockade",
+      }),
+      { mode: 0o600 },
+    );
+    const t0 = new Date();
+
+    await bed.policy("default", {});
+    await bed.startOperator({ leaderElect: true, kubeconfig });
+    await waitFor("the operator to lead", () => bed.operatorLogs().includes("controllers running"), { timeoutMs: 30_000 });
+
+    // Crash: the node of db-0 is fenced through IPMI, db-0 and a VolumeAttachment are released.
+    const pods = await bed.statefulSet("db", 2);
+    const victim = pods.find((p) => p.metadata?.name === "db-0")!;
+    const node = victim.spec!.nodeName!;
+    // A guarded pod that can only run on that node: it returns there after the unfence, so the node can be
+    // fenced a second time, which replaces the Unfenced NodeFence (nodefences delete).
+    await bed.statefulSet("pin", 1, { nodeSelector: { "kubernetes.io/hostname": node } });
+    await bed.lab.kc.makeApiClient(StorageV1Api).createVolumeAttachment({
+      body: {
+        metadata: { name: `va-db-0-${node}` },
+        spec: { attacher: "lab.csi.stockade.io", nodeName: node, source: { persistentVolumeName: "pv-db-0" } },
+      },
+    });
+    await bed.lab.crash(node);
+    await bed.waitForReplacement("db-0", victim.metadata!.uid!);
+    const first = await bed.waitForFence(node, released, "Released");
+    assert.ok(first.status?.releases?.some((r) => r.kind === "VolumeAttachment"));
+    await unfence(node);
+
+    // The same node again, once pin-0 runs there again.
+    await waitFor(
+      `pin-0 Running on ${node} again`,
+      async () => {
+        const p = (await bed.pods("pin"))[0];
+        return p?.spec?.nodeName === node && p.status?.phase === "Running" ? p : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    await bed.lab.crash(node);
+    const second = await bed.waitForFence(
+      node,
+      (f) => released(f) && f.metadata?.uid !== first.metadata?.uid,
+      "Released (a new NodeFence)",
+    );
+    assert.equal(second.spec.origin, "Automatic");
+    await unfence(node);
+    await bed.killOperator("SIGTERM"); // steps down: releases the leader Lease
+    assert.deepEqual((await bed.invariant()).violations, []);
+
+    const audit = readFileSync(paths(bed.lab.dir).audit, "utf8")
+      .split("\n")
+      .filter((l) => l.trim())
+      .map((l) => JSON.parse(l) as AuditEvent)
+      .filter((e) => e.user?.username === OPERATOR_USER);
+    assert.ok(audit.length > 0, `no request by ${OPERATOR_USER} in the audit log`);
+    const forbidden = audit.filter((e) => e.responseStatus?.code === 403 || e.responseStatus?.code === 401);
+    assert.deepEqual(
+      forbidden.map((e) => `${e.verb} ${e.requestURI} → ${e.responseStatus?.code}`),
+      [],
+      "requests of the operator that were refused",
+    );
+
+    const grants = grantsOf(objectsIn(MANIFESTS));
+    const uses = (g: Grant) =>
+      audit.filter(
+        (e) =>
+          e.verb === g.verb &&
+          groupOf(e) === g.group &&
+          resourceOf(e) === g.resource &&
+          (g.namespace === undefined || e.objectRef?.namespace === g.namespace) &&
+          (g.names === undefined || g.names.includes(e.objectRef?.name ?? "")),
+      ).length;
+    const table = grants.map((g) => `${String(uses(g)).padStart(6)}  ${show(g)}`);
+    console.log(`requests by ${OPERATOR_USER} since ${t0.toISOString()}, per grant:\n${table.join("\n")}`);
+    assert.deepEqual(
+      grants.filter((g) => uses(g) === 0).map(show),
+      [],
+      "granted but never used: remove the grant, or make the scenario exercise it",
+    );
+    // And the converse, so a new call shows up here before it shows up as a 403 in a cluster.
+    const covered = (e: AuditEvent) =>
+      grants.some(
+        (g) =>
+          e.verb === g.verb &&
+          groupOf(e) === g.group &&
+          resourceOf(e) === g.resource &&
+          (g.namespace === undefined || e.objectRef?.namespace === g.namespace),
+      );
+    assert.deepEqual(
+      [...new Set(audit.filter((e) => e.objectRef && !covered(e)).map((e) => `${e.verb} ${groupOf(e) || "core"} ${resourceOf(e)}`))],
+      [],
+    );
+  });
+});
