@@ -33,9 +33,7 @@ try {
     console.log(
       `run ${i}: ${node}: power off ${row[0]!.toFixed(1)} s, released ${row[1]!.toFixed(1)} s, replacement Running ${row[2]!.toFixed(1)} s`,
     );
-    await bed.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
-    await bed.waitForFence(node, (f) => f.status?.phase === "Unfenced", "Unfenced");
-    await bed.lab.waitForNodeReadyStatus(node, "True", 60_000);
+    await bed.unfence(node);
   }
   const col = (j: number) => rows.map((r) => r[j]!).sort((a, b) => a - b);
   const fmt = (xs: number[]) =>

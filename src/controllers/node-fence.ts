@@ -10,13 +10,13 @@ import { driverFor } from "../agents/registry.ts";
 import { fenceOff, redact, runOperation } from "../agents/run.ts";
 import {
   nextStep,
-  resolvePolicy,
   FENCED_TAINT,
   OUT_OF_SERVICE_TAINT,
   type FenceObservation,
   type ReleaseItem,
   type Step,
 } from "../decide/fence-machine.ts";
+import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS } from "../decide/fleet.ts";
 import { assessNode } from "../decide/node-health.ts";
 import { errorMessage, isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -132,8 +132,10 @@ export class NodeFenceController {
     const flog = log.child({ nodeFence: fence.metadata?.name, step: step.kind });
     switch (step.kind) {
       case "start": {
-        const lease = await this.d.kube.readLease(nodeName);
-        const beat = node ? assessNode(node, lease, this.d.clock(), 40).lastHeartbeat : undefined;
+        // The node was just read; only its Lease is missing for the last heartbeat (the timeout does not matter here).
+        const beat = node
+          ? assessNode(node, await this.d.kube.readLease(nodeName), this.d.clock(), DEFAULT_HEARTBEAT_TIMEOUT_SECONDS).lastHeartbeat
+          : undefined;
         const next = await this.write(fence, (s) => {
           s.phase = "Pending";
           s.policy = step.policy;
@@ -302,10 +304,9 @@ export class NodeFenceController {
 
   /** Automatic fencing needs sustained silence, re-read from the apiserver right before acting. */
   private async stillPartitioned(fence: NodeFence): Promise<boolean> {
-    const [node, lease] = await Promise.all([this.d.kube.readNode(fence.spec.nodeName), this.d.kube.readLease(fence.spec.nodeName)]);
-    if (!node) return true;
     const policy = this.d.caches.policies.get(fence.status?.policy ?? fence.spec.policy ?? "");
-    return assessNode(node, lease, this.d.clock(), policy?.spec.detection?.heartbeatTimeoutSeconds ?? 40).state === "Partitioned";
+    const { health } = await this.d.kube.freshHealth(fence.spec.nodeName, policy?.spec.detection?.heartbeatTimeoutSeconds, this.d.clock());
+    return !health || health.state === "Partitioned";
   }
 
   private async cancel(fence: NodeFence, node: V1Node | undefined): Promise<NodeFence> {
@@ -489,5 +490,3 @@ export class NodeFenceController {
     return next;
   }
 }
-
-export const _resolvePolicy = resolvePolicy;

@@ -6,7 +6,6 @@ import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { decideFleet, type FenceIntent, type FleetDecision, type PolicyState } from "../decide/fleet.ts";
-import { assessNode } from "../decide/node-health.ts";
 import { NODE_DOWN } from "../decide/node-down.ts";
 import type { Kube } from "../kube/api.ts";
 import { errorMessage, isNotFound } from "../kube/api.ts";
@@ -107,10 +106,10 @@ export class NodeHealthController {
   private async createFence(intent: FenceIntent): Promise<void> {
     const { kube, log, events } = this.d;
     // Re-check from the apiserver, not the cache, right before acting.
-    const [node, lease] = await Promise.all([kube.readNode(intent.node), kube.readLease(intent.node)]);
     const policy = this.d.caches.policies.get(intent.policy);
-    if (!node || !policy) return;
-    const h = assessNode(node, lease, this.d.clock(), policy.spec.detection?.heartbeatTimeoutSeconds ?? 40);
+    if (!policy) return;
+    const { node, health: h } = await kube.freshHealth(intent.node, policy.spec.detection?.heartbeatTimeoutSeconds, this.d.clock());
+    if (!node || !h) return;
     if (h.state !== "Partitioned") {
       log.info({ node: intent.node, health: h.state }, `not fencing ${intent.node}: a fresh read shows it is ${h.state}`);
       return;

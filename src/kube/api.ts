@@ -16,7 +16,10 @@ import {
   type V1Pod,
   type V1Taint,
 } from "@kubernetes/client-node";
+import type { DateTime } from "luxon";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
+import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS } from "../decide/fleet.ts";
+import { assessNode, type NodeHealth } from "../decide/node-health.ts";
 
 export type Plural = "nodefences" | "fencingpolicies" | "fenceagents";
 
@@ -161,6 +164,16 @@ export class Kube {
       if (isNotFound(err) || isConflict(err)) return "gone";
       throw err;
     }
+  }
+
+  /** The node's health from a fresh read of the Node and its Lease (not the cache): the check right before acting. */
+  async freshHealth(
+    node: string,
+    heartbeatTimeoutSeconds: number | undefined,
+    now: DateTime,
+  ): Promise<{ node: V1Node | undefined; health: NodeHealth | undefined }> {
+    const [n, lease] = await Promise.all([this.readNode(node), this.readLease(node)]);
+    return { node: n, health: n ? assessNode(n, lease, now, heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS) : undefined };
   }
 
   async readSecret(namespace: string, name: string): Promise<Record<string, string>> {

@@ -31,11 +31,6 @@ describe("e2e: fence_ipmilan, failures and escalation", () => {
       "-p",
       JSON.stringify({ spec: { escalation: levels.map((l) => ({ agents: l.map((name) => ({ name })) })) } }),
     );
-  const unfence = async (node: string) => {
-    await bed.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
-    await bed.waitForFence(node, (f) => f.status?.phase === "Unfenced", "Unfenced");
-    await bed.lab.waitForNodeReadyStatus(node, "True", 60_000);
-  };
 
   test("3. partition fenced through the fenceAgent type with Debian's fence_ipmilan", async () => {
     const { uid, node } = await current();
@@ -53,7 +48,7 @@ describe("e2e: fence_ipmilan, failures and escalation", () => {
     const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
     const running = bed.when((e) => e.source === "pod" && e.uid === replacement.metadata?.uid && e.phase === "Running");
     assert.ok(powerOff && gone && running && powerOff < gone && gone < running, bed.rec.format(t0));
-    await unfence(node); // powers the machine back on through fence_ipmilan
+    await bed.unfence(node); // powers the machine back on through fence_ipmilan
     assert.equal(bed.lab.machine(node).power, "on");
     assert.deepEqual((await bed.invariant()).violations, []);
   });

@@ -26,15 +26,7 @@ describe("e2e: fencing through IPMI", () => {
 
   /** Unfences through the API and waits until the node is back and clean. */
   async function unfence(node: string) {
-    await bed.custom.patchClusterCustomObject({
-      group: "stockade.io",
-      version: "v1alpha1",
-      plural: "nodefences",
-      name: node,
-      body: [{ op: "replace", path: "/spec/unfence", value: true }],
-    });
-    await bed.waitForFence(node, (f) => f.status?.phase === "Unfenced", "Unfenced");
-    await bed.lab.waitForNodeReadyStatus(node, "True", 60_000);
+    await bed.unfence(node);
     const n = await bed.lab.core.readNode({ name: node });
     assert.ok(!(n.spec?.taints ?? []).some((t) => t.key === "stockade.io/fenced"), "fenced taint removed");
     assert.ok(!(n.status?.conditions ?? []).some((c) => c.type === "Fenced"), "Fenced condition removed");

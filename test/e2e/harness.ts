@@ -172,6 +172,13 @@ export class Bed {
     );
   }
 
+  /** Asks for the node to be unfenced and waits until it is Unfenced and Ready again. */
+  async unfence(node: string): Promise<void> {
+    await this.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
+    await this.waitForFence(node, (f) => f.status?.phase === "Unfenced", "Unfenced");
+    await this.lab.waitForNodeReadyStatus(node, "True", 60_000);
+  }
+
   /**
    * Starts an operator replica (a child process, logs in the lab directory); resolves once it runs its
    * controllers, or, with leader election, once its caches are synced (a follower never runs them).

@@ -162,19 +162,6 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     await bed?.down();
   });
 
-  /** Unfences through the API and waits until the node is back and clean. */
-  async function unfence(node: string) {
-    await bed.custom.patchClusterCustomObject({
-      group: "stockade.io",
-      version: "v1alpha1",
-      plural: "nodefences",
-      name: node,
-      body: [{ op: "replace", path: "/spec/unfence", value: true }],
-    });
-    await bed.waitForFence(node, (f) => f.status?.phase === "Unfenced", "Unfenced");
-    await bed.lab.waitForNodeReadyStatus(node, "True", 60_000);
-  }
-
   const released = (f: NodeFence) => f.status?.phase === "Released";
 
   test("through a crash, release, unfence and a second fence: never forbidden, every grant used", async () => {
@@ -229,7 +216,7 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     await bed.waitForReplacement("db-0", victim.metadata!.uid!);
     const first = await bed.waitForFence(node, released, "Released");
     assert.ok(first.status?.releases?.some((r) => r.kind === "VolumeAttachment"));
-    await unfence(node);
+    await bed.unfence(node);
 
     // The same node again, once pin-0 runs there again.
     await waitFor(
@@ -247,7 +234,7 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
       "Released (a new NodeFence)",
     );
     assert.equal(second.spec.origin, "Automatic");
-    await unfence(node);
+    await bed.unfence(node);
     await bed.killOperator("SIGTERM"); // steps down: releases the leader Lease
     assert.deepEqual((await bed.invariant()).violations, []);
 
