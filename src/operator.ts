@@ -60,6 +60,7 @@ export class Operator {
       reconcile: (k) => fence.reconcile(k),
       log,
     });
+    fence.enqueue = (k) => fences.queue.add(k);
     const agents = new Controller({ name: "fence-agent", queue: queue("fence-agent"), reconcile: (k) => agent.reconcile(k), log });
     this.controllers = [this.fleet, fences, agents];
 

@@ -9,7 +9,7 @@ import { CONFIRMED_OFF_ANNOTATION } from "./manual.ts";
 export { redact } from "./redact.ts";
 
 export type Operation = "off" | "on" | "status";
-export type Outcome = "Succeeded" | "Failed" | "TimedOut";
+export type Outcome = "Succeeded" | "Failed" | "TimedOut" | "Cancelled";
 export type RunContext = Omit<AgentContext, "signal">;
 
 export interface AttemptReport {
@@ -33,6 +33,13 @@ export interface RunOptions {
   /** fenceOff: interval between status queries (default 1 s). */
   pollMs?: number;
   onAttempt?: (a: AttemptReport) => void;
+  /**
+   * Called right before every power command, retries included (never before a status query): the caller's last
+   * word (leadership, the node still partitioned). Throwing an AgentError of kind Cancelled ends the run Cancelled.
+   */
+  beforeTry?: (op: "off" | "on") => Promise<void>;
+  /** Aborts the run from outside (the fence was withdrawn): it ends Cancelled, its child processes killed. */
+  signal?: AbortSignal;
 }
 
 export interface OperationResult {
@@ -86,6 +93,7 @@ class Run {
   async call(op: Operation): Promise<PowerState | undefined> {
     const attempt = ++this.tries;
     try {
+      if (op !== "status") await untilAbort(this.opts.beforeTry?.(op) ?? Promise.resolve(), this.ctx.signal);
       const p: Promise<PowerState | void> = op === "status" ? this.driver.status(this.ctx) : this.driver.power(this.ctx, op);
       const power = (await untilAbort(p, this.ctx.signal)) ?? undefined;
       const message = op === "status" ? `status query: power is ${power}` : `power ${op} command accepted`;
@@ -116,6 +124,8 @@ class Run {
   failed(what: string, e: unknown): OperationResult {
     const err = asAgentError(e);
     const n = this.tries === 1 ? "1 try" : `${this.tries} tries`;
+    if (err.kind === "Cancelled")
+      return { outcome: "Cancelled", message: this.redact(`${what} cancelled: ${err.message}`), tries: this.tries };
     return { outcome: "Failed", message: this.redact(`${what} failed after ${n} (${err.kind}): ${err.message}`), tries: this.tries };
   }
 
@@ -148,14 +158,18 @@ async function withDeadline(
   }
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(new Deadline("deadline")), opts.timeoutMs);
+  const withdraw = () => ac.abort(new AgentError("Cancelled", "the operation was withdrawn"));
+  if (opts.signal?.aborted) withdraw();
+  opts.signal?.addEventListener("abort", withdraw, { once: true });
   const run = new Run(driver, { ...ctx, signal: ac.signal }, opts);
   try {
     return await body(run);
   } catch (e) {
-    if (ac.signal.aborted) return run.timedOut(what);
+    if (ac.signal.aborted) return ac.signal.reason instanceof Deadline ? run.timedOut(what) : run.failed(what, ac.signal.reason);
     return run.failed(what, e);
   } finally {
     clearTimeout(timer);
+    opts.signal?.removeEventListener("abort", withdraw);
   }
 }
 

@@ -31,8 +31,9 @@ export interface AgentDriver {
  * - Failed: any other failure of the operation.
  * - TimedOut: the operation's deadline passed.
  * - Config: the FenceAgent or the host is misconfigured (unknown type, agent not installed...); retrying will not help.
+ * - Cancelled: the operation must not go on (the node heartbeats again, leadership lost, the fence was withdrawn).
  */
-export type AgentErrorKind = "Unreachable" | "AuthFailed" | "BadOutput" | "Failed" | "TimedOut" | "Config";
+export type AgentErrorKind = "Unreachable" | "AuthFailed" | "BadOutput" | "Failed" | "TimedOut" | "Config" | "Cancelled";
 
 export class AgentError extends Error {
   readonly kind: AgentErrorKind;
@@ -45,5 +46,5 @@ export class AgentError extends Error {
 
 /** Errors that will not go away by trying again. */
 export function isPermanent(e: unknown): boolean {
-  return e instanceof AgentError && (e.kind === "Config" || e.kind === "AuthFailed");
+  return e instanceof AgentError && (e.kind === "Config" || e.kind === "AuthFailed" || e.kind === "Cancelled");
 }

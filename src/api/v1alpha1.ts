@@ -247,8 +247,10 @@ export interface FencingPolicySpecGuardedPods {
 /** When a silent node is fenced. */
 export interface FencingPolicySpecDetection {
   /**
-   * A node with no heartbeat (neither its Lease nor its Ready condition) for this long, 5-3600 seconds, is
-   * partitioned: its pods get the NodeDown condition.
+   * A node with no heartbeat (neither its Lease nor its Ready condition) for this long, 5-3600 seconds, is partitioned
+   * (once the node controller also says Ready=Unknown): its pods get the NodeDown condition. It is raised, per node,
+   * to at least two renewals of the node's own Lease (leaseDurationSeconds / 2), so that a healthy node never looks
+   * silent.
    * @default 40
    */
   heartbeatTimeoutSeconds?: number;
@@ -263,6 +265,13 @@ export interface FencingPolicySpecDetection {
    * @default true
    */
   honorPodTolerations?: boolean;
+  /**
+   * With honorPodTolerations, the shortest wait a guarded pod's toleration may ask for, 0-86400 seconds: a
+   * tolerationSeconds below it counts as this. Pods are written by tenants; this bounds how soon one can get a shared
+   * node fenced.
+   * @default 30
+   */
+  minTolerationSeconds?: number;
 }
 
 /** One escalation level. */
@@ -400,7 +409,10 @@ export interface NodeFenceSpec {
    * @default "Manual"
    */
   origin?: "Manual" | "Automatic";
-  /** The FencingPolicy to fence with; empty means the policy whose nodeSelector matches the node. */
+  /**
+   * The FencingPolicy to fence with; empty means the policy whose nodeSelector matches the node. A named policy must
+   * select the node too (its nodeSelector must match the Node's labels). Immutable.
+   */
   policy?: string;
   /** Why the node is fenced, for people (at most 1024 characters). */
   reason?: string;
@@ -424,8 +436,37 @@ export interface NodeFenceStatus {
   observedGeneration?: number;
   /** The FencingPolicy resolved for this fence. */
   policy?: string;
-  /** The node's status.nodeInfo.bootID when fencing began; a different one later proves a reboot. */
+  /**
+   * What this fence runs with: the policy's settings when the fence started (a new round after a failure takes a new
+   * snapshot). Editing or deleting the policy mid-fence does not change a running fence.
+   */
+  policySnapshot?: NodeFenceStatusPolicySnapshot;
+  /**
+   * The Node as it was when the fence started, as far as agents' parameters need it: its uid, providerID and
+   * node-restriction.kubernetes.io/ labels. Used when the Node object was deleted or re-created.
+   */
+  nodeSnapshot?: NodeFenceStatusNodeSnapshot;
+  /**
+   * The node's status.nodeInfo.bootID when fencing began. A different one later means the node rebooted: that proves
+   * the old boot is gone, never that the pods running now are, so it is not evidence.
+   */
   bootID?: string;
+  /**
+   * The leader epoch (the leader Lease's leaseTransitions) of the replica that wrote this status last; a replica of an
+   * older epoch refuses to write.
+   */
+  leaderEpoch?: number;
+  /**
+   * The fencing round: 0 for the first; one more for each retry after a failure and each re-entry after the node
+   * heartbeat again. Attempts of earlier rounds never count for the current one.
+   */
+  round?: number;
+  /** When the current escalation level started (its timeoutSeconds counts from here). */
+  levelStartTime?: string;
+  /** How many rounds failed; the retry backoff doubles with each. */
+  failures?: number;
+  /** When a Failed fence is tried again if its node is still partitioned. */
+  nextRetryTime?: string;
   /** The node's last heartbeat seen when the fence was decided. */
   lastHeartbeatTime?: string;
   /** When fencing began. */
@@ -462,10 +503,67 @@ export interface NodeFenceStatusConditions {
   message: string;
 }
 
+/**
+ * What this fence runs with: the policy's settings when the fence started (a new round after a failure takes a new
+ * snapshot). Editing or deleting the policy mid-fence does not change a running fence.
+ */
+export interface NodeFenceStatusPolicySnapshot {
+  /** The FencingPolicy's metadata.generation the snapshot was taken from. */
+  generation?: number;
+  /** The escalation levels, in order. */
+  escalation: NodeFenceStatusPolicySnapshotEscalation[];
+  /** off or reboot. */
+  action?: string;
+  /** What is released once the fence is confirmed. */
+  release?: NodeFenceStatusPolicySnapshotRelease;
+  /** Which pods are guarded. */
+  guardedPods?: NodeFenceStatusPolicySnapshotGuardedPods;
+  /** Silence after which the node counts as partitioned. */
+  heartbeatTimeoutSeconds?: number;
+  /** Unfence automatically when the node comes back with a new bootID (action reboot). */
+  unfenceOnReboot?: boolean;
+}
+
+/** One escalation level. */
+export interface NodeFenceStatusPolicySnapshotEscalation {
+  /** The FenceAgents of this level, by name. */
+  agents: string[];
+  /** Time limit of the whole level, when set. */
+  timeoutSeconds?: number;
+}
+
+/** What is released once the fence is confirmed. */
+export interface NodeFenceStatusPolicySnapshotRelease {
+  forceDeletePods?: boolean;
+  deleteVolumeAttachments?: boolean;
+  outOfServiceTaint?: boolean;
+}
+
+/** Which pods are guarded. */
+export interface NodeFenceStatusPolicySnapshotGuardedPods {
+  statefulSets?: boolean;
+  readWriteOnceVolumes?: boolean;
+}
+
+/**
+ * The Node as it was when the fence started, as far as agents' parameters need it: its uid, providerID and
+ * node-restriction.kubernetes.io/ labels. Used when the Node object was deleted or re-created.
+ */
+export interface NodeFenceStatusNodeSnapshot {
+  /** The Node's metadata.uid. */
+  uid?: string;
+  /** The Node's spec.providerID. */
+  providerID?: string;
+  /** The Node's labels under node-restriction.kubernetes.io/. */
+  labels?: Record<string, string>;
+}
+
 /** One agent operation. */
 export interface NodeFenceStatusAttempts {
   /** Index of the escalation level. */
   level: number;
+  /** The fencing round the attempt belongs to. */
+  round?: number;
   /** Name of the FenceAgent. */
   agent: string;
   /** What was asked of the agent; confirm is the status check that proves the machine is off. */
@@ -475,10 +573,10 @@ export interface NodeFenceStatusAttempts {
   /** When the operation ended; unset while InProgress. */
   endTime?: string;
   /**
-   * InProgress, Succeeded, Failed, TimedOut, or Interrupted (the operator stopped while it ran; the attempt is
-   * repeated).
+   * InProgress, Succeeded, Failed, TimedOut, Interrupted (the operator stopped while it ran; the attempt is repeated),
+   * or Cancelled (not tried any further: the node heartbeats again, or the fence was unfenced or deleted).
    */
-  outcome: "InProgress" | "Succeeded" | "Failed" | "TimedOut" | "Interrupted";
+  outcome: "InProgress" | "Succeeded" | "Failed" | "TimedOut" | "Interrupted" | "Cancelled";
   /** What the agent said, without credentials. */
   message?: string;
 }
@@ -486,16 +584,45 @@ export interface NodeFenceStatusAttempts {
 /** The proof that the node is fenced. */
 export interface NodeFenceStatusEvidence {
   /**
-   * PowerOffConfirmed (agents powered it off and a status check confirmed it), BootIDChanged (the node rebooted),
-   * NodeDeleted (an administrator deleted the Node), or ManualConfirmation (an administrator confirmed it is off).
+   * PowerOffConfirmed (every agent of a level powered the machine off and a status query said off) or
+   * ManualConfirmation (an administrator confirmed it is off and the node is partitioned). A changed bootID or a
+   * deleted Node is never evidence (docs/safety.md).
    */
-  method: "PowerOffConfirmed" | "BootIDChanged" | "NodeDeleted" | "ManualConfirmation";
+  method: "PowerOffConfirmed" | "ManualConfirmation";
   /** When the proof was obtained. */
   time: string;
   /** The FenceAgents that confirmed the fence. */
   agents?: string[];
-  /** Details for people, e.g. the old and new bootID. */
+  /** Details for people. */
   detail?: string;
+  /** The round whose attempts produced the evidence. */
+  round?: number;
+  /**
+   * The node's heartbeat as read fresh right after the confirmation. Before every release the Node and its Lease are
+   * read again: any difference means the machine runs again, and fencing starts over.
+   */
+  heartbeat?: NodeFenceStatusEvidenceHeartbeat;
+}
+
+/**
+ * The node's heartbeat as read fresh right after the confirmation. Before every release the Node and its Lease are
+ * read again: any difference means the machine runs again, and fencing starts over.
+ */
+export interface NodeFenceStatusEvidenceHeartbeat {
+  /** The Node's metadata.uid; empty when the Node did not exist. */
+  nodeUID?: string;
+  /** The Node's status.nodeInfo.bootID. */
+  bootID?: string;
+  /** The node Lease's spec.renewTime, as written by the kubelet; empty without a Lease. */
+  leaseRenewTime?: string;
+  /** The Ready condition's lastHeartbeatTime, as written by the kubelet. */
+  readyHeartbeatTime?: string;
+  /**
+   * The node was partitioned (no heartbeat for the timeout, Ready=Unknown) when the fence was confirmed. When it was
+   * not (a node fenced while it heartbeat), nothing is released before it stayed silent for one and a half renewals of
+   * its Lease.
+   */
+  silent?: boolean;
 }
 
 /** One released object. */

@@ -1,28 +1,38 @@
-// The NodeFence controller: performs the state machine's next step (decide/fence-machine.ts), writes
-// what happened to status (resourceVersion-guarded), and asks again, until the machine says wait or
-// done. Status is the only memory: a restarted or newly elected operator resumes from it.
-import type { V1Node, V1Taint } from "@kubernetes/client-node";
+// The NodeFence controller: performs the state machine's next step (decide/fence-machine.ts), writes what
+// happened to status (resourceVersion-guarded, stamped with the leader epoch), and asks again, until the
+// machine says wait or done. Status is the only memory a restarted or newly elected operator needs.
+//
+// Each pass reads the Node and its Lease from the apiserver (never the cache) right before deciding, so the
+// destructive call that follows is made on a fresh view; leadership is asserted right before each one.
+// Agent operations run in the background (agent-operations.ts): no worker waits on a BMC or a person.
+import type { V1Lease, V1Node, V1Taint } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import type { Logger } from "pino";
-import { API_VERSION, type FenceAgent, type NodeFence, type NodeFenceStatus, type NodeFenceStatusAttempts } from "../api/v1alpha1.ts";
+import { API_VERSION, type FenceAgent, type NodeFence, type NodeFenceStatus } from "../api/v1alpha1.ts";
 import { resolveParameters, secretRefsFor } from "../agents/parameters.ts";
 import { driverFor } from "../agents/registry.ts";
 import { fenceOff, redact, runOperation } from "../agents/run.ts";
+import { AgentError } from "../agents/types.ts";
 import {
-  nextStep,
+  CONFIRMED_OFF_ANNOTATION,
+  DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
   FENCED_TAINT,
+  FINALIZER,
   OUT_OF_SERVICE_TAINT,
+  nextStep,
+  targetNode,
   type FenceObservation,
   type ReleaseItem,
   type Step,
 } from "../decide/fence-machine.ts";
-import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS } from "../decide/fleet.ts";
 import { assessNode } from "../decide/node-health.ts";
 import { errorMessage, isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
-import { setCondition, type Condition } from "../kube/conditions.ts";
+import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import type { EventRecorder } from "../runtime/events.ts";
+import { NotLeaderError, SOLE_LEADER, type Leadership } from "../runtime/leader.ts";
 import type { Metrics } from "../metrics.ts";
+import { AgentOperations } from "./agent-operations.ts";
 
 export const FENCED_CONDITION = "Fenced";
 
@@ -33,57 +43,77 @@ export interface NodeFenceDeps {
   log: Logger;
   clock: () => DateTime;
   metrics?: Metrics;
+  leadership?: Leadership;
 }
 
 type Status = NodeFenceStatus;
 const MAX_STEPS = 100;
+/** Wait reasons that are someone's mistake to fix: a Warning Event when the wait begins. */
+const WARNING_WAITS = new Set(["NodeNotFound", "PolicyNotFound", "PolicyDoesNotSelectNode", "NoPolicy", "ConfirmationRefused"]);
 
 export class NodeFenceController {
   private readonly d: NodeFenceDeps;
+  private readonly leadership: Leadership;
+  /** Background agent operations; their end re-enqueues the fence (set by the operator). */
+  readonly operations: AgentOperations;
+  enqueue: (name: string) => void = () => {};
 
   constructor(d: NodeFenceDeps) {
     this.d = d;
+    this.leadership = d.leadership ?? SOLE_LEADER;
+    this.operations = new AgentOperations((name) => this.enqueue(name));
   }
 
   private now(): string {
     return this.d.clock().toUTC().toISO() ?? "";
   }
 
-  observe(fence: NodeFence, node: V1Node | undefined): FenceObservation {
+  observe(fence: NodeFence, node: V1Node | undefined, lease: V1Lease | undefined): FenceObservation {
     const c = this.d.caches;
     const name = fence.spec.nodeName;
     return {
       now: this.d.clock(),
       fence,
       node,
+      lease,
       policies: c.policies.list(),
       agents: new Map(c.agents.list().map((a) => [a.metadata?.name ?? "", a] as const)),
       pods: c.pods.list().filter((p) => p.spec?.nodeName === name),
       pvcs: new Map(c.pvcs.list().map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p] as const)),
       volumeAttachments: c.volumeAttachments.list(),
+      operations: this.operations.view(fence.metadata?.name ?? ""),
     };
   }
 
   async reconcile(name: string): Promise<{ requeueAfterMs?: number } | void> {
     let fence = await this.d.kube.getNodeFence(name);
     for (let i = 0; i < MAX_STEPS && fence; i++) {
-      // The Node is read from the apiserver: bootID and deletion are evidence, a cache may lag.
-      const node = await this.d.kube.readNode(fence.spec.nodeName);
-      const step = nextStep(this.observe(fence, node));
+      // Read fresh, right before deciding: heartbeats, bootID and deletion are what the safety rules compare.
+      const [node, lease] = await Promise.all([this.d.kube.readNode(fence.spec.nodeName), this.d.kube.readLease(fence.spec.nodeName)]);
+      const step = nextStep(this.observe(fence, node, lease));
       if (step.kind === "done") return;
       if (step.kind === "wait") {
-        await this.write(fence, (s) => this.waitCondition(fence!, s, step.reason, step.message));
+        await this.waitFor(fence, node, step);
         return { requeueAfterMs: step.requeueAfterMs };
       }
-      fence = await this.perform(fence, node, step);
+      fence = await this.perform(fence, node, lease, step);
     }
     return { requeueAfterMs: 1_000 };
   }
 
-  /** Writes a new status computed from the current one; returns the stored object. */
+  /**
+   * Writes a new status computed from the current one, stamped with our leader epoch; returns the stored object.
+   * A status written by a newer leader is never overwritten (the resourceVersion guards the rest).
+   */
   private async write(fence: NodeFence, change: (s: Status) => Status): Promise<NodeFence> {
+    const epoch = this.leadership.epoch;
+    if ((fence.status?.leaderEpoch ?? 0) > epoch)
+      throw new NotLeaderError(
+        `NodeFence ${fence.metadata?.name} was last written by leader epoch ${fence.status?.leaderEpoch}, newer than ours (${epoch})`,
+      );
     const status = change(structuredClone(fence.status ?? {}));
     status.observedGeneration = fence.metadata?.generation;
+    status.leaderEpoch = epoch;
     return await this.d.kube.replaceStatus("nodefences", { ...fence, status });
   }
 
@@ -96,9 +126,14 @@ export class NodeFenceController {
     return s;
   }
 
-  private waitCondition(fence: NodeFence, s: Status, reason: string, message: string): Status {
-    const type = s.phase === "Releasing" ? "Released" : "Fenced";
-    return this.cond(s, { type, status: "False", reason, message }, fence);
+  private async waitFor(fence: NodeFence, node: V1Node | undefined, step: Extract<Step, { kind: "wait" }>): Promise<void> {
+    const type = fence.status?.phase === "Releasing" || fence.status?.phase === "Fenced" ? "Released" : FENCED_CONDITION;
+    const before = findCondition(fence.status?.conditions as Condition[] | undefined, type);
+    await this.write(fence, (s) => this.cond(s, { type, status: "False", reason: step.reason, message: step.message }, fence));
+    if (before?.reason !== step.reason && WARNING_WAITS.has(step.reason)) {
+      this.d.log.warn({ nodeFence: fence.metadata?.name, reason: step.reason }, step.message);
+      await Promise.all(this.event(fence, "Warning", step.reason, step.message, node));
+    }
   }
 
   private event(fence: NodeFence, type: "Normal" | "Warning", reason: string, message: string, node?: V1Node): Promise<void>[] {
@@ -125,21 +160,39 @@ export class NodeFenceController {
   private async perform(
     fence: NodeFence,
     node: V1Node | undefined,
+    lease: V1Lease | undefined,
     step: Exclude<Step, { kind: "done" | "wait" }>,
   ): Promise<NodeFence | undefined> {
-    const { log } = this.d;
     const nodeName = fence.spec.nodeName;
-    const flog = log.child({ nodeFence: fence.metadata?.name, step: step.kind });
+    const name = fence.metadata?.name ?? "";
+    const flog = this.d.log.child({ nodeFence: name, step: step.kind });
     switch (step.kind) {
+      case "addFinalizer":
+        return await this.d.kube.patchNodeFenceMetadata(fence, { finalizers: [...(fence.metadata?.finalizers ?? []), FINALIZER] });
+      case "finalize": {
+        // Deleted: nothing more runs for it, and the marks it put on the node come off with it.
+        this.operations.abort(name);
+        if (node) await this.unmark(fence, node);
+        flog.info(`NodeFence ${name} deleted: taints and node condition removed`);
+        try {
+          await this.d.kube.patchNodeFenceMetadata(fence, {
+            finalizers: (fence.metadata?.finalizers ?? []).filter((f) => f !== FINALIZER),
+          });
+        } catch (err) {
+          if (!isNotFound(err)) throw err;
+        }
+        return undefined;
+      }
       case "start": {
-        // The node was just read; only its Lease is missing for the last heartbeat (the timeout does not matter here).
-        const beat = node
-          ? assessNode(node, await this.d.kube.readLease(nodeName), this.d.clock(), DEFAULT_HEARTBEAT_TIMEOUT_SECONDS).lastHeartbeat
-          : undefined;
+        const beat = node ? assessNode(node, lease, this.d.clock(), DEFAULT_HEARTBEAT_TIMEOUT_SECONDS).lastHeartbeat : undefined;
         const next = await this.write(fence, (s) => {
           s.phase = "Pending";
           s.policy = step.policy;
+          s.policySnapshot = step.snapshot;
+          s.nodeSnapshot = step.node;
           s.bootID = step.bootID;
+          s.round = 0;
+          s.failures = 0;
           if (beat) s.lastHeartbeatTime = beat.toUTC().toISO() ?? undefined;
           s.startTime = this.now();
           return this.cond(
@@ -160,31 +213,28 @@ export class NodeFenceController {
         );
         return next;
       }
-      case "fail": {
-        const next = await this.write(fence, (s) => {
-          s.phase = "Failed";
-          this.cond(s, { type: "Failed", status: "True", reason: step.reason, message: step.message }, fence);
-          return this.cond(
-            s,
-            { type: FENCED_CONDITION, status: "False", reason: step.reason, message: "not fenced: nothing will be released" },
-            fence,
-          );
-        });
-        flog.error({ reason: step.reason }, `fencing ${nodeName} failed: ${step.message}`);
-        this.d.metrics?.fences.inc({ outcome: "Failed", agent: "" });
-        await Promise.all(this.event(next, "Warning", "FenceFailed", `${step.message}; nothing was released`, node));
-        return next;
-      }
-      case "begin": {
-        if (fence.spec.origin === "Automatic" && !(await this.stillPartitioned(fence))) return await this.cancel(fence, node);
-        const next = await this.write(fence, (s) => {
+      case "begin":
+        return await this.write(fence, (s) => {
           s.phase = "Fencing";
           s.currentLevel = 0;
+          s.levelStartTime = this.now();
           return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: "Fencing", message: "running escalation level 1" }, fence);
         });
+      case "cancel": {
+        this.operations.abort(name);
+        if (node) await this.unmark(fence, node);
+        const next = await this.write(fence, (s) => {
+          this.cancelAttempts(s, step.message);
+          s.phase = "Unfenced";
+          s.unfencedTime = this.now();
+          return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: "NodeRecovered", message: step.message }, fence);
+        });
+        flog.info(`fencing of ${nodeName} cancelled: ${step.message}`);
+        this.d.metrics?.fences.inc({ outcome: "Cancelled", agent: "" });
+        await Promise.all(this.event(next, "Normal", "FenceCancelled", step.message, node));
         return next;
       }
-      case "interrupted": {
+      case "interrupted":
         return await this.write(fence, (s) => {
           const a = s.attempts?.[step.index];
           if (a) {
@@ -194,23 +244,76 @@ export class NodeFenceController {
           }
           return s;
         });
+      case "runAgent":
+        return await this.runAgent(fence, node, step);
+      case "recordOutcome": {
+        const a = fence.status?.attempts?.[step.index];
+        const next = await this.write(fence, (s) => {
+          const x = s.attempts?.[step.index];
+          if (x) Object.assign(x, { outcome: step.outcome, endTime: this.now(), message: step.message.slice(0, 2048) });
+          return s;
+        });
+        this.operations.forget(name, step.index);
+        const agent = this.d.caches.agents.get(a?.agent ?? "");
+        this.d.metrics?.attempts.inc({
+          agent: a?.agent ?? "",
+          type: agent?.spec.type ?? "",
+          operation: a?.operation ?? "",
+          outcome: step.outcome,
+        });
+        const ok = step.outcome === "Succeeded";
+        const msg = `level ${(a?.level ?? 0) + 1}, ${a?.agent} (${agent?.spec.type ?? "?"}) ${a?.operation}: ${step.outcome}: ${step.message}`;
+        (ok ? flog.info.bind(flog) : flog.warn.bind(flog))({ outcome: step.outcome }, `agent ${msg}`);
+        await Promise.all(this.event(next, ok ? "Normal" : "Warning", ok ? "AgentSucceeded" : "AgentFailed", msg, node));
+        return next;
       }
       case "escalate": {
         const next = await this.write(fence, (s) => {
           s.currentLevel = step.to;
+          s.levelStartTime = this.now();
           return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: "Escalating", message: step.message }, fence);
         });
         flog.warn({ level: step.to + 1 }, step.message);
         await Promise.all(this.event(next, "Warning", "Escalating", step.message, node));
         return next;
       }
-      case "runAgent":
-        return await this.runAgent(fence, node, step.level, step.agent, step.operation);
+      case "roundFailed": {
+        const next = await this.write(fence, (s) => {
+          s.phase = "Failed";
+          s.failures = (s.failures ?? 0) + 1;
+          s.nextRetryTime = step.retryAt.toUTC().toISO() ?? undefined;
+          this.cond(s, { type: "Failed", status: "True", reason: step.reason, message: step.message }, fence);
+          return this.cond(
+            s,
+            { type: FENCED_CONDITION, status: "False", reason: step.reason, message: "not fenced: nothing is released" },
+            fence,
+          );
+        });
+        flog.error({ reason: step.reason }, `fencing ${nodeName} failed: ${step.message}`);
+        this.d.metrics?.fences.inc({ outcome: "Failed", agent: "" });
+        await Promise.all(this.event(next, "Warning", "FenceFailed", `${step.message}; nothing was released`, node));
+        return next;
+      }
+      case "retry": {
+        const next = await this.write(fence, (s) => {
+          s.phase = "Fencing";
+          s.round = (s.round ?? 0) + 1;
+          s.currentLevel = 0;
+          s.levelStartTime = this.now();
+          if (step.snapshot) s.policySnapshot = step.snapshot;
+          delete s.nextRetryTime;
+          this.cond(s, { type: "Failed", status: "False", reason: "Retrying", message: step.message }, fence);
+          return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: "Fencing", message: step.message }, fence);
+        });
+        flog.warn(step.message);
+        await Promise.all(this.event(next, "Normal", "FenceRetry", step.message, node));
+        return next;
+      }
       case "confirmed": {
         const next = await this.write(fence, (s) => {
           s.phase = "Fenced";
           s.fencedTime = this.now();
-          s.evidence = { method: step.evidence.method, time: this.now(), agents: step.evidence.agents, detail: step.evidence.detail };
+          s.evidence = { ...step.evidence, time: this.now() };
           return this.cond(
             s,
             { type: FENCED_CONDITION, status: "True", reason: step.evidence.method, message: step.evidence.detail },
@@ -226,14 +329,34 @@ export class NodeFenceController {
         );
         return next;
       }
+      case "reenter": {
+        // The machine runs again: whatever confirmed it off no longer holds. A manual confirmation must be given anew.
+        let current = fence;
+        if (current.metadata?.annotations?.[CONFIRMED_OFF_ANNOTATION] !== undefined)
+          current = await this.d.kube.patchNodeFenceMetadata(current, { annotations: { [CONFIRMED_OFF_ANNOTATION]: null } });
+        const next = await this.write(current, (s) => {
+          s.phase = "Fencing";
+          s.round = (s.round ?? 0) + 1;
+          s.currentLevel = 0;
+          s.levelStartTime = this.now();
+          delete s.evidence;
+          delete s.fencedTime;
+          this.cond(s, { type: "Released", status: "False", reason: "HeartbeatAfterFence", message: step.message }, current);
+          return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: "HeartbeatAfterFence", message: step.message }, current);
+        });
+        flog.error(`node ${nodeName}: ${step.message}`);
+        await Promise.all(this.event(next, "Warning", "HeartbeatAfterFence", `release stopped: ${step.message}`, node));
+        return next;
+      }
       case "markNode": {
         if (node) {
+          this.leadership.assertLeading(`taint node ${nodeName}`);
           await this.addTaint(node, { key: FENCED_TAINT, effect: "NoExecute", value: "true" });
           await this.d.kube.setNodeCondition(nodeName, FENCED_CONDITION, {
             type: FENCED_CONDITION,
             status: "True",
             reason: "FencedByStockade",
-            message: `fenced by Stockade (NodeFence ${fence.metadata?.name}); it stays tainted until unfenced`,
+            message: `fenced by Stockade (NodeFence ${name}); it stays tainted until unfenced`,
             lastTransitionTime: new Date(),
             lastHeartbeatTime: new Date(),
           });
@@ -265,7 +388,9 @@ export class NodeFenceController {
         return next;
       }
       case "startUnfence": {
+        this.operations.abort(name);
         const next = await this.write(fence, (s) => {
+          this.cancelAttempts(s, "unfence requested");
           s.phase = "Unfencing";
           return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: step.reason, message: "unfencing" }, fence);
         });
@@ -273,19 +398,7 @@ export class NodeFenceController {
         return next;
       }
       case "unmarkNode": {
-        if (node) {
-          const ours = new Set([
-            FENCED_TAINT,
-            ...(fence.status?.releases?.some((r) => r.kind === "Taint" && r.action === "Added") ? [OUT_OF_SERVICE_TAINT] : []),
-          ]);
-          const taints = node.spec?.taints ?? [];
-          if (taints.some((t) => ours.has(t.key)))
-            await this.d.kube.setTaints(
-              node,
-              taints.filter((t) => !ours.has(t.key)),
-            );
-          await this.d.kube.setNodeCondition(nodeName, FENCED_CONDITION, null);
-        }
+        if (node) await this.unmark(fence, node);
         const next = await this.write(fence, (s) => {
           s.phase = "Unfenced";
           s.unfencedTime = this.now();
@@ -302,123 +415,115 @@ export class NodeFenceController {
     }
   }
 
-  /** Automatic fencing needs sustained silence, re-read from the apiserver right before acting. */
-  private async stillPartitioned(fence: NodeFence): Promise<boolean> {
-    const policy = this.d.caches.policies.get(fence.status?.policy ?? fence.spec.policy ?? "");
-    const { health } = await this.d.kube.freshHealth(fence.spec.nodeName, policy?.spec.detection?.heartbeatTimeoutSeconds, this.d.clock());
-    return !health || health.state === "Partitioned";
+  /** Attempts still InProgress end Cancelled (their operations were withdrawn). */
+  private cancelAttempts(s: Status, why: string): void {
+    for (const a of s.attempts ?? [])
+      if (a.outcome === "InProgress") Object.assign(a, { outcome: "Cancelled", endTime: this.now(), message: `cancelled: ${why}` });
   }
 
-  private async cancel(fence: NodeFence, node: V1Node | undefined): Promise<NodeFence> {
-    const next = await this.write(fence, (s) => {
-      s.phase = "Unfenced";
-      s.unfencedTime = this.now();
-      return this.cond(
-        s,
-        {
-          type: FENCED_CONDITION,
-          status: "False",
-          reason: "NodeRecovered",
-          message: "the node heartbeats again: fencing cancelled before any action",
-        },
-        fence,
-      );
-    });
-    this.d.log.info({ node: fence.spec.nodeName }, `fencing of ${fence.spec.nodeName} cancelled: heartbeats are back`);
-    this.d.metrics?.fences.inc({ outcome: "Cancelled", agent: "" });
-    await Promise.all(this.event(next, "Normal", "FenceCancelled", "the node heartbeats again: nothing was powered off or released", node));
-    return next;
-  }
-
-  private async runAgent(
-    fence: NodeFence,
-    node: V1Node | undefined,
-    level: number,
-    agent: FenceAgent,
-    op: "off" | "on",
-  ): Promise<NodeFence> {
+  /** Removes the taints and the node condition this fence put on the node. */
+  private async unmark(fence: NodeFence, node: V1Node): Promise<void> {
     const nodeName = fence.spec.nodeName;
-    const agentName = agent.metadata?.name ?? "";
-    if (op === "off" && fence.spec.origin === "Automatic" && !(await this.stillPartitioned(fence))) {
-      const anyOff = (fence.status?.attempts ?? []).some((a) => a.operation === "off" && a.outcome !== "Failed");
-      if (!anyOff) return await this.cancel(fence, node);
+    const ours = new Set([
+      FENCED_TAINT,
+      ...(fence.status?.releases?.some((r) => r.kind === "Taint" && r.action === "Added") ? [OUT_OF_SERVICE_TAINT] : []),
+    ]);
+    const taints = node.spec?.taints ?? [];
+    if (taints.some((t) => ours.has(t.key))) {
+      this.leadership.assertLeading(`remove taints from node ${nodeName}`);
+      await this.d.kube.setTaints(
+        node,
+        taints.filter((t) => !ours.has(t.key)),
+      );
     }
-    const started = this.now();
+    if (node.status?.conditions?.some((c) => c.type === FENCED_CONDITION))
+      await this.d.kube.setNodeCondition(nodeName, FENCED_CONDITION, null);
+  }
+
+  /** Automatic fencing needs sustained silence, re-read from the apiserver right before each power command. */
+  private async stillPartitioned(fence: NodeFence): Promise<string | undefined> {
+    const timeout = fence.status?.policySnapshot?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
+    const { health } = await this.d.kube.freshHealth(fence.spec.nodeName, timeout, this.d.clock());
+    if (!health || health.state === "Partitioned") return undefined;
+    return `the node heartbeats again (last heartbeat ${health.lastHeartbeat?.toUTC().toISO() ?? "never"}, Ready=${health.ready})`;
+  }
+
+  /** Writes the attempt InProgress, then runs the agent in the background; its end re-enqueues the fence. */
+  private async runAgent(fence: NodeFence, node: V1Node | undefined, step: Extract<Step, { kind: "runAgent" }>): Promise<NodeFence> {
+    const { agent, level, operation: op, timeoutMs } = step;
+    const nodeName = fence.spec.nodeName;
+    const name = fence.metadata?.name ?? "";
+    const agentName = agent.metadata?.name ?? "";
     const index = fence.status?.attempts?.length ?? 0;
-    let current = await this.write(fence, (s) => {
+    // Leadership before writing: a stale leader must not even start an attempt.
+    this.leadership.assertLeading(`power ${op} of ${nodeName}`);
+    const current = await this.write(fence, (s) => {
       s.attempts = [
         ...(s.attempts ?? []),
-        { level, agent: agentName, operation: op, startTime: started, outcome: "InProgress", message: "" },
+        { level, round: s.round ?? 0, agent: agentName, operation: op, startTime: this.now(), outcome: "InProgress", message: "" },
       ];
       return s;
     });
-    const flog = this.d.log.child({ nodeFence: fence.metadata?.name, agent: agentName, level: level + 1, operation: op });
-    flog.info(`running ${agent.spec.type} agent ${agentName} (${op}) for ${nodeName}`);
-    let outcome: NodeFenceStatusAttempts["outcome"];
-    let message: string;
-    let secretValues: string[] = [];
-    try {
-      const secrets = new Map<string, Record<string, string>>();
-      for (const r of secretRefsFor(agent.spec, nodeName)) {
-        try {
-          secrets.set(`${r.namespace}/${r.name}`, await this.d.kube.readSecret(r.namespace, r.name));
-        } catch (err) {
-          throw new Error(
-            isNotFound(err)
-              ? `Secret ${r.namespace}/${r.name} named by FenceAgent ${agentName} does not exist: create it with the agent's credentials (e.g. key "password")`
-              : `cannot read Secret ${r.namespace}/${r.name}: ${errorMessage(err)}`,
-            { cause: err },
-          );
-        }
-      }
-      secretValues = [...secrets.values()].flatMap((m) => Object.values(m));
-      if (!node) throw new Error(`Node ${nodeName} does not exist: per-node parameters cannot be resolved`);
-      const resolved = resolveParameters(agent.spec, node, secrets);
-      if ("errors" in resolved) throw new Error(`FenceAgent ${agentName}: ${resolved.errors.join("; ")}`);
-      const driver = driverFor(agent.spec.type, agent.spec.agent);
-      const problems = driver.validate(resolved.parameters);
-      if (problems.length) throw new Error(`FenceAgent ${agentName}: ${problems.join("; ")}`);
-      // Live view of the NodeFence's annotations: a manual agent polls for the administrator's confirmation during the attempt.
-      const fenceName = fence.metadata?.name ?? "";
-      const annotations = new Proxy({} as Record<string, string>, {
-        get: (_t, key) => (typeof key === "string" ? this.d.caches.fences.get(fenceName)?.metadata?.annotations?.[key] : undefined),
-      });
-      const ctx = { node: nodeName, parameters: resolved.parameters, annotations };
-      const opts = {
-        timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000,
-        retries: agent.spec.retries ?? 2,
-        backoffMs: (agent.spec.retryBackoffSeconds ?? 1) * 1000,
-      };
-      const r = op === "off" ? await fenceOff(driver, ctx, opts) : await runOperation(driver, ctx, op, opts);
-      outcome = r.outcome;
-      message = r.message;
-    } catch (err) {
-      outcome = "Failed";
-      message = err instanceof Error ? err.message : String(err);
-    }
-    message = redact(message, secretValues).slice(0, 2048);
-    current = await this.write(current, (s) => {
-      const a = s.attempts?.[index];
-      if (a) {
-        a.outcome = outcome;
-        a.endTime = this.now();
-        a.message = message;
-      }
-      return s;
-    });
-    this.d.metrics?.attempts.inc({ agent: agentName, type: agent.spec.type, operation: op, outcome });
-    const ok = outcome === "Succeeded";
-    (ok ? flog.info.bind(flog) : flog.warn.bind(flog))({ outcome }, `agent ${agentName} ${op} for ${nodeName}: ${outcome}: ${message}`);
-    await Promise.all(
-      this.event(
-        current,
-        ok ? "Normal" : "Warning",
-        ok ? "AgentSucceeded" : "AgentFailed",
-        `level ${level + 1}, ${agentName} (${agent.spec.type}) ${op}: ${outcome}: ${message}`,
-        node,
-      ),
+    this.d.log.info(
+      { nodeFence: name, agent: agentName, level: level + 1, operation: op },
+      `running ${agent.spec.type} agent ${agentName} (${op}) for ${nodeName}`,
     );
+    if (agent.spec.type === "manual" && op === "off") return current; // the state machine watches for the confirmation
+    const target = targetNode(current, node);
+    const automatic = current.spec.origin === "Automatic";
+    this.operations.start(name, index, async (signal) => {
+      let secretValues: string[] = [];
+      try {
+        const secrets = await this.readSecrets(agent, nodeName);
+        secretValues = [...secrets.values()].flatMap((m) => Object.values(m));
+        const resolved = resolveParameters(agent.spec, target, secrets);
+        if ("errors" in resolved) throw new AgentError("Config", `FenceAgent ${agentName}: ${resolved.errors.join("; ")}`);
+        const driver = driverFor(agent.spec.type, agent.spec.agent);
+        const ctx = { node: nodeName, parameters: resolved.parameters, annotations: {} };
+        const beforeTry = async (o: "off" | "on") => {
+          try {
+            this.leadership.assertLeading(`power ${o} of ${nodeName}`);
+          } catch (err) {
+            throw new AgentError("Cancelled", (err as Error).message);
+          }
+          if (o !== "off" || !automatic) return;
+          const why = await this.stillPartitioned(current);
+          if (why) throw new AgentError("Cancelled", why);
+        };
+        const opts = {
+          timeoutMs,
+          retries: agent.spec.retries ?? 2,
+          backoffMs: (agent.spec.retryBackoffSeconds ?? 1) * 1000,
+          beforeTry,
+          signal,
+        };
+        const r = op === "off" ? await fenceOff(driver, ctx, opts) : await runOperation(driver, ctx, op, opts);
+        return { outcome: r.outcome, message: redact(r.message, secretValues) };
+      } catch (err) {
+        const message = redact(err instanceof Error ? err.message : String(err), secretValues);
+        return { outcome: err instanceof AgentError && err.kind === "Cancelled" ? "Cancelled" : "Failed", message };
+      }
+    });
     return current;
+  }
+
+  private async readSecrets(agent: FenceAgent, nodeName: string): Promise<Map<string, Record<string, string>>> {
+    const agentName = agent.metadata?.name ?? "";
+    const secrets = new Map<string, Record<string, string>>();
+    for (const r of secretRefsFor(agent.spec, nodeName)) {
+      try {
+        secrets.set(`${r.namespace}/${r.name}`, await this.d.kube.readSecret(r.namespace, r.name));
+      } catch (err) {
+        throw new AgentError(
+          "Config",
+          isNotFound(err)
+            ? `Secret ${r.namespace}/${r.name} named by FenceAgent ${agentName} does not exist: create it with the agent's credentials (e.g. key "password")`
+            : `cannot read Secret ${r.namespace}/${r.name}: ${errorMessage(err)}`,
+          { cause: err },
+        );
+      }
+    }
+    return secrets;
   }
 
   private async addTaint(node: V1Node, taint: V1Taint): Promise<void> {
@@ -432,12 +537,12 @@ export class NodeFenceController {
     const nodeName = fence.spec.nodeName;
     const evidence = fence.status?.evidence?.method ?? "";
     // The invariant, checked where it matters: nothing is released from a fence without evidence.
-    if (!evidence || !["Fenced", "Releasing"].includes(fence.status?.phase ?? "")) {
+    if (!evidence || !fence.status?.evidence?.heartbeat || fence.status?.phase !== "Releasing")
       throw new Error(`refusing to release from NodeFence ${nodeName} in phase ${fence.status?.phase} without confirmation evidence`);
-    }
     let rec: NonNullable<Status["releases"]>[number];
     if (item.kind === "Pod") {
       const p = item.pod;
+      this.leadership.assertLeading(`force-delete pod ${p.metadata?.namespace}/${p.metadata?.name}`);
       const result = await kube.forceDeletePod(p);
       rec = {
         kind: "Pod",
@@ -457,6 +562,7 @@ export class NodeFenceController {
         );
       }
     } else if (item.kind === "VolumeAttachment") {
+      this.leadership.assertLeading(`delete VolumeAttachment ${item.name}`);
       const result = await kube.deleteVolumeAttachment(item.name, item.uid);
       rec = {
         kind: "VolumeAttachment",
@@ -467,6 +573,7 @@ export class NodeFenceController {
       };
     } else {
       if (node) {
+        this.leadership.assertLeading(`${item.action === "Added" ? "add" : "remove"} the out-of-service taint on ${nodeName}`);
         if (item.action === "Added") await this.addTaint(node, { key: OUT_OF_SERVICE_TAINT, value: "nodeshutdown", effect: "NoExecute" });
         else {
           const taints = node.spec?.taints ?? [];

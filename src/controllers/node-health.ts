@@ -32,8 +32,13 @@ const ref = (kind: string, name: string, uid?: string, namespace?: string, apiVe
   namespace,
 });
 
+/** Per-object retry after a failed write: 1 s doubling to 5 min, so one bad object neither blocks nor floods. */
+const RETRY_BASE_MS = 1_000;
+const RETRY_MAX_MS = 300_000;
+
 export class NodeHealthController {
   private readonly lastVerdict = new Map<string, string>();
+  private readonly failing = new Map<string, { failures: number; retryAt: number }>();
   private readonly d: NodeHealthDeps;
 
   constructor(d: NodeHealthDeps) {
@@ -62,12 +67,32 @@ export class NodeHealthController {
     const now = this.d.clock();
     const d = this.decide();
     this.logDecisions(d);
-    for (const ch of d.nodeDown) await this.applyNodeDown(ch);
-    for (const intent of d.create) await this.createFence(intent);
-    for (const p of this.d.caches.policies.list()) await this.updatePolicyStatus(p, d.policies.get(p.metadata?.name ?? ""));
+    // Each object's write is isolated: one pod whose condition cannot be written never stops a fence.
+    for (const ch of d.nodeDown) await this.isolated(`pod ${ch.namespace}/${ch.name}`, () => this.applyNodeDown(ch));
+    for (const intent of d.create) await this.isolated(`NodeFence ${intent.node}`, () => this.createFence(intent));
+    for (const p of this.d.caches.policies.list())
+      await this.isolated(`FencingPolicy ${p.metadata?.name}`, () => this.updatePolicyStatus(p, d.policies.get(p.metadata?.name ?? "")));
     // Time alone changes verdicts (a heartbeat going stale); look again then, and at least every 5 s for the guards.
     const wait = d.nextCheck ? Math.max(100, d.nextCheck.diff(now).as("milliseconds") + 50) : 5_000;
-    return { requeueAfterMs: Math.min(wait, 5_000) };
+    const retry = Math.min(...[...this.failing.values()].map((f) => f.retryAt - Date.now()));
+    return { requeueAfterMs: Math.max(100, Math.min(wait, 5_000, retry)) };
+  }
+
+  /** Runs one object's write; a failure is logged and retried for that object alone, with backoff. */
+  private async isolated(what: string, fn: () => Promise<void>): Promise<void> {
+    const f = this.failing.get(what);
+    if (f && Date.now() < f.retryAt) return;
+    try {
+      await fn();
+      this.failing.delete(what);
+    } catch (err) {
+      const failures = (f?.failures ?? 0) + 1;
+      const delay = Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** (failures - 1));
+      this.failing.set(what, { failures, retryAt: Date.now() + delay });
+      // Forget entries of objects that went away, so the map cannot grow without bound.
+      if (this.failing.size > 10_000) this.failing.clear();
+      this.d.log.warn({ object: what, err: errorMessage(err), failures, retryInMs: delay }, `writing ${what} failed: ${errorMessage(err)}`);
+    }
   }
 
   private logDecisions(d: FleetDecision): void {
@@ -189,7 +214,15 @@ export class NodeHealthController {
             message: `FenceAgent ${[...new Set(missing)].join(", ")} does not exist: create it or fix spec.escalation (fences under this policy fail)`,
             observedGeneration: gen,
           }
-        : { type: "Ready", status: "True", reason: "Accepted", message: "policy is in effect", observedGeneration: gen },
+        : {
+            type: "Ready",
+            status: "True",
+            reason: "Accepted",
+            message: s.raisedTimeouts.length
+              ? `policy is in effect; heartbeatTimeoutSeconds ${p.spec.detection?.heartbeatTimeoutSeconds} is shorter than two renewals of the node Lease of ${s.raisedTimeouts.length} node(s), which would look silent while healthy: using ${[...new Set(s.raisedTimeouts.map((r) => r.seconds))].join("/")} s for them (e.g. ${s.raisedTimeouts[0]!.node})`
+              : "policy is in effect",
+            observedGeneration: gen,
+          },
       now,
     );
     const status = { ...p.status, conditions, observedGeneration: gen, partitionedNodes: s.partitioned, activeFences: s.activeFences };
@@ -205,6 +238,10 @@ export class NodeHealthController {
       await this.d.events.record(pref, "Normal", "StormGuardReleased", "no guard holds fencing back any more");
     }
     if (s.wouldFence.length) await this.d.events.record(pref, "Normal", "WouldFence", `dry run: would fence ${s.wouldFence.join(", ")}`);
+    const ready = findCondition(updated.status?.conditions as Condition[] | undefined, "Ready");
+    const readyBefore = findCondition(p.status?.conditions as Condition[] | undefined, "Ready");
+    if (s.raisedTimeouts.length && ready?.message !== readyBefore?.message)
+      await this.d.events.record(pref, "Warning", "HeartbeatTimeoutRaised", ready?.message ?? "");
   }
 }
 

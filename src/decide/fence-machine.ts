@@ -1,50 +1,95 @@
-// The NodeFence state machine: from the fence's recorded status and what is observed now, the one
-// next step. The reconciler performs it, writes the result to status, and asks again — so a restarted
-// operator resumes from status, never skips confirmation, and never releases the same thing twice.
+// The NodeFence state machine: from the fence's recorded status and what is observed now (the Node and its
+// Lease read fresh from the apiserver, the caches, the agent operations this process runs), the one next
+// step. The reconciler performs it, writes the result to status, and asks again — so a restarted operator
+// resumes from status, never skips confirmation, and never releases the same thing twice.
 //
 //   Pending → Fencing → Fenced → Releasing → Released      (→ Unfencing → Unfenced)
-//                 └→ Failed
-import type { V1Node, V1PersistentVolumeClaim, V1Pod, V1Taint, V1VolumeAttachment } from "@kubernetes/client-node";
+//               ↑ └→ Failed ─(retry, new round)─┘  │
+//               └──── heartbeat after the fence ───┘
+//
+// The safety rules (docs/safety.md) live here, where they can be tested exhaustively:
+// - evidence is only PowerOffConfirmed or ManualConfirmation, each from the attempts of the current round;
+// - before each release step the node's heartbeat must be exactly what it was right after the confirmation;
+// - an automatic fence needs the node partitioned at every step that could power it off.
+import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1Taint, V1VolumeAttachment } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
-import type { FenceAgent, FencingPolicy, NodeFence, NodeFenceStatusAttempts } from "../api/v1alpha1.ts";
+import type {
+  FenceAgent,
+  FencingPolicy,
+  NodeFence,
+  NodeFenceStatusAttempts,
+  NodeFenceStatusEvidenceHeartbeat,
+  NodeFenceStatusNodeSnapshot,
+  NodeFenceStatusPolicySnapshot,
+} from "../api/v1alpha1.ts";
 import { isFinished, isGuarded } from "./guarded-pods.ts";
+import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
 import { orderPodsForRelease } from "./priority.ts";
-import { policyForNode } from "./selectors.ts";
+import { matchesSelector, policyForNode } from "./selectors.ts";
 
 export const FENCED_TAINT = "stockade.io/fenced";
 export const OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service";
+export const FINALIZER = "stockade.io/node-cleanup";
+/** The manual agent's confirmation; its value must be the node's name. */
+export const CONFIRMED_OFF_ANNOTATION = "stockade.io/confirmed-off";
+export const NODE_RESTRICTION_PREFIX = "node-restriction.kubernetes.io/";
+export { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
+/** Retry of a failed round: 30 s, doubling, at most 10 min. */
+export const RETRY_BASE_SECONDS = 30;
+export const RETRY_MAX_SECONDS = 600;
+/** A kubelet's default Lease duration, when the node has no Lease to say. */
+const DEFAULT_LEASE_SECONDS = 40;
+
+export type AttemptOutcome = NodeFenceStatusAttempts["outcome"];
+
+/** An agent operation this process runs in the background, by attempt index. */
+export type Operation = { state: "running" } | { state: "done"; outcome: Exclude<AttemptOutcome, "InProgress">; message: string };
 
 export interface FenceObservation {
   now: DateTime;
   fence: NodeFence;
-  /** The Node; undefined when it was deleted. */
+  /** The Node, read from the apiserver right before this decision; undefined when it does not exist. */
   node: V1Node | undefined;
+  /** Its Lease in kube-node-lease, read with it; undefined when there is none. */
+  lease: V1Lease | undefined;
   policies: readonly FencingPolicy[];
   agents: ReadonlyMap<string, FenceAgent>;
   /** Every pod bound to the node. */
   pods: readonly V1Pod[];
   pvcs: ReadonlyMap<string, V1PersistentVolumeClaim>;
   volumeAttachments: readonly V1VolumeAttachment[];
+  /** The agent operations this process runs for this fence, by attempt index. */
+  operations: ReadonlyMap<number, Operation>;
 }
 
 export type Evidence = {
-  method: "PowerOffConfirmed" | "BootIDChanged" | "NodeDeleted" | "ManualConfirmation";
+  method: "PowerOffConfirmed" | "ManualConfirmation";
   detail: string;
   agents: string[];
+  round: number;
+  heartbeat: NodeFenceStatusEvidenceHeartbeat;
 };
 
 export type ReleaseItem =
   { kind: "Pod"; pod: V1Pod } | { kind: "VolumeAttachment"; name: string; uid: string } | { kind: "Taint"; action: "Added" | "Removed" };
 
 export type Step =
-  | { kind: "start"; policy: string; bootID: string }
-  | { kind: "fail"; reason: string; message: string }
+  | { kind: "addFinalizer" }
+  /** The NodeFence is being deleted: abort its operations, remove the taints and condition it added, drop the finalizer. */
+  | { kind: "finalize" }
+  | { kind: "start"; policy: string; snapshot: NodeFenceStatusPolicySnapshot; node: NodeFenceStatusNodeSnapshot; bootID: string }
   | { kind: "wait"; reason: string; message: string; requeueAfterMs: number }
   | { kind: "begin" }
+  /** An automatic fence whose node heartbeats again: nothing more is powered off or released; our marks come off. */
+  | { kind: "cancel"; message: string }
   | { kind: "interrupted"; index: number }
-  | { kind: "runAgent"; level: number; agent: FenceAgent; operation: "off" | "on" }
+  | { kind: "runAgent"; level: number; agent: FenceAgent; operation: "off" | "on"; timeoutMs: number }
+  | { kind: "recordOutcome"; index: number; outcome: Exclude<AttemptOutcome, "InProgress">; message: string }
   | { kind: "escalate"; to: number; message: string }
+  | { kind: "roundFailed"; reason: string; message: string; retryAt: DateTime }
+  | { kind: "retry"; snapshot: NodeFenceStatusPolicySnapshot | undefined; message: string }
   | { kind: "confirmed"; evidence: Evidence }
+  | { kind: "reenter"; message: string }
   | { kind: "markNode" }
   | { kind: "release"; item: ReleaseItem }
   | { kind: "released" }
@@ -53,38 +98,124 @@ export type Step =
   | { kind: "done" };
 
 const attemptsOf = (f: NodeFence): NodeFenceStatusAttempts[] => f.status?.attempts ?? [];
-
-export function resolvePolicy(o: FenceObservation): FencingPolicy | undefined {
-  const name = o.fence.status?.policy || o.fence.spec.policy;
-  if (name) return o.policies.find((p) => p.metadata?.name === name);
-  return o.node ? policyForNode(o.node, o.policies).policy : undefined;
-}
+const iso = (d: DateTime) => d.toUTC().toISO({ suppressMilliseconds: true }) ?? "";
 
 export function hasTaint(node: V1Node | undefined, key: string): boolean {
   return (node?.spec?.taints ?? []).some((t: V1Taint) => t.key === key);
 }
 
+/** What a fence runs with: the policy's settings at the start of a round. */
+export function snapshotOf(p: FencingPolicy): NodeFenceStatusPolicySnapshot {
+  const s = p.spec;
+  return {
+    generation: p.metadata?.generation,
+    escalation: s.escalation.map((l) => ({
+      agents: l.agents.map((a) => a.name),
+      ...(l.timeoutSeconds !== undefined ? { timeoutSeconds: l.timeoutSeconds } : {}),
+    })),
+    action: s.action ?? "off",
+    release: {
+      forceDeletePods: s.release?.forceDeletePods ?? true,
+      deleteVolumeAttachments: s.release?.deleteVolumeAttachments ?? true,
+      outOfServiceTaint: s.release?.outOfServiceTaint ?? false,
+    },
+    guardedPods: { statefulSets: s.guardedPods?.statefulSets ?? true, readWriteOnceVolumes: s.guardedPods?.readWriteOnceVolumes ?? true },
+    heartbeatTimeoutSeconds: s.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+    unfenceOnReboot: s.unfenceOnReboot ?? false,
+  };
+}
+
+/** The parts of a Node that agents' parameters may be rendered from (administrator-owned: docs/safety.md). */
+export function nodeSnapshotOf(node: V1Node): NodeFenceStatusNodeSnapshot {
+  const labels = Object.fromEntries(Object.entries(node.metadata?.labels ?? {}).filter(([k]) => k.startsWith(NODE_RESTRICTION_PREFIX)));
+  return { uid: node.metadata?.uid ?? "", providerID: node.spec?.providerID ?? "", labels };
+}
+
+/** The Node to render agents' parameters over: the live one if it is the same object, else the snapshot. */
+export function targetNode(fence: NodeFence, node: V1Node | undefined): V1Node {
+  const snap = fence.status?.nodeSnapshot;
+  if (node && (!snap?.uid || node.metadata?.uid === snap.uid)) return node;
+  return {
+    metadata: { name: fence.spec.nodeName, uid: snap?.uid, labels: { ...snap?.labels } },
+    spec: snap?.providerID ? { providerID: snap.providerID } : {},
+  };
+}
+
+/** The node's heartbeat as the kubelet wrote it: compared by value, never against our clock (immune to skew). */
+export function heartbeatOf(node: V1Node | undefined, lease: V1Lease | undefined): NodeFenceStatusEvidenceHeartbeat {
+  const ready = node?.status?.conditions?.find((c) => c.type === "Ready");
+  const t = (v: Date | string | undefined | null) => (v ? (toDateTime(v)?.toUTC().toISO() ?? String(v)) : "");
+  return {
+    nodeUID: node?.metadata?.uid ?? "",
+    bootID: node?.status?.nodeInfo?.bootID ?? "",
+    leaseRenewTime: t(lease?.spec?.renewTime as Date | string | undefined),
+    readyHeartbeatTime: t(ready?.lastHeartbeatTime as Date | string | undefined),
+  };
+}
+
+/** The differences between two heartbeats, as words for people; [] when the node has not heartbeat since. */
+export function heartbeatChanges(before: NodeFenceStatusEvidenceHeartbeat, now: NodeFenceStatusEvidenceHeartbeat): string[] {
+  const out: string[] = [];
+  const cmp = (k: keyof Omit<NodeFenceStatusEvidenceHeartbeat, "silent">, what: string) => {
+    if ((before[k] ?? "") !== (now[k] ?? "")) out.push(`${what} ${before[k] || "(none)"} → ${now[k] || "(none)"}`);
+  };
+  cmp("nodeUID", "Node uid");
+  cmp("bootID", "bootID");
+  cmp("leaseRenewTime", "Lease renewTime");
+  cmp("readyHeartbeatTime", "Ready heartbeat");
+  return out;
+}
+
+/** The node's health under the fence's snapshot; undefined when the Node does not exist. */
+export function healthOf(o: FenceObservation): NodeHealth | undefined {
+  const timeout = o.fence.status?.policySnapshot?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
+  return o.node ? assessNode(o.node, o.lease, o.now, timeout) : undefined;
+}
+
+/** A node that is not partitioned heartbeats (or just did); a deleted Node is not a heartbeat. */
+function heartbeats(h: NodeHealth | undefined): boolean {
+  return h !== undefined && h.state !== "Partitioned";
+}
+
+function describeHealth(h: NodeHealth | undefined): string {
+  if (!h) return "the Node does not exist";
+  const beat = h.lastHeartbeat ? iso(h.lastHeartbeat) : "never";
+  return `last heartbeat ${beat}, Ready=${h.ready}`;
+}
+
 /** Guarded pods on the node that still have to be released, highest priority first. */
-export function podsToRelease(o: FenceObservation, policy: FencingPolicy): V1Pod[] {
+export function podsToRelease(o: FenceObservation): V1Pod[] {
   const released = new Set((o.fence.status?.releases ?? []).filter((r) => r.kind === "Pod").map((r) => r.uid));
+  const guarded = o.fence.status?.policySnapshot?.guardedPods;
   return orderPodsForRelease(
-    o.pods.filter((p) => !released.has(p.metadata?.uid) && !isFinished(p) && isGuarded(p, policy.spec.guardedPods, o.pvcs).guarded),
+    o.pods.filter((p) => !released.has(p.metadata?.uid) && !isFinished(p) && isGuarded(p, guarded, o.pvcs).guarded),
   );
+}
+
+export function retryDelaySeconds(failures: number): number {
+  return Math.min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** Math.max(0, failures - 1));
+}
+
+/** Seconds a node must stay silent after a confirmation made while it heartbeat: one and a half renewals. */
+export function settleSeconds(lease: V1Lease | undefined): number {
+  return ((lease?.spec?.leaseDurationSeconds ?? DEFAULT_LEASE_SECONDS) / 4) * 1.5;
 }
 
 export function nextStep(o: FenceObservation): Step {
   const f = o.fence;
   const st = f.status ?? {};
   const phase = st.phase ?? "";
-  const nodeName = f.spec.nodeName;
+  const automatic = f.spec.origin === "Automatic";
 
+  if (f.metadata?.deletionTimestamp) return (f.metadata.finalizers ?? []).includes(FINALIZER) ? { kind: "finalize" } : { kind: "done" };
   if (phase === "Unfenced") return { kind: "done" };
+  if (!(f.metadata?.finalizers ?? []).includes(FINALIZER)) return { kind: "addFinalizer" };
+
   if (phase === "Unfencing") {
     const reason = st.conditions?.find((c) => c.type === "Fenced")?.reason ?? "UnfenceRequested";
-    const policy = resolvePolicy(o);
     // An administrator's unfence powers back on what our agents powered off; a reboot already did.
-    if (policy && reason === "UnfenceRequested" && st.evidence?.method === "PowerOffConfirmed" && policy.spec.action !== "reboot") {
-      const step = powerOnStep(o, policy);
+    if (reason === "UnfenceRequested" && st.evidence?.method === "PowerOffConfirmed" && st.policySnapshot?.action !== "reboot") {
+      const step = powerOnStep(o);
       if (step) return step;
     }
     return { kind: "unmarkNode", reason };
@@ -95,151 +226,286 @@ export function nextStep(o: FenceObservation): Step {
     return { kind: "startUnfence", reason: "UnfenceRequested" };
   }
 
-  const policy = resolvePolicy(o);
-  if (phase === "") {
-    if (!policy) {
-      const asked = f.spec.policy;
-      return asked
-        ? { kind: "fail", reason: "PolicyNotFound", message: `FencingPolicy ${asked} does not exist: create it or fix spec.policy` }
-        : { kind: "fail", reason: "NoPolicy", message: `no FencingPolicy selects node ${nodeName}: create one or set spec.policy` };
-    }
-    return { kind: "start", policy: policy.metadata?.name ?? "", bootID: o.node?.status?.nodeInfo?.bootID ?? "" };
+  if (phase === "") return startStep(o);
+  const health = healthOf(o);
+  if (phase === "Failed") return failedStep(o, health);
+  const snap = st.policySnapshot;
+  if (!snap) {
+    // Written by an older version, or tampered with: never act without knowing what the fence runs with.
+    return { kind: "roundFailed", reason: "SnapshotMissing", message: "the NodeFence status has no policySnapshot", retryAt: o.now };
   }
-  if (phase === "Failed") return { kind: "done" };
-  if (!policy)
-    return {
-      kind: "wait",
-      reason: "PolicyNotFound",
-      message: `FencingPolicy ${st.policy} no longer exists: recreate it`,
-      requeueAfterMs: 30_000,
-    };
 
   if (phase === "Pending") {
-    if (policy.spec.paused && f.spec.origin === "Automatic")
+    const policy = o.policies.find((p) => p.metadata?.name === st.policy);
+    if (automatic && policy?.spec.paused)
       return { kind: "wait", reason: "Paused", message: `FencingPolicy ${st.policy} is paused`, requeueAfterMs: 10_000 };
-    const missing = policy.spec.escalation.flatMap((l) => l.agents.map((a) => a.name)).filter((n) => !o.agents.has(n));
-    if (missing.length)
-      return {
-        kind: "fail",
-        reason: "AgentNotFound",
-        message: `FenceAgent ${missing.join(", ")} named by FencingPolicy ${st.policy} does not exist`,
-      };
+    if (automatic && heartbeats(health))
+      return { kind: "cancel", message: `the node heartbeats again (${describeHealth(health)}): nothing was powered off or released` };
     return { kind: "begin" };
   }
 
-  if (phase === "Fencing") {
-    if (!o.node) return { kind: "confirmed", evidence: { method: "NodeDeleted", detail: `Node ${nodeName} was deleted`, agents: [] } };
-    const boot = o.node.status?.nodeInfo?.bootID ?? "";
-    if (st.bootID && boot && boot !== st.bootID) {
-      return {
-        kind: "confirmed",
-        evidence: { method: "BootIDChanged", detail: `bootID changed from ${st.bootID} to ${boot}`, agents: [] },
-      };
-    }
-    const attempts = attemptsOf(f);
-    const stuck = attempts.findIndex((a) => a.outcome === "InProgress");
-    if (stuck >= 0) return { kind: "interrupted", index: stuck };
-    const levels = policy.spec.escalation;
-    const level = st.currentLevel ?? 0;
-    const spec = levels[level];
-    if (!spec)
-      return { kind: "fail", reason: "EscalationExhausted", message: `no escalation level ${level + 1} in FencingPolicy ${st.policy}` };
-    for (const ref of spec.agents) {
-      const last = attempts.filter((a) => a.level === level && a.agent === ref.name && a.operation === "off").at(-1);
-      if (!last || last.outcome === "Interrupted") {
-        const agent = o.agents.get(ref.name);
-        if (!agent) return levelFailed(levels.length, level, `FenceAgent ${ref.name} does not exist`);
-        return { kind: "runAgent", level, agent, operation: "off" };
-      }
-      if (last.outcome !== "Succeeded") return levelFailed(levels.length, level, `${ref.name}: ${last.outcome}: ${last.message ?? ""}`);
-    }
-    const names = spec.agents.map((a) => a.name);
-    const manual = names.filter((n) => o.agents.get(n)?.spec.type === "manual");
-    return {
-      kind: "confirmed",
-      evidence: {
-        method: manual.length === names.length ? "ManualConfirmation" : "PowerOffConfirmed",
-        detail: `level ${level + 1}: ${names.join(", ")} powered the machine off and a status query confirmed it`,
-        agents: names,
-      },
-    };
-  }
+  if (phase === "Fencing") return fencingStep(o, health);
 
-  if (phase === "Fenced") return { kind: "markNode" };
-
-  if (phase === "Releasing") {
-    // The invariant holds here too, not only in the controller: a status that lost its evidence releases nothing.
-    if (!st.evidence?.method)
-      return {
-        kind: "fail",
-        reason: "EvidenceMissing",
-        message: `NodeFence ${nodeName} is Releasing but has no confirmation evidence: nothing more is released; delete the NodeFence to fence again`,
-      };
-    const rel = policy.spec.release ?? {};
-    const releases = st.releases ?? [];
-    const taintAdded = releases.some((r) => r.kind === "Taint" && r.action === "Added");
-    const taintRemoved = releases.some((r) => r.kind === "Taint" && r.action === "Removed");
-    if (rel.outOfServiceTaint && !taintAdded) return { kind: "release", item: { kind: "Taint", action: "Added" } };
-    if (rel.forceDeletePods ?? true) {
-      const pod = podsToRelease(o, policy)[0];
-      if (pod) return { kind: "release", item: { kind: "Pod", pod } };
-    }
-    if (rel.deleteVolumeAttachments ?? true) {
-      const done = new Set(releases.filter((r) => r.kind === "VolumeAttachment").map((r) => r.uid));
-      const va = o.volumeAttachments.find((v) => v.spec.nodeName === nodeName && !done.has(v.metadata?.uid));
-      if (va) return { kind: "release", item: { kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" } };
-    }
-    if (rel.outOfServiceTaint && !taintRemoved) {
-      // The taint manager evicts the node's pods and the pod GC controller force-deletes them; the taint may go
-      // only once none is terminating there and no guarded pod is left (one not yet evicted would be stranded).
-      const terminating = o.pods.filter((p) => p.metadata?.deletionTimestamp);
-      const guarded = podsToRelease(o, policy).filter((p) => !p.metadata?.deletionTimestamp);
-      if (terminating.length || guarded.length)
+  if (phase === "Fenced" || phase === "Releasing") {
+    // Nothing is released without evidence from this round and a heartbeat unchanged since it was taken.
+    const ev = st.evidence;
+    if (!ev?.method || !ev.heartbeat || (ev.round ?? 0) !== (st.round ?? 0))
+      return { kind: "reenter", message: "the NodeFence is fenced but its evidence is missing or stale: fencing again" };
+    const changes = heartbeatChanges(ev.heartbeat, heartbeatOf(o.node, o.lease));
+    if (changes.length)
+      return { kind: "reenter", message: `the node heartbeat after it was confirmed fenced (${changes.join("; ")}): fencing again` };
+    if (!ev.heartbeat.silent) {
+      // Confirmed while it still heartbeat (a fence of a healthy node): a live machine renews within a renewal.
+      const until = (toDateTime(ev.time) ?? o.now).plus({ seconds: settleSeconds(o.lease) });
+      if (o.now < until)
         return {
           kind: "wait",
-          reason: "WaitingForPodGC",
-          message: `${terminating.length} pod(s) still terminating and ${guarded.length} guarded pod(s) not yet evicted on ${nodeName}; the out-of-service taint stays until the pod GC controller has removed them (a pod tolerating node.kubernetes.io/out-of-service keeps it forever)`,
-          requeueAfterMs: 2_000,
+          reason: "WaitingForSilence",
+          message: `the node heartbeat until it was powered off: nothing is released before ${iso(until)} unless it stays silent`,
+          requeueAfterMs: Math.max(100, until.diff(o.now).as("milliseconds")),
         };
-      return { kind: "release", item: { kind: "Taint", action: "Removed" } };
     }
-    return { kind: "released" };
+    if (phase === "Fenced") return { kind: "markNode" };
+    return releaseStep(o, snap);
   }
 
   if (phase === "Released") {
-    if (policy.spec.action === "reboot" && st.evidence?.method === "PowerOffConfirmed") {
-      const step = powerOnStep(o, policy);
+    if (snap.action === "reboot" && st.evidence?.method === "PowerOffConfirmed") {
+      const step = powerOnStep(o);
       if (step) return step;
       const boot = o.node?.status?.nodeInfo?.bootID ?? "";
       const ready = o.node?.status?.conditions?.find((c) => c.type === "Ready")?.status === "True";
-      if (policy.spec.unfenceOnReboot && boot && st.bootID && boot !== st.bootID && ready)
-        return { kind: "startUnfence", reason: "Rebooted" };
+      if (snap.unfenceOnReboot && boot && st.bootID && boot !== st.bootID && ready) return { kind: "startUnfence", reason: "Rebooted" };
     }
     return { kind: "done" };
   }
   return { kind: "done" };
 }
 
+/** A failed round is retried with backoff (Pacemaker retries fencing too); an automatic one ends if the node heartbeats. */
+function failedStep(o: FenceObservation, health: NodeHealth | undefined): Step {
+  const st = o.fence.status ?? {};
+  const retryAt = toDateTime(st.nextRetryTime) ?? o.now;
+  if (o.fence.spec.origin === "Automatic" && heartbeats(health))
+    return { kind: "cancel", message: `the node heartbeats again (${describeHealth(health)}): the failed fence is not retried` };
+  if (o.now < retryAt)
+    return {
+      kind: "wait",
+      reason: "RetryScheduled",
+      message: `round ${(st.round ?? 0) + 1} failed; retrying at ${iso(retryAt)}`,
+      requeueAfterMs: Math.max(100, retryAt.diff(o.now).as("milliseconds")),
+    };
+  // A new round runs with the policy as it is now, if it still exists and selects the node; else with the old snapshot.
+  const policy = o.policies.find((p) => p.metadata?.name === st.policy);
+  const fresh = policy && (!o.node || matchesSelector(o.node.metadata?.labels, policy.spec.nodeSelector)) ? snapshotOf(policy) : undefined;
+  if (!fresh && !st.policySnapshot)
+    return {
+      kind: "wait",
+      reason: "PolicyNotFound",
+      message: `FencingPolicy ${st.policy} no longer exists or no longer selects the node, and the fence has no snapshot to retry with`,
+      requeueAfterMs: 30_000,
+    };
+  return {
+    kind: "retry",
+    snapshot: fresh,
+    message: `retrying: round ${(st.round ?? 0) + 2} from escalation level 1 (${describeHealth(health)})`,
+  };
+}
+
+function startStep(o: FenceObservation): Step {
+  const f = o.fence;
+  const nodeName = f.spec.nodeName;
+  const wait = (reason: string, message: string): Step => ({ kind: "wait", reason, message, requeueAfterMs: 30_000 });
+  if (!o.node)
+    return wait(
+      "NodeNotFound",
+      `Node ${nodeName} does not exist: there is nothing to fence (a live kubelet re-creates its Node; this fence starts then)`,
+    );
+  const asked = f.spec.policy;
+  let policy: FencingPolicy | undefined;
+  if (asked) {
+    policy = o.policies.find((p) => p.metadata?.name === asked);
+    if (!policy) return wait("PolicyNotFound", `FencingPolicy ${asked} does not exist: create it, or delete this NodeFence`);
+    // A NodeFence may not pick a policy meant for other nodes (e.g. one whose only level is a manual agent).
+    if (!matchesSelector(o.node.metadata?.labels, policy.spec.nodeSelector))
+      return wait(
+        "PolicyDoesNotSelectNode",
+        `FencingPolicy ${asked} does not select node ${nodeName} (its nodeSelector does not match the Node's labels): name a policy that selects it, or leave spec.policy empty`,
+      );
+  } else {
+    policy = policyForNode(o.node, o.policies).policy;
+    if (!policy) return wait("NoPolicy", `no FencingPolicy selects node ${nodeName}: create one whose nodeSelector matches it`);
+  }
+  return {
+    kind: "start",
+    policy: policy.metadata?.name ?? "",
+    snapshot: snapshotOf(policy),
+    node: nodeSnapshotOf(o.node),
+    bootID: o.node.status?.nodeInfo?.bootID ?? "",
+  };
+}
+
+function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step {
+  const f = o.fence;
+  const st = f.status ?? {};
+  const snap = st.policySnapshot!;
+  const round = st.round ?? 0;
+  const attempts = attemptsOf(f);
+
+  // An automatic fence powers nothing off once the node heartbeats again, whatever was tried before.
+  if (f.spec.origin === "Automatic" && heartbeats(health))
+    return { kind: "cancel", message: `the node heartbeats again (${describeHealth(health)}): fencing cancelled, nothing was released` };
+
+  const levels = snap.escalation;
+  const level = st.currentLevel ?? 0;
+  const spec = levels[level];
+  if (!spec) return levelFailed(o, levels.length, level, `no escalation level ${level + 1} in the fence's policy snapshot`);
+  const levelStart = toDateTime(st.levelStartTime) ?? toDateTime(st.startTime) ?? o.now;
+  const levelDeadline = spec.timeoutSeconds !== undefined ? levelStart.plus({ seconds: spec.timeoutSeconds }) : undefined;
+
+  const busy = attempts.findIndex((a) => a.outcome === "InProgress");
+  if (busy >= 0) return inProgressStep(o, busy, health, levelDeadline);
+
+  if (levelDeadline && o.now >= levelDeadline)
+    return levelFailed(o, levels.length, level, `the level's ${spec.timeoutSeconds} s time limit passed`);
+
+  for (const name of spec.agents) {
+    const last = attempts.filter((a) => (a.round ?? 0) === round && a.level === level && a.agent === name && a.operation === "off").at(-1);
+    if (!last || last.outcome === "Interrupted" || last.outcome === "Cancelled") {
+      const agent = o.agents.get(name);
+      if (!agent) return levelFailed(o, levels.length, level, `FenceAgent ${name} does not exist`);
+      let timeoutMs = (agent.spec.timeoutSeconds ?? 30) * 1000;
+      if (levelDeadline) timeoutMs = Math.min(timeoutMs, levelDeadline.diff(o.now).as("milliseconds"));
+      return { kind: "runAgent", level, agent, operation: "off", timeoutMs: Math.max(1, Math.floor(timeoutMs)) };
+    }
+    if (last.outcome !== "Succeeded") return levelFailed(o, levels.length, level, `${name}: ${last.outcome}: ${last.message ?? ""}`);
+  }
+  const manual = spec.agents.filter((n) => o.agents.get(n)?.spec.type === "manual");
+  return {
+    kind: "confirmed",
+    evidence: {
+      method: manual.length === spec.agents.length ? "ManualConfirmation" : "PowerOffConfirmed",
+      detail: `round ${round + 1}, level ${level + 1}: ${spec.agents.join(", ")} ${manual.length === spec.agents.length ? "confirmed by an administrator while the node was partitioned" : "powered the machine off and a status query confirmed it"}`,
+      agents: [...spec.agents],
+      round,
+      heartbeat: { ...heartbeatOf(o.node, o.lease), silent: health === undefined || health.state === "Partitioned" },
+    },
+  };
+}
+
+/** An attempt written InProgress: ours and still running, finished, a manual wait, or left by a stopped operator. */
+function inProgressStep(o: FenceObservation, index: number, health: NodeHealth | undefined, levelDeadline: DateTime | undefined): Step {
+  const a = attemptsOf(o.fence)[index]!;
+  const agent = o.agents.get(a.agent);
+  if (agent?.spec.type === "manual" && a.operation === "off") {
+    // The administrator is the actuator: no background work, nothing held; each reconcile looks again.
+    const start = toDateTime(a.startTime) ?? o.now;
+    let deadline = start.plus({ seconds: agent.spec.timeoutSeconds ?? 30 });
+    if (levelDeadline && levelDeadline < deadline) deadline = levelDeadline;
+    const confirmed = o.fence.metadata?.annotations?.[CONFIRMED_OFF_ANNOTATION] === o.fence.spec.nodeName;
+    const silent = health === undefined || health.state === "Partitioned";
+    if (confirmed && silent)
+      return {
+        kind: "recordOutcome",
+        index,
+        outcome: "Succeeded",
+        message: `${o.fence.spec.nodeName} confirmed off by an administrator (annotation ${CONFIRMED_OFF_ANNOTATION}); the node is partitioned (${describeHealth(health)})`,
+      };
+    if (o.now >= deadline) {
+      const why = confirmed
+        ? `the administrator's confirmation was refused: the node still heartbeats (${describeHealth(health)})`
+        : `power the machine off, then: kubectl annotate nodefence ${o.fence.spec.nodeName} ${CONFIRMED_OFF_ANNOTATION}=${o.fence.spec.nodeName}`;
+      return {
+        kind: "recordOutcome",
+        index,
+        outcome: "TimedOut",
+        message: `no confirmation within ${Math.round(deadline.diff(start).as("seconds"))} s; ${why}`,
+      };
+    }
+    return {
+      kind: "wait",
+      reason: confirmed ? "ConfirmationRefused" : "WaitingForConfirmation",
+      message: confirmed
+        ? `confirmed off by an administrator, but the node still heartbeats (${describeHealth(health)}): accepted once it is partitioned`
+        : `waiting for an administrator to power ${o.fence.spec.nodeName} off and annotate the NodeFence ${CONFIRMED_OFF_ANNOTATION}=${o.fence.spec.nodeName}`,
+      requeueAfterMs: Math.max(100, Math.min(5_000, deadline.diff(o.now).as("milliseconds"))),
+    };
+  }
+  const op = o.operations.get(index);
+  if (op?.state === "done") return { kind: "recordOutcome", index, outcome: op.outcome, message: op.message };
+  if (op?.state === "running")
+    return { kind: "wait", reason: "AgentRunning", message: `${a.agent} ${a.operation} in progress`, requeueAfterMs: 30_000 };
+  return { kind: "interrupted", index };
+}
+
+function releaseStep(o: FenceObservation, snap: NodeFenceStatusPolicySnapshot): Step {
+  const st = o.fence.status ?? {};
+  const nodeName = o.fence.spec.nodeName;
+  const rel = snap.release ?? {};
+  const releases = st.releases ?? [];
+  const taintAdded = releases.some((r) => r.kind === "Taint" && r.action === "Added");
+  const taintRemoved = releases.some((r) => r.kind === "Taint" && r.action === "Removed");
+  if (rel.outOfServiceTaint && !taintAdded) return { kind: "release", item: { kind: "Taint", action: "Added" } };
+  if (rel.forceDeletePods ?? true) {
+    const pod = podsToRelease(o)[0];
+    if (pod) return { kind: "release", item: { kind: "Pod", pod } };
+  }
+  if (rel.deleteVolumeAttachments ?? true) {
+    const done = new Set(releases.filter((r) => r.kind === "VolumeAttachment").map((r) => r.uid));
+    const va = o.volumeAttachments.find((v) => v.spec.nodeName === nodeName && !done.has(v.metadata?.uid));
+    if (va) return { kind: "release", item: { kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" } };
+  }
+  if (rel.outOfServiceTaint && !taintRemoved) {
+    // The taint manager evicts the node's pods and the pod GC controller force-deletes them; the taint may go
+    // only once none is terminating there and no guarded pod is left (one not yet evicted would be stranded).
+    const terminating = o.pods.filter((p) => p.metadata?.deletionTimestamp);
+    const guarded = podsToRelease(o).filter((p) => !p.metadata?.deletionTimestamp);
+    if (terminating.length || guarded.length)
+      return {
+        kind: "wait",
+        reason: "WaitingForPodGC",
+        message: `${terminating.length} pod(s) still terminating and ${guarded.length} guarded pod(s) not yet evicted on ${nodeName}; the out-of-service taint stays until the pod GC controller has removed them (a pod tolerating node.kubernetes.io/out-of-service keeps it forever)`,
+        requeueAfterMs: 2_000,
+      };
+    return { kind: "release", item: { kind: "Taint", action: "Removed" } };
+  }
+  return { kind: "released" };
+}
+
 /** Power the machine back on through the agents that powered it off, each tried once (a failure is recorded, not retried). */
-function powerOnStep(o: FenceObservation, policy: FencingPolicy): Step | undefined {
+function powerOnStep(o: FenceObservation): Step | undefined {
   const st = o.fence.status ?? {};
   const attempts = attemptsOf(o.fence);
-  const stuck = attempts.findIndex((a) => a.outcome === "InProgress");
-  if (stuck >= 0) return { kind: "interrupted", index: stuck };
+  const busy = attempts.findIndex((a) => a.outcome === "InProgress");
+  if (busy >= 0) {
+    const op = o.operations.get(busy);
+    if (op?.state === "done") return { kind: "recordOutcome", index: busy, outcome: op.outcome, message: op.message };
+    if (op?.state === "running") return { kind: "wait", reason: "AgentRunning", message: "power on in progress", requeueAfterMs: 30_000 };
+    return { kind: "interrupted", index: busy };
+  }
   const level = st.currentLevel ?? 0;
-  for (const ref of policy.spec.escalation[level]?.agents ?? []) {
-    const agent = o.agents.get(ref.name);
-    const last = attempts
-      .filter((a) => a.operation === "on" && a.agent === ref.name && (a.startTime ?? "") >= (st.fencedTime ?? ""))
-      .at(-1);
+  for (const name of st.policySnapshot?.escalation[level]?.agents ?? []) {
+    const agent = o.agents.get(name);
+    const last = attempts.filter((a) => a.operation === "on" && a.agent === name && (a.startTime ?? "") >= (st.fencedTime ?? "")).at(-1);
     if (agent && agent.spec.type !== "manual" && (!last || last.outcome === "Interrupted"))
-      return { kind: "runAgent", level, agent, operation: "on" };
+      return { kind: "runAgent", level, agent, operation: "on", timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000 };
   }
   return undefined;
 }
 
-function levelFailed(levels: number, level: number, why: string): Step {
+function levelFailed(o: FenceObservation, levels: number, level: number, why: string): Step {
   if (level + 1 < levels)
     return { kind: "escalate", to: level + 1, message: `level ${level + 1} failed (${why}); escalating to level ${level + 2}` };
-  return { kind: "fail", reason: "FencingFailed", message: `every escalation level failed; last: level ${level + 1}: ${why}` };
+  const failures = (o.fence.status?.failures ?? 0) + 1;
+  const retryAt = o.now.plus({ seconds: retryDelaySeconds(failures) });
+  const when =
+    o.fence.spec.origin === "Automatic"
+      ? `retrying from level 1 at ${iso(retryAt)} while the node stays partitioned`
+      : `retrying from level 1 at ${iso(retryAt)}; set spec.unfence or delete the NodeFence to stop`;
+  return {
+    kind: "roundFailed",
+    reason: "FencingFailed",
+    message: `every escalation level failed; last: level ${level + 1}: ${why}; ${when}`,
+    retryAt,
+  };
 }

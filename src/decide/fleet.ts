@@ -6,13 +6,13 @@ import type { DateTime } from "luxon";
 import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
 import { podWaitSeconds } from "./forgiveness.ts";
 import { isFinished, isGuarded } from "./guarded-pods.ts";
-import { assessNode, type NodeHealth } from "./node-health.ts";
+import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, type NodeHealth } from "./node-health.ts";
 import { desiredNodeDown, nodeDownChange, type NodeDownChange } from "./node-down.ts";
 import { orderCandidates, podPriority, type Candidate } from "./priority.ts";
 import { matchesSelector, policyForNode } from "./selectors.ts";
 import { evaluateGuards, type Hold } from "./storm-guard.ts";
 
-export const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 40;
+export { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
 
 export interface FleetInput {
   now: DateTime;
@@ -51,6 +51,8 @@ export interface FenceIntent {
 
 export interface PolicyState {
   holds: Hold[];
+  /** Nodes whose heartbeat timeout was raised above the policy's to two renewals of their Lease. */
+  raisedTimeouts: { node: string; seconds: number }[];
   partitioned: string[];
   activeFences: number;
   wouldFence: string[];
@@ -182,6 +184,11 @@ export function decideFleet(i: FleetInput): FleetDecision {
       // A copy: zone holds are added below for reporting, and must not turn into holds on every later candidate.
       holds: [...verdict.holds],
       partitioned: selected.map((n) => n.metadata?.name ?? "").filter((n) => healthOf.get(n)?.state === "Partitioned"),
+      raisedTimeouts: selected.flatMap((n) => {
+        const h = healthOf.get(n.metadata?.name ?? "");
+        const asked = policy.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
+        return h && h.timeoutSeconds > asked ? [{ node: h.name, seconds: h.timeoutSeconds }] : [];
+      }),
       activeFences: active,
       wouldFence: [],
       queued: [],

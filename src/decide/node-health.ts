@@ -8,6 +8,8 @@ import { DateTime } from "luxon";
 
 export type HealthState = "Healthy" | "Suspect" | "Partitioned";
 
+export const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 40;
+
 export interface NodeHealth {
   name: string;
   state: HealthState;
@@ -22,6 +24,17 @@ export interface NodeHealth {
   silent: boolean;
   /** When this node's state would change with no further events (a heartbeat going stale). */
   nextCheck: DateTime | undefined;
+  /** The heartbeat timeout applied: the policy's, raised to two renewals of the node's own Lease. */
+  timeoutSeconds: number;
+}
+
+/**
+ * A kubelet renews its Lease every leaseDurationSeconds / 4 (10 s of its default 40 s). A timeout shorter than two
+ * renewals would make a healthy node look silent between two of them: it is raised to that, per node.
+ */
+export function effectiveTimeoutSeconds(lease: V1Lease | undefined, heartbeatTimeoutSeconds: number): number {
+  const duration = lease?.spec?.leaseDurationSeconds ?? 0;
+  return Math.max(heartbeatTimeoutSeconds, duration / 2);
 }
 
 export const toDateTime = (v: Date | string | undefined | null): DateTime | undefined => {
@@ -43,12 +56,13 @@ export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTi
   const leaseBeat = toDateTime(lease?.spec?.renewTime);
   const lastHeartbeat = later(leaseBeat, toDateTime(ready?.lastHeartbeatTime));
   const bootID = node.status?.nodeInfo?.bootID ?? "";
-  const base = { name, ready: readyStatus, lastHeartbeat, bootID };
+  const timeoutSeconds = effectiveTimeoutSeconds(lease, heartbeatTimeoutSeconds);
+  const base = { name, ready: readyStatus, lastHeartbeat, bootID, timeoutSeconds };
   if (!lastHeartbeat) {
     // A node that never reported is being created, not partitioned.
     return { ...base, silent: false, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
   }
-  const staleAt = lastHeartbeat.plus({ seconds: heartbeatTimeoutSeconds });
+  const staleAt = lastHeartbeat.plus({ seconds: timeoutSeconds });
   if (now < staleAt) {
     return {
       ...base,

@@ -84,6 +84,26 @@ export class Kube {
     });
   }
 
+  /**
+   * Sets a NodeFence's finalizers and/or annotations (null removes one), guarded by its resourceVersion.
+   * Returns the stored object.
+   */
+  async patchNodeFenceMetadata(
+    f: NodeFence,
+    change: { finalizers?: string[]; annotations?: Record<string, string | null> },
+  ): Promise<NodeFence> {
+    return (await this.custom.patchClusterCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        plural: "nodefences",
+        name: f.metadata?.name ?? "",
+        body: { metadata: { resourceVersion: f.metadata?.resourceVersion, ...change } },
+      },
+      merge,
+    )) as NodeFence;
+  }
+
   /** Replaces status; the object's resourceVersion is the precondition. */
   async replaceStatus<T extends NodeFence | FencingPolicy | FenceAgent>(plural: Plural, obj: T): Promise<T> {
     return (await this.custom.replaceClusterCustomObjectStatus({

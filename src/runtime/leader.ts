@@ -6,6 +6,23 @@ import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from "@
 import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
 import type { Log } from "./controller.ts";
 
+export class NotLeaderError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "NotLeaderError";
+  }
+}
+
+export interface Leadership {
+  /** Throws NotLeaderError unless this replica surely holds the Lease right now. Called right before every destructive call. */
+  assertLeading(action: string): void;
+  /** The leader epoch: the Lease's leaseTransitions when this replica acquired it (0 without leader election). */
+  readonly epoch: number;
+}
+
+/** Without leader election: the one replica leads while it runs. */
+export const SOLE_LEADER: Leadership = { assertLeading: () => {}, epoch: 0 };
+
 export interface LeaderElectionOptions {
   kc: KubeConfig;
   namespace: string;

@@ -165,25 +165,49 @@ describe("e2e: fencing through IPMI", () => {
     await unfence(node);
   });
 
-  test("manual agent: the fence waits for the administrator's confirmation, then releases", async () => {
+  test("manual agent: the fence waits for the administrator's confirmation, accepts it only once the node is partitioned, then releases", async () => {
+    const { uid, node } = await current("db-0");
     await bed.create("fenceagents", { metadata: { name: "by-hand" }, spec: { type: "manual", timeoutSeconds: 120 } });
+    // A named policy must select the node (item 10): this one selects only nodes labelled for it.
     await bed.create("fencingpolicies", {
       metadata: { name: "manual" },
-      spec: { nodeSelector: { matchLabels: { "stockade.io/never": "x" } }, escalation: [{ agents: [{ name: "by-hand" }] }] },
+      spec: {
+        nodeSelector: { matchLabels: { "stockade.io/manual": "yes" } },
+        detection: { heartbeatTimeoutSeconds: 6 },
+        escalation: [{ agents: [{ name: "by-hand" }] }],
+      },
     });
-    const { uid, node } = await current("db-0");
     await bed.kubectl("delete", "nodefence", node, "--ignore-not-found");
     await bed.create("nodefences", {
       metadata: { name: node },
       spec: { nodeName: node, policy: "manual", reason: "replacing its motherboard" },
     });
+    const refused = await bed.waitForFence(
+      node,
+      (f) => f.status?.conditions?.some((c) => c.reason === "PolicyDoesNotSelectNode") ?? false,
+      "refusing a policy that does not select the node",
+    );
+    assert.equal(refused.status?.phase, undefined, "never started");
+    await bed.kubectl("delete", "nodefence", node);
+    await bed.kubectl("label", "node", node, "stockade.io/manual=yes");
+    await bed.create("nodefences", {
+      metadata: { name: node },
+      spec: { nodeName: node, policy: "manual", reason: "replacing its motherboard" },
+    });
     await bed.waitForFence(node, (f) => (f.status?.attempts ?? []).some((a) => a.outcome === "InProgress"), "waiting for confirmation");
+    // Confirmed while the machine still runs and heartbeats: refused (item 3).
+    await bed.kubectl("annotate", "nodefence", node, `stockade.io/confirmed-off=${node}`);
+    await bed.waitForFence(
+      node,
+      (f) => f.status?.conditions?.some((c) => c.reason === "ConfirmationRefused") ?? false,
+      "refusing the confirmation",
+    );
     await new Promise((r) => setTimeout(r, 2000));
-    assert.equal((await current("db-0")).uid, uid, "nothing released before the confirmation");
-    await bed.lab.bmc(node, "off"); // the administrator powers it off…
-    await bed.kubectl("annotate", "nodefence", node, `stockade.io/confirmed-off=${node}`); // …and says so
+    assert.equal((await current("db-0")).uid, uid, "nothing released while the node heartbeats");
+    await bed.lab.bmc(node, "off"); // the administrator really powers it off: it goes silent, then partitioned
     const f = await bed.waitForFence(node, released, "Released");
     assert.equal(f.status?.evidence?.method, "ManualConfirmation");
+    assert.equal(f.status?.evidence?.heartbeat?.silent, true);
     await bed.waitForReplacement("db-0", uid);
     assert.deepEqual((await bed.invariant()).violations, []);
     await bed.lab.bmc(node, "on");

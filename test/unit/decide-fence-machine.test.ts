@@ -1,53 +1,86 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { V1Node, V1PersistentVolumeClaim, V1Pod, V1VolumeAttachment } from "@kubernetes/client-node";
+import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1VolumeAttachment } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
-import type { FenceAgent, FencingPolicy, NodeFence, NodeFenceStatus, NodeFenceStatusAttempts } from "../../src/api/v1alpha1.ts";
+import type {
+  FenceAgent,
+  FencingPolicy,
+  NodeFence,
+  NodeFenceSpec,
+  NodeFenceStatus,
+  NodeFenceStatusAttempts,
+  NodeFenceStatusEvidence,
+} from "../../src/api/v1alpha1.ts";
 import {
+  CONFIRMED_OFF_ANNOTATION,
   FENCED_TAINT,
+  FINALIZER,
   OUT_OF_SERVICE_TAINT,
   hasTaint,
+  heartbeatChanges,
+  heartbeatOf,
   nextStep,
-  podsToRelease,
-  resolvePolicy,
+  retryDelaySeconds,
+  snapshotOf,
+  targetNode,
   type FenceObservation,
+  type Operation,
   type Step,
 } from "../../src/decide/fence-machine.ts";
 import { isGuarded } from "../../src/decide/guarded-pods.ts";
-import { T0, agent, agentMap, at, fence, node, pod, policy, pvc, pvcMap, stamp, stsPod, volumeAttachment } from "./decide-fixtures.ts";
+import { T0, agent, agentMap, at, lease, node, pod, policy, pvc, pvcMap, stamp, stsPod, volumeAttachment } from "./decide-fixtures.ts";
 
 type Outcome = NodeFenceStatusAttempts["outcome"];
 type Kind = Step["kind"];
 
 /**
  * The world one NodeFence lives in, and a stand-in for the NodeFence controller: apply() writes to status what the
- * controller writes for each step (src/controllers/node-fence.ts) and changes the world as its API calls would, so
- * walking nextStep → apply → nextStep exercises the machine the way the operator drives it.
+ * controller writes for each step (src/controllers/node-fence.ts) and changes the world as its API calls and its
+ * background agent operations would, so walking nextStep → apply → nextStep drives the machine as the operator does.
  */
 interface Sim {
   now: DateTime;
   fence: NodeFence;
   node: V1Node | undefined;
+  lease: V1Lease | undefined;
   /** Every pod in the cluster; the observation gets those bound to the fenced node, as the controller does. */
   pods: V1Pod[];
   pvcs: Map<string, V1PersistentVolumeClaim>;
   vas: V1VolumeAttachment[];
   policies: FencingPolicy[];
   agents: Map<string, FenceAgent>;
-  /** Outcome of the next agent operation; "crash" leaves it InProgress as a killed operator would. */
-  agentResult: (agent: string, op: "off" | "on", level: number) => Outcome | "crash";
+  /** Background operations of this "process", by attempt index. */
+  ops: Map<number, Operation>;
+  /** Outcome of the next agent operation; "crash" loses it (the operator restarted), "hang" leaves it running. */
+  agentResult: (agent: string, op: "off" | "on", level: number) => Outcome | "crash" | "hang";
+}
+
+/** A partitioned node: Ready=Unknown, last heartbeat (Lease and Ready) at T0, long before the sim's clock. */
+const partitionedNode = (o: { bootID?: string; labels?: Record<string, string> } = {}) =>
+  node("node-1", { ready: "Unknown", bootID: o.bootID ?? "boot-1", heartbeat: T0, labels: o.labels });
+
+function fenceOf(status?: NodeFenceStatus, spec: Partial<NodeFenceSpec> = {}, finalizers = [FINALIZER]): NodeFence {
+  return {
+    apiVersion: "stockade.io/v1alpha1",
+    kind: "NodeFence",
+    metadata: { name: "node-1", generation: 1, finalizers },
+    spec: { nodeName: "node-1", origin: "Automatic", ...spec },
+    status,
+  };
 }
 
 function sim(o: Partial<Sim> = {}): Sim {
   return {
     now: at(1000),
-    fence: fence("node-1"),
-    node: node("node-1", { ready: "Unknown", bootID: "boot-1" }),
+    fence: fenceOf(),
+    node: partitionedNode(),
+    lease: lease("node-1", T0),
     pods: [],
     pvcs: pvcMap(),
     vas: [],
     policies: [policy("default")],
-    agents: agentMap(agent("ipmi"), agent("pdu"), agent("pdu-b")),
+    agents: agentMap(agent("ipmi"), agent("pdu"), agent("pdu-b"), agent("admin", "manual")),
+    ops: new Map(),
     agentResult: () => "Succeeded",
     ...o,
   };
@@ -59,34 +92,71 @@ function observe(s: Sim): FenceObservation {
     now: s.now,
     fence: structuredClone(s.fence),
     node: s.node ? structuredClone(s.node) : undefined,
+    lease: s.lease ? structuredClone(s.lease) : undefined,
     policies: s.policies,
     agents: s.agents,
     pods: s.pods.filter((p) => p.spec?.nodeName === name),
     pvcs: s.pvcs,
     volumeAttachments: s.vas,
+    operations: new Map(s.ops),
   };
 }
 
-function setFencedCondition(st: NodeFenceStatus, reason: string, status: "True" | "False" = "False") {
+function setCondition(st: NodeFenceStatus, type: string, reason: string, status: "True" | "False" = "False") {
   st.conditions = [
-    ...(st.conditions ?? []).filter((c) => c.type !== "Fenced"),
-    { type: "Fenced", status, reason, message: reason, lastTransitionTime: stamp(T0) },
+    ...(st.conditions ?? []).filter((c) => c.type !== type),
+    { type, status, reason, message: reason, lastTransitionTime: stamp(T0) },
   ];
+}
+
+/** The node heartbeats: its kubelet renews the Lease (and, if it says so, posts Ready). */
+function heartbeat(s: Sim, ready = false): void {
+  s.lease = lease("node-1", s.now);
+  if (ready && s.node)
+    s.node.status!.conditions = [{ type: "Ready", status: "True", reason: "KubeletReady", lastHeartbeatTime: s.now.toJSDate() }];
+}
+
+function unmark(s: Sim): void {
+  if (s.node)
+    s.node.spec = {
+      ...s.node.spec,
+      taints: (s.node.spec?.taints ?? []).filter((t) => t.key !== FENCED_TAINT && t.key !== OUT_OF_SERVICE_TAINT),
+    };
 }
 
 function apply(s: Sim, step: Step): void {
   const st: NodeFenceStatus = (s.fence.status ??= {});
   const now = stamp(s.now);
   switch (step.kind) {
-    case "start":
-      Object.assign(st, { phase: "Pending", policy: step.policy, bootID: step.bootID, startTime: now });
+    case "addFinalizer":
+      s.fence.metadata!.finalizers = [...(s.fence.metadata!.finalizers ?? []), FINALIZER];
       break;
-    case "fail":
-      st.phase = "Failed";
-      setFencedCondition(st, step.reason);
+    case "finalize":
+      unmark(s);
+      s.fence.metadata!.finalizers = [];
+      s.ops.clear();
+      break;
+    case "start":
+      Object.assign(st, {
+        phase: "Pending",
+        policy: step.policy,
+        policySnapshot: step.snapshot,
+        nodeSnapshot: step.node,
+        bootID: step.bootID,
+        startTime: now,
+        round: 0,
+        failures: 0,
+      });
       break;
     case "begin":
-      Object.assign(st, { phase: "Fencing", currentLevel: 0 });
+      Object.assign(st, { phase: "Fencing", currentLevel: 0, levelStartTime: now });
+      break;
+    case "cancel":
+      s.ops.clear();
+      unmark(s);
+      for (const a of st.attempts ?? []) if (a.outcome === "InProgress") a.outcome = "Cancelled";
+      Object.assign(st, { phase: "Unfenced", unfencedTime: now });
+      setCondition(st, "Fenced", "NodeRecovered");
       break;
     case "interrupted": {
       const a = st.attempts?.[step.index];
@@ -95,24 +165,57 @@ function apply(s: Sim, step: Step): void {
       break;
     }
     case "escalate":
-      st.currentLevel = step.to;
+      Object.assign(st, { currentLevel: step.to, levelStartTime: now });
       break;
     case "runAgent": {
-      const r = s.agentResult(step.agent.metadata?.name ?? "", step.operation, step.level);
+      const name = step.agent.metadata?.name ?? "";
+      const index = st.attempts?.length ?? 0;
       const a: NodeFenceStatusAttempts = {
         level: step.level,
-        agent: step.agent.metadata?.name ?? "",
+        round: st.round ?? 0,
+        agent: name,
         operation: step.operation,
         startTime: now,
         outcome: "InProgress",
       };
-      if (r !== "crash") Object.assign(a, { outcome: r, endTime: now, message: r === "Succeeded" ? "" : "agent said no" });
       st.attempts = [...(st.attempts ?? []), a];
+      if (step.agent.spec.type === "manual" && step.operation === "off") break; // no operation: the machine watches
+      const r = s.agentResult(name, step.operation, step.level);
+      if (r === "hang") s.ops.set(index, { state: "running" });
+      else if (r !== "crash")
+        s.ops.set(index, {
+          state: "done",
+          outcome: r as Exclude<Outcome, "InProgress">,
+          message: r === "Succeeded" ? "ok" : "agent said no",
+        });
       break;
     }
+    case "recordOutcome": {
+      const a = st.attempts?.[step.index];
+      assert.ok(a && a.outcome === "InProgress", `recordOutcome for attempt ${step.index}, which is not InProgress`);
+      Object.assign(a, { outcome: step.outcome, endTime: now, message: step.message });
+      s.ops.delete(step.index);
+      break;
+    }
+    case "roundFailed":
+      Object.assign(st, { phase: "Failed", failures: (st.failures ?? 0) + 1, nextRetryTime: stamp(step.retryAt) });
+      setCondition(st, "Fenced", step.reason);
+      break;
+    case "retry":
+      Object.assign(st, { phase: "Fencing", round: (st.round ?? 0) + 1, currentLevel: 0, levelStartTime: now });
+      if (step.snapshot) st.policySnapshot = step.snapshot;
+      delete st.nextRetryTime;
+      break;
     case "confirmed":
       Object.assign(st, { phase: "Fenced", fencedTime: now, evidence: { ...step.evidence, time: now } });
-      setFencedCondition(st, step.evidence.method, "True");
+      setCondition(st, "Fenced", step.evidence.method, "True");
+      break;
+    case "reenter":
+      if (s.fence.metadata?.annotations) delete s.fence.metadata.annotations[CONFIRMED_OFF_ANNOTATION];
+      Object.assign(st, { phase: "Fencing", round: (st.round ?? 0) + 1, currentLevel: 0, levelStartTime: now });
+      delete st.evidence;
+      delete st.fencedTime;
+      setCondition(st, "Fenced", "HeartbeatAfterFence");
       break;
     case "markNode":
       if (s.node) s.node.spec = { ...s.node.spec, taints: [...(s.node.spec?.taints ?? []), { key: FENCED_TAINT, effect: "NoExecute" }] };
@@ -150,17 +253,15 @@ function apply(s: Sim, step: Step): void {
       Object.assign(st, { phase: "Released", releasedTime: now });
       break;
     case "startUnfence":
+      s.ops.clear();
+      for (const a of st.attempts ?? []) if (a.outcome === "InProgress") a.outcome = "Cancelled";
       st.phase = "Unfencing";
-      setFencedCondition(st, step.reason);
+      setCondition(st, "Fenced", step.reason);
       break;
     case "unmarkNode":
-      if (s.node)
-        s.node.spec = {
-          ...s.node.spec,
-          taints: (s.node.spec?.taints ?? []).filter((t) => t.key !== FENCED_TAINT && t.key !== OUT_OF_SERVICE_TAINT),
-        };
+      unmark(s);
       Object.assign(st, { phase: "Unfenced", unfencedTime: now });
-      setFencedCondition(st, step.reason);
+      setCondition(st, "Fenced", step.reason);
       break;
     case "wait":
     case "done":
@@ -170,7 +271,7 @@ function apply(s: Sim, step: Step): void {
 }
 
 /** Runs the machine until it says wait or done (or `max` steps); returns every step. */
-function walk(s: Sim, max = 60): Step[] {
+function walk(s: Sim, max = 80): Step[] {
   const steps: Step[] = [];
   for (let i = 0; i < max; i++) {
     const step = nextStep(observe(s));
@@ -193,13 +294,15 @@ function describeStep(x: Step): string {
           : `release Taint ${x.item.action}`;
     case "confirmed":
       return `confirmed ${x.evidence.method}`;
-    case "fail":
+    case "roundFailed":
     case "wait":
       return `${x.kind} ${x.reason}`;
     case "escalate":
       return `escalate ${x.to}`;
     case "interrupted":
       return `interrupted ${x.index}`;
+    case "recordOutcome":
+      return `record ${x.outcome}`;
     case "startUnfence":
     case "unmarkNode":
       return `${x.kind} ${x.reason}`;
@@ -210,8 +313,8 @@ function describeStep(x: Step): string {
 const describeSteps = (steps: Step[]) => steps.map(describeStep);
 
 /** nextStep for a fence with the given status in an otherwise default world. */
-function stepFor(status: NodeFenceStatus | undefined, o: Partial<Sim> & { spec?: Partial<NodeFence["spec"]> } = {}): Step {
-  const s = sim({ ...o, fence: fence("node-1", status, o.spec) });
+function stepFor(status: NodeFenceStatus | undefined, o: Partial<Sim> & { spec?: Partial<NodeFenceSpec> } = {}): Step {
+  const s = sim({ ...o, fence: fenceOf(status, o.spec) });
   return nextStep(observe(s));
 }
 
@@ -220,36 +323,45 @@ const attempt = (
   outcome: Outcome,
   level = 0,
   operation: NodeFenceStatusAttempts["operation"] = "off",
-  startTime = stamp(at(10)),
-): NodeFenceStatusAttempts => ({
-  level,
-  agent: agentName,
-  operation,
-  startTime,
-  outcome,
-});
+  startTime = stamp(at(990)),
+  round = 0,
+): NodeFenceStatusAttempts => ({ level, round, agent: agentName, operation, startTime, outcome });
+
+const SNAPSHOT = snapshotOf(policy("default"));
+const snapOf = (p: FencingPolicy) => snapshotOf(p);
 const fencing = (extra: NodeFenceStatus = {}): NodeFenceStatus => ({
   phase: "Fencing",
   policy: "default",
+  policySnapshot: SNAPSHOT,
   bootID: "boot-1",
   currentLevel: 0,
+  round: 0,
+  levelStartTime: stamp(at(990)),
   ...extra,
 });
-const powerOff = { method: "PowerOffConfirmed" as const, time: stamp(at(20)), agents: ["ipmi"], detail: "off" };
+/** Evidence taken on the default partitioned node and its Lease: the heartbeat as it still is. */
+const evidenceNow = (extra: Partial<NodeFenceStatusEvidence> = {}): NodeFenceStatusEvidence => ({
+  method: "PowerOffConfirmed",
+  time: stamp(at(995)),
+  agents: ["ipmi"],
+  detail: "off",
+  round: 0,
+  heartbeat: { ...heartbeatOf(partitionedNode(), lease("node-1", T0)), silent: true },
+  ...extra,
+});
 const releasing = (extra: NodeFenceStatus = {}): NodeFenceStatus => ({
+  ...fencing(),
   phase: "Releasing",
-  policy: "default",
-  bootID: "boot-1",
-  currentLevel: 0,
-  fencedTime: stamp(at(20)),
+  fencedTime: stamp(at(995)),
   attempts: [attempt("ipmi", "Succeeded")],
-  evidence: powerOff,
+  evidence: evidenceNow(),
   ...extra,
 });
 
 describe("nextStep: the whole way, by feeding back status", () => {
-  test("'' → Pending → Fencing → Fenced → Releasing (taint, pods by priority, this node's VolumeAttachments, wait for pod GC, untaint) → Released → done", () => {
+  test("'' → finalizer → Pending → Fencing → agent → Fenced → Releasing (taint, pods by priority, VolumeAttachments, pod GC wait, untaint) → Released", () => {
     const s = sim({
+      fence: fenceOf(undefined, {}, []),
       policies: [policy("default", { release: { forceDeletePods: true, deleteVolumeAttachments: true, outOfServiceTaint: true } })],
       pvcs: pvcMap(pvc("cache-data", ["ReadWriteOnce"]), pvc("shared", ["ReadWriteMany"])),
       pods: [
@@ -264,9 +376,11 @@ describe("nextStep: the whole way, by feeding back status", () => {
     });
     const first = walk(s);
     assert.deepEqual(describeSteps(first), [
+      "addFinalizer",
       "start",
       "begin",
       "runAgent off L0 ipmi",
+      "record Succeeded",
       "confirmed PowerOffConfirmed",
       "markNode",
       "release Taint Added",
@@ -277,40 +391,24 @@ describe("nextStep: the whole way, by feeding back status", () => {
       "release VA va-3",
       "wait WaitingForPodGC",
     ]);
-    assert.deepEqual(first[0], { kind: "start", policy: "default", bootID: "boot-1" });
-    const confirmed = first[3];
-    assert.equal(confirmed?.kind, "confirmed");
-    if (confirmed?.kind === "confirmed") assert.deepEqual(confirmed.evidence.agents, ["ipmi"]);
-    const wait = first.at(-1);
-    assert.ok(
-      wait?.kind === "wait" &&
-        wait.requeueAfterMs > 0 &&
-        /1 pod\(s\) still terminating and 0 guarded pod\(s\) not yet evicted on node-1/.test(wait.message),
-    );
+    const start = first[1];
+    assert.ok(start?.kind === "start");
+    assert.equal(start.policy, "default");
+    assert.equal(start.bootID, "boot-1");
+    assert.equal(start.snapshot.release?.outOfServiceTaint, true, "the policy's settings are snapshotted");
+    const confirmed = first[5];
+    assert.ok(confirmed?.kind === "confirmed");
+    assert.deepEqual(confirmed.evidence.agents, ["ipmi"]);
+    assert.equal(confirmed.evidence.heartbeat.silent, true, "the node was partitioned when confirmed");
+    assert.equal(confirmed.evidence.heartbeat.leaseRenewTime, T0.toUTC().toISO());
     assert.equal(s.fence.status?.phase, "Releasing");
-    assert.ok(hasTaint(s.node, OUT_OF_SERVICE_TAINT), "the taint stays while a pod terminates");
-    assert.ok(hasTaint(s.node, FENCED_TAINT));
+    assert.ok(hasTaint(s.node, OUT_OF_SERVICE_TAINT) && hasTaint(s.node, FENCED_TAINT));
 
-    // Still terminating on the next look: still waiting.
     assert.deepEqual(describeSteps(walk(s)), ["wait WaitingForPodGC"]);
-    // The pod GC controller removes the terminating pod.
     s.pods = s.pods.filter((p) => p.metadata?.name !== "web");
-    assert.deepEqual(describeSteps(walk(s)), ["release Taint Removed", "released"].concat("done"));
-    assert.equal(s.fence.status?.phase, "Released");
+    assert.deepEqual(describeSteps(walk(s)), ["release Taint Removed", "released", "done"]);
     assert.ok(!hasTaint(s.node, OUT_OF_SERVICE_TAINT));
     assert.ok(hasTaint(s.node, FENCED_TAINT), "the fenced taint stays until unfenced");
-    assert.deepEqual(
-      s.fence.status?.releases?.map((r) => `${r.kind} ${r.name} ${r.action}`),
-      [
-        `Taint ${OUT_OF_SERVICE_TAINT} Added`,
-        "Pod db-1 ForceDeleted",
-        "Pod cache-0 ForceDeleted",
-        "Pod db-0 ForceDeleted",
-        "VolumeAttachment va-1 Deleted",
-        "VolumeAttachment va-3 Deleted",
-        `Taint ${OUT_OF_SERVICE_TAINT} Removed`,
-      ],
-    );
     assert.ok(
       s.vas.some((v) => v.metadata?.name === "va-2"),
       "another node's VolumeAttachment is untouched",
@@ -319,35 +417,10 @@ describe("nextStep: the whole way, by feeding back status", () => {
       s.pods.some((p) => p.metadata?.name === "db-9"),
       "another node's pod is untouched",
     );
-    // Released is final (action off): asking again changes nothing.
     assert.deepEqual(describeSteps(walk(s)), ["done"]);
   });
 
-  test("default release settings: pods and VolumeAttachments, no out-of-service taint", () => {
-    const s = sim({ pods: [stsPod("db-0"), pod("web", { deleting: at(900) })], vas: [volumeAttachment("va-1", "node-1")] });
-    assert.deepEqual(describeSteps(walk(s)), [
-      "start",
-      "begin",
-      "runAgent off L0 ipmi",
-      "confirmed PowerOffConfirmed",
-      "markNode",
-      "release Pod db-0",
-      "release VA va-1",
-      "released",
-      "done",
-    ]);
-  });
-
-  test("deleteVolumeAttachments: false leaves VolumeAttachments alone", () => {
-    const s = sim({
-      policies: [policy("default", { release: { deleteVolumeAttachments: false } })],
-      pods: [stsPod("db-0")],
-      vas: [volumeAttachment("va-1", "node-1")],
-    });
-    assert.deepEqual(describeSteps(walk(s)).slice(5), ["release Pod db-0", "released", "done"]);
-  });
-
-  test("a crash in the middle of an agent run: the InProgress attempt is marked interrupted and run again", () => {
+  test("a crash in the middle of an agent run: the InProgress attempt with no operation here is interrupted and run again", () => {
     let crashes = 1;
     const s = sim({ pods: [stsPod("db-0")], agentResult: () => (crashes-- > 0 ? "crash" : "Succeeded") });
     assert.deepEqual(describeSteps(walk(s)).slice(0, 6), [
@@ -356,12 +429,21 @@ describe("nextStep: the whole way, by feeding back status", () => {
       "runAgent off L0 ipmi",
       "interrupted 0",
       "runAgent off L0 ipmi",
-      "confirmed PowerOffConfirmed",
+      "record Succeeded",
     ]);
     assert.deepEqual(
       s.fence.status?.attempts?.map((a) => a.outcome),
       ["Interrupted", "Succeeded"],
     );
+  });
+
+  test("an operation still running: wait (the worker is free), then its outcome is recorded", () => {
+    let hang = true;
+    const s = sim({ pods: [stsPod("db-0")], agentResult: () => (hang ? "hang" : "Succeeded") });
+    assert.deepEqual(describeSteps(walk(s)), ["start", "begin", "runAgent off L0 ipmi", "wait AgentRunning"]);
+    hang = false;
+    s.ops.set(0, { state: "done", outcome: "Succeeded", message: "off" });
+    assert.deepEqual(describeSteps(walk(s)).slice(0, 2), ["record Succeeded", "confirmed PowerOffConfirmed"]);
   });
 
   test("escalation: level 1 fails, level 2 (two agents) succeeds; the evidence names level 2's agents", () => {
@@ -371,471 +453,417 @@ describe("nextStep: the whole way, by feeding back status", () => {
       agentResult: (a) => (a === "ipmi" ? "TimedOut" : "Succeeded"),
     });
     const steps = walk(s);
-    assert.deepEqual(describeSteps(steps).slice(0, 7), [
+    assert.deepEqual(describeSteps(steps).slice(0, 10), [
       "start",
       "begin",
       "runAgent off L0 ipmi",
+      "record TimedOut",
       "escalate 1",
       "runAgent off L1 pdu",
+      "record Succeeded",
       "runAgent off L1 pdu-b",
+      "record Succeeded",
       "confirmed PowerOffConfirmed",
     ]);
-    const c = steps[6];
+    const c = steps[9];
     assert.ok(c?.kind === "confirmed");
     assert.deepEqual(c.evidence.agents, ["pdu", "pdu-b"]);
-    assert.match(c.evidence.detail, /^level 2: pdu, pdu-b/);
-    const e = steps[3];
-    assert.ok(e?.kind === "escalate");
-    assert.match(e.message, /level 1 failed \(ipmi: TimedOut: agent said no\); escalating to level 2/);
+    assert.match(c.evidence.detail, /^round 1, level 2: pdu, pdu-b/);
+  });
+});
+
+describe("item 1: a changed bootID is not evidence", () => {
+  test("the node reboots while the attempt hangs and heartbeats again: an automatic fence is cancelled, nothing released", () => {
+    const s = sim({ pods: [stsPod("db-0")], agentResult: () => "hang" });
+    walk(s);
+    // The machine reboots: new bootID, its kubelet heartbeats and restarts db-0 in the new boot.
+    s.node = node("node-1", { ready: "True", bootID: "boot-2", heartbeat: s.now });
+    heartbeat(s);
+    const steps = walk(s);
+    assert.deepEqual(describeSteps(steps), ["cancel", "done"]);
+    assert.equal(s.fence.status?.phase, "Unfenced");
+    assert.equal(s.fence.status?.attempts?.[0]?.outcome, "Cancelled");
+    assert.equal(s.fence.status?.releases, undefined);
+    assert.equal(s.pods.length, 1, "db-0, running in the new boot, is never force-deleted");
   });
 
-  test("every level fails: Failed (FencingFailed), nothing released, and Failed is final", () => {
+  test("rebooted, then silent again (partitioned) while the BMC fails: fencing goes on, and nothing is released without a power-off", () => {
+    const s = sim({ pods: [stsPod("db-0")], agentResult: () => "Failed" });
+    s.node = node("node-1", { ready: "Unknown", bootID: "boot-2", heartbeat: T0 });
+    const steps = walk(s);
+    assert.ok(!steps.some((x) => x.kind === "confirmed" || x.kind === "release"), describeSteps(steps).join(" → "));
+    assert.equal(steps.at(-1)?.kind, "wait");
+    assert.equal(s.fence.status?.phase, "Failed");
+  });
+
+  test("a manual fence of a rebooted node keeps fencing: the administrator asked for a power-off", () => {
+    const step = stepFor(fencing(), {
+      spec: { origin: "Manual" },
+      node: node("node-1", { ready: "True", bootID: "boot-2", heartbeat: at(999) }),
+      lease: lease("node-1", at(999)),
+    });
+    assert.ok(step.kind === "runAgent" && step.agent.metadata?.name === "ipmi");
+  });
+});
+
+describe("item 2: a deleted Node is not evidence", () => {
+  test("the Node is deleted mid-fence: the machine is still powered off before anything is released", () => {
+    const s = sim({ pods: [stsPod("db-0")], agentResult: () => "hang" });
+    walk(s);
+    s.node = undefined;
+    s.lease = undefined;
+    assert.deepEqual(describeSteps(walk(s)), ["wait AgentRunning"], "no confirmation from the deletion");
+    s.ops.set(0, { state: "done", outcome: "Succeeded", message: "off" });
+    const steps = walk(s);
+    assert.deepEqual(describeSteps(steps).slice(0, 3), ["record Succeeded", "confirmed PowerOffConfirmed", "markNode"]);
+  });
+
+  test("parameters are rendered over the live Node if it is the same object, else over the snapshot", () => {
+    const f = fenceOf(
+      fencing({
+        nodeSnapshot: { uid: "uid-node-node-1", providerID: "aws:///i-1", labels: { "node-restriction.kubernetes.io/bmc": "10.0.0.1" } },
+      }),
+    );
+    const live = partitionedNode({ labels: { "node-restriction.kubernetes.io/bmc": "10.0.0.2" } });
+    assert.equal(targetNode(f, live), live);
+    const recreated = structuredClone(live);
+    recreated.metadata!.uid = "new";
+    for (const n of [recreated, undefined]) {
+      const t = targetNode(f, n);
+      assert.equal(t.metadata?.labels?.["node-restriction.kubernetes.io/bmc"], "10.0.0.1");
+      assert.equal(t.spec?.providerID, "aws:///i-1");
+      assert.equal(t.metadata?.name, "node-1");
+    }
+  });
+});
+
+describe("item 3: a manual confirmation counts only while the node is partitioned", () => {
+  const manualOnly = [policy("default", { escalation: [{ agents: [{ name: "admin" }] }] })];
+  const manualFence = (extra: NodeFenceStatus = {}) => fencing({ policySnapshot: snapOf(manualOnly[0]!), ...extra });
+
+  test("no confirmation yet: the manual attempt waits without holding anything", () => {
+    const s = sim({ policies: manualOnly, fence: fenceOf(manualFence()) });
+    assert.deepEqual(describeSteps(walk(s)), ["runAgent off L0 admin", "wait WaitingForConfirmation"]);
+    assert.equal(s.ops.size, 0, "no background operation for a manual agent");
+  });
+
+  test("confirmed while the node heartbeats: refused (wait ConfirmationRefused), then TimedOut with the reason", () => {
+    const s = sim({ policies: manualOnly, fence: fenceOf(manualFence(), { origin: "Manual" }) });
+    s.node = node("node-1", { ready: "True", heartbeat: s.now });
+    heartbeat(s);
+    s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+    assert.deepEqual(describeSteps(walk(s)), ["runAgent off L0 admin", "wait ConfirmationRefused"]);
+    s.now = s.now.plus({ seconds: 31 });
+    heartbeat(s, true);
+    const steps = walk(s);
+    assert.equal(describeStep(steps[0]!), "record TimedOut");
+    assert.ok(steps[0]?.kind === "recordOutcome" && /refused: the node still heartbeats/.test(steps[0].message));
+    assert.ok(!steps.some((x) => x.kind === "confirmed"));
+  });
+
+  test("confirmed and partitioned: Succeeded, ManualConfirmation", () => {
+    const s = sim({ policies: manualOnly, fence: fenceOf(manualFence()) });
+    s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+    assert.deepEqual(describeSteps(walk(s)).slice(0, 3), ["runAgent off L0 admin", "record Succeeded", "confirmed ManualConfirmation"]);
+  });
+
+  test("an annotation naming another node confirms nothing", () => {
+    const s = sim({ policies: manualOnly, fence: fenceOf(manualFence()) });
+    s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-2" };
+    assert.deepEqual(describeSteps(walk(s)), ["runAgent off L0 admin", "wait WaitingForConfirmation"]);
+  });
+});
+
+describe("item 4: no release after a heartbeat since the confirmation", () => {
+  const changes: [string, (s: Sim) => void][] = [
+    ["the Lease is renewed", (s) => heartbeat(s)],
+    ["the Ready heartbeat moves", (s) => (s.node!.status!.conditions![0]!.lastHeartbeatTime = s.now.toJSDate())],
+    ["a new boot", (s) => (s.node!.status!.nodeInfo!.bootID = "boot-9")],
+    ["the Node is re-created (new uid)", (s) => (s.node!.metadata!.uid = "uid-new")],
+    ["the Lease disappears", (s) => (s.lease = undefined)],
+  ];
+  for (const phase of ["Fenced", "Releasing"] as const)
+    for (const [what, change] of changes)
+      test(`${phase}, then ${what}: re-enter fencing (new round), nothing released`, () => {
+        const s = sim({ pods: [stsPod("db-0")], fence: fenceOf(releasing({ phase }), { origin: "Manual" }) });
+        change(s);
+        const steps = walk(s);
+        assert.equal(describeStep(steps[0]!), "reenter");
+        // Nothing more is released until the machine is powered off again and confirmed, with a new heartbeat record.
+        const confirmed = steps.findIndex((x) => x.kind === "confirmed");
+        const firstRelease = steps.findIndex((x) => x.kind === "release" || x.kind === "markNode");
+        assert.ok(confirmed > 0 && (firstRelease < 0 || firstRelease > confirmed), describeSteps(steps).join(" → "));
+        assert.ok(
+          describeSteps(steps).slice(1, confirmed).includes("runAgent off L0 ipmi"),
+          "the old round's success does not count: the agent runs again",
+        );
+        assert.equal(s.fence.status?.round, 1);
+      });
+
+  test("an automatic fence whose node heartbeats mid-release is cancelled after the re-entry, its marks removed", () => {
+    const s = sim({ pods: [stsPod("db-0"), stsPod("db-1")], fence: fenceOf(releasing()) });
+    s.node!.spec = { taints: [{ key: FENCED_TAINT, effect: "NoExecute" }] };
+    heartbeat(s, true);
+    assert.deepEqual(describeSteps(walk(s)), ["reenter", "cancel", "done"]);
+    assert.ok(!hasTaint(s.node, FENCED_TAINT));
+    assert.equal(s.pods.length, 2);
+  });
+
+  test("the re-entry drops the manual confirmation so a new one is needed", () => {
+    const s = sim({ fence: fenceOf(releasing(), { origin: "Manual" }) });
+    s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+    heartbeat(s);
+    walk(s);
+    assert.equal(s.fence.metadata?.annotations?.[CONFIRMED_OFF_ANNOTATION], undefined);
+  });
+
+  test("evidence of an earlier round, or without a heartbeat record (older status), is not enough: re-enter", () => {
+    for (const ev of [evidenceNow({ round: 0 }), { ...evidenceNow(), heartbeat: undefined }]) {
+      const step = stepFor(releasing({ round: ev.heartbeat ? 1 : 0, evidence: ev }), { pods: [stsPod("db-0")] });
+      assert.equal(step.kind, "reenter");
+    }
+  });
+
+  test("a fence confirmed while the node still heartbeat waits one and a half renewals of silence before the first release", () => {
+    const ev = evidenceNow({ time: stamp(at(1000)), heartbeat: { ...evidenceNow().heartbeat, silent: false } });
+    const s = sim({ pods: [stsPod("db-0")], fence: fenceOf(releasing({ phase: "Fenced", evidence: ev }), { origin: "Manual" }) });
+    const w = walk(s);
+    assert.deepEqual(describeSteps(w), ["wait WaitingForSilence"]);
+    s.now = at(1000 + 15);
+    assert.deepEqual(describeSteps(walk(s)).slice(0, 2), ["markNode", "release Pod db-0"]);
+  });
+
+  test("heartbeat changes are compared by value and named for people", () => {
+    const before = heartbeatOf(partitionedNode(), lease("node-1", T0));
+    assert.deepEqual(heartbeatChanges(before, heartbeatOf(partitionedNode(), lease("node-1", T0))), []);
+    const after = heartbeatOf(partitionedNode({ bootID: "boot-2" }), lease("node-1", at(5)));
+    assert.deepEqual(
+      heartbeatChanges(before, after).map((x) => x.split(" ")[0]),
+      ["bootID", "Lease"],
+    );
+  });
+});
+
+describe("item 5 (the pure part): an automatic fence never powers off a node that heartbeats", () => {
+  test("after a timed-out try, the node heartbeats: cancel, not another power-off", () => {
+    const step = stepFor(fencing({ attempts: [attempt("ipmi", "TimedOut")] }), {
+      node: node("node-1", { ready: "True", heartbeat: at(999) }),
+      lease: lease("node-1", at(999)),
+    });
+    assert.equal(step.kind, "cancel");
+  });
+  test("Pending and an automatic fence: a fresh heartbeat cancels before anything runs", () => {
+    const step = stepFor(
+      { ...fencing(), phase: "Pending" },
+      { lease: lease("node-1", at(999)), node: node("node-1", { ready: "True", heartbeat: at(999) }) },
+    );
+    assert.equal(step.kind, "cancel");
+  });
+  test("Suspect (silent but Ready not yet Unknown) counts as heartbeating: no power-off", () => {
+    const step = stepFor(fencing(), { node: node("node-1", { ready: "True", heartbeat: T0 }) });
+    assert.equal(step.kind, "cancel");
+  });
+});
+
+describe("item 10: a NodeFence cannot pick a policy that does not select its node", () => {
+  test("spec.policy whose nodeSelector does not match: wait PolicyDoesNotSelectNode (never starts)", () => {
+    const policies = [
+      policy("manual-only", { nodeSelector: { matchLabels: { role: "lab" } }, escalation: [{ agents: [{ name: "admin" }] }] }),
+    ];
+    const step = stepFor(undefined, { policies, spec: { origin: "Manual", policy: "manual-only" } });
+    assert.ok(step.kind === "wait");
+    assert.equal(step.reason, "PolicyDoesNotSelectNode");
+    assert.match(step.message, /does not select node node-1/);
+    const ok = stepFor(undefined, {
+      policies,
+      spec: { origin: "Manual", policy: "manual-only" },
+      node: partitionedNode({ labels: { role: "lab" } }),
+    });
+    assert.equal(ok.kind, "start");
+  });
+});
+
+describe("items 12, 13: nothing is final, nothing missing from a cache is a failure", () => {
+  test("every level fails: Failed with a retry time; no release; retried as a new round while partitioned", () => {
+    let fail = true;
     const s = sim({
       policies: [policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu" }] }] })],
       pods: [stsPod("db-0")],
-      agentResult: () => "Failed",
+      agentResult: () => (fail ? "Failed" : "Succeeded"),
     });
     const steps = walk(s);
     assert.deepEqual(describeSteps(steps), [
       "start",
       "begin",
       "runAgent off L0 ipmi",
+      "record Failed",
       "escalate 1",
       "runAgent off L1 pdu",
-      "fail FencingFailed",
-      "done",
+      "record Failed",
+      "roundFailed FencingFailed",
+      "wait RetryScheduled",
     ]);
-    const f = steps[5];
-    assert.ok(f?.kind === "fail");
-    assert.match(f.message, /every escalation level failed; last: level 2: pdu: Failed/);
-    assert.equal(s.fence.status?.releases, undefined);
-    assert.equal(s.pods.length, 1);
-  });
-});
-
-describe("nextStep: starting", () => {
-  test("'' → start with the policy that selects the node and the node's bootID", () => {
-    const policies = [policy("b-other"), policy("a-dbs", { nodeSelector: { matchLabels: { role: "db" } } })];
-    const n = node("node-1", { labels: { role: "db" }, bootID: "boot-7" });
-    assert.deepEqual(stepFor(undefined, { policies, node: n }), { kind: "start", policy: "a-dbs", bootID: "boot-7" });
-    assert.deepEqual(stepFor({}, { policies, node: n }), { kind: "start", policy: "a-dbs", bootID: "boot-7" }, "empty status is new too");
-  });
-
-  test("spec.policy overrides the selector", () => {
-    const policies = [policy("a"), policy("b")];
-    assert.deepEqual(stepFor(undefined, { policies, spec: { policy: "b" } }), { kind: "start", policy: "b", bootID: "boot-1" });
+    const f = steps[7];
+    assert.ok(f?.kind === "roundFailed" && /every escalation level failed; last: level 2: pdu: Failed/.test(f.message));
+    assert.equal(s.fence.status?.phase, "Failed");
+    assert.equal(s.fence.status?.nextRetryTime, stamp(s.now.minus({ seconds: 2 }).plus({ seconds: retryDelaySeconds(1) })));
+    // The BMC comes back; the retry time passes.
+    fail = false;
+    s.now = s.now.plus({ seconds: 60 });
+    const again = walk(s);
+    assert.deepEqual(describeSteps(again).slice(0, 4), [
+      "retry",
+      "runAgent off L0 ipmi",
+      "record Succeeded",
+      "confirmed PowerOffConfirmed",
+    ]);
+    assert.equal(s.fence.status?.round, 1);
   });
 
-  test("a manual fence of a node that no longer exists needs spec.policy; it starts with an empty bootID", () => {
-    assert.deepEqual(stepFor(undefined, { node: undefined, spec: { origin: "Manual", policy: "default" } }), {
-      kind: "start",
-      policy: "default",
-      bootID: "",
-    });
-    const noPolicy = stepFor(undefined, { node: undefined, spec: { origin: "Manual" } });
-    assert.equal(noPolicy.kind, "fail");
+  test("retry backoff: 30 s doubling, capped at 10 min", () => {
+    assert.deepEqual([1, 2, 3, 5, 6, 20].map(retryDelaySeconds), [30, 60, 120, 480, 600, 600]);
   });
 
-  test("spec.policy names a missing policy: fail PolicyNotFound", () => {
-    const step = stepFor(undefined, { spec: { policy: "nope" } });
-    assert.ok(step.kind === "fail");
-    assert.equal(step.reason, "PolicyNotFound");
-    assert.match(step.message, /FencingPolicy nope does not exist/);
+  test("a failed automatic fence whose node heartbeats again ends NodeRecovered; a manual one is retried anyway", () => {
+    const failed = { ...fencing(), phase: "Failed" as const, nextRetryTime: stamp(at(900)), failures: 1 };
+    const healthy = { node: node("node-1", { ready: "True", heartbeat: at(999) }), lease: lease("node-1", at(999)) };
+    assert.equal(stepFor(failed, healthy).kind, "cancel");
+    assert.equal(stepFor(failed, { ...healthy, spec: { origin: "Manual" } }).kind, "retry");
   });
 
-  test("no policy selects the node: fail NoPolicy", () => {
-    const step = stepFor(undefined, { policies: [policy("dbs", { nodeSelector: { matchLabels: { role: "db" } } })] });
-    assert.ok(step.kind === "fail");
-    assert.equal(step.reason, "NoPolicy");
-    assert.match(step.message, /no FencingPolicy selects node node-1/);
+  test("a retry takes a new snapshot of the policy if it still selects the node, else keeps the old one", () => {
+    const failed = { ...fencing(), phase: "Failed" as const, nextRetryTime: stamp(at(900)), failures: 1 };
+    const edited = [policy("default", { escalation: [{ agents: [{ name: "pdu" }] }] })];
+    const r = stepFor(failed, { policies: edited });
+    assert.ok(r.kind === "retry");
+    assert.deepEqual(r.snapshot?.escalation, [{ agents: ["pdu"] }]);
+    const gone = stepFor(failed, { policies: [] });
+    assert.ok(gone.kind === "retry" && gone.snapshot === undefined);
   });
 
-  test("Pending → begin", () => {
-    assert.deepEqual(stepFor({ phase: "Pending", policy: "default" }), { kind: "begin" });
-  });
-
-  test("Pending with a FenceAgent missing from any level: fail AgentNotFound", () => {
-    const policies = [
-      policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "ghost" }, { name: "ghost-2" }] }] }),
+  test("no Node, no policy, a missing policy: wait (retryable) with a reason, never Failed", () => {
+    const cases: [Partial<Sim> & { spec?: Partial<NodeFenceSpec> }, string][] = [
+      [{ node: undefined }, "NodeNotFound"],
+      [{ policies: [] }, "NoPolicy"],
+      [{ spec: { policy: "nope" } }, "PolicyNotFound"],
     ];
-    const step = stepFor({ phase: "Pending", policy: "default" }, { policies });
-    assert.ok(step.kind === "fail");
-    assert.equal(step.reason, "AgentNotFound");
-    assert.match(step.message, /FenceAgent ghost, ghost-2 named by FencingPolicy default does not exist/);
-  });
-
-  test("Pending under a paused policy: an automatic fence waits, a manual one goes ahead", () => {
-    const policies = [policy("default", { paused: true })];
-    const auto = stepFor({ phase: "Pending", policy: "default" }, { policies });
-    assert.ok(auto.kind === "wait");
-    assert.equal(auto.reason, "Paused");
-    assert.deepEqual(stepFor({ phase: "Pending", policy: "default" }, { policies, spec: { origin: "Manual" } }), { kind: "begin" });
-  });
-
-  test("the policy recorded in status wins over spec and selector; if it is gone, wait PolicyNotFound", () => {
-    const policies = [policy("a"), policy("b")];
-    const o = observe(sim({ policies, fence: fence("node-1", { phase: "Pending", policy: "b" }, { policy: "a" }) }));
-    assert.equal(resolvePolicy(o)?.metadata.name, "b");
-    for (const phase of ["Pending", "Fencing", "Fenced", "Releasing", "Released"] as const) {
-      const step = stepFor({ phase, policy: "gone", evidence: powerOff }, { policies });
-      assert.ok(step.kind === "wait", `${phase}: ${step.kind}`);
-      assert.equal(step.reason, "PolicyNotFound");
+    for (const [o, reason] of cases) {
+      const step = stepFor(undefined, o);
+      assert.ok(step.kind === "wait", `${reason}: ${step.kind}`);
+      assert.equal(step.reason, reason);
     }
+  });
+
+  test("a FenceAgent missing from the cache fails only its own level; a later level can still fence", () => {
+    const p = policy("default", { escalation: [{ agents: [{ name: "ghost" }] }, { agents: [{ name: "ipmi" }] }] });
+    const s = sim({ policies: [p], fence: fenceOf(fencing({ policySnapshot: snapOf(p) })) });
+    assert.deepEqual(describeSteps(walk(s)).slice(0, 4), [
+      "escalate 1",
+      "runAgent off L1 ipmi",
+      "record Succeeded",
+      "confirmed PowerOffConfirmed",
+    ]);
   });
 });
 
-describe("nextStep: Fencing", () => {
-  test("no attempt yet: run the first agent of the current level", () => {
-    const step = stepFor(fencing());
+describe("item 17: escalation[].timeoutSeconds bounds a level", () => {
+  const p = policy("default", {
+    escalation: [{ agents: [{ name: "ipmi" }, { name: "pdu" }], timeoutSeconds: 20 }, { agents: [{ name: "admin" }] }],
+  });
+  test("an agent gets at most what is left of the level's time", () => {
+    const step = stepFor(fencing({ policySnapshot: snapOf(p), levelStartTime: stamp(at(990)) }), { policies: [p] });
     assert.ok(step.kind === "runAgent");
-    assert.deepEqual([step.level, step.agent.metadata?.name, step.operation], [0, "ipmi", "off"]);
+    assert.equal(step.timeoutMs, 10_000, "agent timeout 30 s, but only 10 s left of the level's 20");
   });
-
-  test("an InProgress attempt is interrupted first (whichever it is)", () => {
-    assert.deepEqual(stepFor(fencing({ attempts: [attempt("ipmi", "Failed"), attempt("ipmi", "InProgress")] })), {
-      kind: "interrupted",
-      index: 1,
+  test("once the level's time is up, the next level starts", () => {
+    const step = stepFor(fencing({ policySnapshot: snapOf(p), levelStartTime: stamp(at(970)), attempts: [attempt("ipmi", "Succeeded")] }), {
+      policies: [p],
     });
+    assert.ok(step.kind === "escalate" && /time limit passed/.test(step.message));
   });
-
-  test("an Interrupted attempt is run again", () => {
-    const step = stepFor(fencing({ attempts: [attempt("ipmi", "Interrupted")] }));
-    assert.ok(step.kind === "runAgent" && step.agent.metadata?.name === "ipmi" && step.level === 0);
-  });
-
-  test("Succeeded: confirmed with PowerOffConfirmed", () => {
-    const step = stepFor(fencing({ attempts: [attempt("ipmi", "Succeeded")] }));
-    assert.ok(step.kind === "confirmed");
-    assert.equal(step.evidence.method, "PowerOffConfirmed");
-    assert.deepEqual(step.evidence.agents, ["ipmi"]);
-  });
-
-  test("only the latest attempt of an agent counts", () => {
-    assert.equal(stepFor(fencing({ attempts: [attempt("ipmi", "Failed", 0), attempt("ipmi", "Succeeded", 0)] })).kind, "confirmed");
-    // A level reached again (after a policy edit) starts from its own attempts, not another level's.
-    const other = stepFor(fencing({ currentLevel: 1, attempts: [attempt("ipmi", "Succeeded", 0)] }), {
-      policies: [policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "ipmi" }] }] })],
-    });
-    assert.ok(other.kind === "runAgent" && other.level === 1);
-  });
-
-  test("a power-on attempt is not a power-off", () => {
-    assert.equal(stepFor(fencing({ attempts: [attempt("ipmi", "Succeeded", 0, "on")] })).kind, "runAgent");
-  });
-
-  for (const outcome of ["Failed", "TimedOut"] as const) {
-    test(`${outcome} with a further level: escalate`, () => {
-      const policies = [policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu" }] }] })];
-      const step = stepFor(fencing({ attempts: [{ ...attempt("ipmi", outcome), message: "no route to host" }] }), { policies });
-      assert.ok(step.kind === "escalate");
-      assert.equal(step.to, 1);
-      assert.match(step.message, new RegExp(`ipmi: ${outcome}: no route to host`));
-      const next = stepFor(fencing({ currentLevel: 1, attempts: [attempt("ipmi", outcome)] }), { policies });
-      assert.ok(next.kind === "runAgent" && next.level === 1 && next.agent.metadata?.name === "pdu");
-    });
-
-    test(`${outcome} on the last level: fail FencingFailed`, () => {
-      const step = stepFor(fencing({ attempts: [attempt("ipmi", outcome)] }));
-      assert.ok(step.kind === "fail");
-      assert.equal(step.reason, "FencingFailed");
-    });
-  }
-
-  test("a level needs every agent: the second runs after the first succeeds; one failure fails the level", () => {
-    const policies = [policy("default", { escalation: [{ agents: [{ name: "pdu" }, { name: "pdu-b" }] }] })];
-    const second = stepFor(fencing({ attempts: [attempt("pdu", "Succeeded")] }), { policies });
-    assert.ok(second.kind === "runAgent" && second.agent.metadata?.name === "pdu-b");
-    assert.equal(stepFor(fencing({ attempts: [attempt("pdu", "Failed")] }), { policies }).kind, "fail", "pdu-b is not tried");
-    assert.equal(stepFor(fencing({ attempts: [attempt("pdu", "Succeeded"), attempt("pdu-b", "Failed")] }), { policies }).kind, "fail");
-  });
-
-  test("a FenceAgent deleted after begin fails its level", () => {
-    const policies = [policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu" }] }] })];
-    const step = stepFor(fencing(), { policies, agents: agentMap(agent("pdu")) });
-    assert.ok(step.kind === "escalate");
-    assert.match(step.message, /FenceAgent ipmi does not exist/);
-    const last = stepFor(fencing({ currentLevel: 1 }), { policies, agents: agentMap(agent("ipmi")) });
-    assert.ok(last.kind === "fail" && last.reason === "FencingFailed");
-  });
-
-  test("currentLevel past the policy's levels: fail EscalationExhausted", () => {
-    const step = stepFor(fencing({ currentLevel: 3 }));
-    assert.ok(step.kind === "fail");
-    assert.equal(step.reason, "EscalationExhausted");
-  });
-
-  test("manual agents only: ManualConfirmation; mixed with a power agent: PowerOffConfirmed", () => {
-    const agents = agentMap(agent("ipmi"), agent("ops", "manual"));
-    const manual = stepFor(fencing({ attempts: [attempt("ops", "Succeeded")] }), {
-      agents,
-      policies: [policy("default", { escalation: [{ agents: [{ name: "ops" }] }] })],
-    });
-    assert.ok(manual.kind === "confirmed" && manual.evidence.method === "ManualConfirmation");
-    const mixed = stepFor(fencing({ attempts: [attempt("ipmi", "Succeeded"), attempt("ops", "Succeeded")] }), {
-      agents,
-      policies: [policy("default", { escalation: [{ agents: [{ name: "ipmi" }, { name: "ops" }] }] })],
-    });
-    assert.ok(mixed.kind === "confirmed" && mixed.evidence.method === "PowerOffConfirmed");
-  });
-
-  test("the Node was deleted: confirmed NodeDeleted, whatever the attempts say", () => {
-    for (const attempts of [[], [attempt("ipmi", "InProgress")], [attempt("ipmi", "Failed")]]) {
-      const step = stepFor(fencing({ attempts }), { node: undefined });
-      assert.ok(step.kind === "confirmed");
-      assert.deepEqual(step.evidence, { method: "NodeDeleted", detail: "Node node-1 was deleted", agents: [] });
-    }
-  });
-
-  test("the bootID changed: confirmed BootIDChanged", () => {
-    const step = stepFor(fencing({ attempts: [attempt("ipmi", "Failed")] }), { node: node("node-1", { ready: "True", bootID: "boot-2" }) });
-    assert.ok(step.kind === "confirmed");
-    assert.equal(step.evidence.method, "BootIDChanged");
-    assert.equal(step.evidence.detail, "bootID changed from boot-1 to boot-2");
-  });
-
-  test("an unknown bootID (then or now) proves nothing", () => {
-    assert.equal(stepFor(fencing({ bootID: "" }), { node: node("node-1", { bootID: "boot-2" }) }).kind, "runAgent");
-    const noBoot = node("node-1");
-    noBoot.status!.nodeInfo!.bootID = "";
-    assert.equal(stepFor(fencing(), { node: noBoot }).kind, "runAgent");
-  });
-});
-
-describe("nextStep: releasing", () => {
-  const oos = [policy("default", { release: { forceDeletePods: true, outOfServiceTaint: true } })];
-
-  test("Fenced → markNode", () => {
-    assert.deepEqual(stepFor({ ...releasing(), phase: "Fenced" }), { kind: "markNode" });
-  });
-
-  test("pods are released highest priority first, then by namespace/name", () => {
-    const pods = [stsPod("b", { priority: 10 }), stsPod("a", { priority: 10 }), stsPod("z", { priority: 20 })];
-    assert.deepEqual(
-      podsToRelease(observe(sim({ pods, fence: fence("node-1", releasing()) })), policy("default")).map((p) => p.metadata?.name),
-      ["z", "a", "b"],
-    );
-  });
-
-  test("already-released pod uids are never released again, even if the cache still shows the pod", () => {
-    const pods = [stsPod("db-0", { priority: 10 }), stsPod("db-1", { priority: 1000 })];
-    const rel = (p: V1Pod) => ({
-      kind: "Pod" as const,
-      namespace: "default",
-      name: p.metadata?.name ?? "",
-      uid: p.metadata?.uid,
-      action: "ForceDeleted",
-      time: stamp(at(30)),
-    });
-    const one = stepFor(releasing({ releases: [rel(pods[1]!)] }), { pods });
-    assert.ok(one.kind === "release" && one.item.kind === "Pod");
-    assert.equal(one.item.pod.metadata?.name, "db-0");
-    assert.deepEqual(stepFor(releasing({ releases: pods.map(rel) }), { pods }), { kind: "released" });
-  });
-
-  test("a replacement pod with the same name but a new uid on the node is released (it is a different pod)", () => {
-    const old = stsPod("db-0", { uid: "old" });
+  test("a manual wait ends at the level's deadline", () => {
+    const q = policy("default", { escalation: [{ agents: [{ name: "admin" }], timeoutSeconds: 5 }] });
     const step = stepFor(
-      releasing({
-        releases: [{ kind: "Pod", namespace: "default", name: "db-0", uid: "old", action: "ForceDeleted", time: stamp(at(30)) }],
+      fencing({
+        policySnapshot: snapOf(q),
+        levelStartTime: stamp(at(990)),
+        attempts: [attempt("admin", "InProgress", 0, "off", stamp(at(991)))],
       }),
-      { pods: [old, stsPod("db-0", { uid: "new" })] },
+      { policies: [q] },
     );
-    assert.ok(step.kind === "release" && step.item.kind === "Pod" && step.item.pod.metadata?.uid === "new");
-  });
-
-  test("only guarded, unfinished pods are released", () => {
-    const pods = [pod("web"), stsPod("opted-out", { labels: { "stockade.io/guarded": "false" } }), stsPod("done", { phase: "Failed" })];
-    assert.deepEqual(stepFor(releasing(), { pods }), { kind: "released" });
-  });
-
-  test("the policy's guardedPods switches decide what is guarded", () => {
-    const policies = [policy("default", { guardedPods: { statefulSets: false } })];
-    assert.deepEqual(stepFor(releasing(), { policies, pods: [stsPod("db-0")] }), { kind: "released" });
-  });
-
-  test("VolumeAttachments: only this node's, each once (by uid)", () => {
-    const vas = [volumeAttachment("va-other", "node-2"), volumeAttachment("va-1", "node-1")];
-    const step = stepFor(releasing(), { vas });
-    assert.ok(step.kind === "release" && step.item.kind === "VolumeAttachment");
-    assert.deepEqual(step.item, { kind: "VolumeAttachment", name: "va-1", uid: "uid-va-va-1" });
-    const done = stepFor(
-      releasing({ releases: [{ kind: "VolumeAttachment", name: "va-1", uid: "uid-va-va-1", action: "Deleted", time: stamp(at(30)) }] }),
-      { vas },
-    );
-    assert.deepEqual(done, { kind: "released" });
-  });
-
-  test("out-of-service taint: Added before any pod", () => {
-    const step = stepFor(releasing(), { policies: oos, pods: [stsPod("db-0")] });
-    assert.deepEqual(step, { kind: "release", item: { kind: "Taint", action: "Added" } });
-  });
-
-  test("out-of-service taint: Removed only once no pod on the node is terminating", () => {
-    const added = { kind: "Taint" as const, name: OUT_OF_SERVICE_TAINT, action: "Added", time: stamp(at(30)) };
-    const terminating = pod("web", { deleting: at(900) });
-    const wait = stepFor(releasing({ releases: [added] }), { policies: oos, pods: [terminating] });
-    assert.ok(wait.kind === "wait");
-    assert.equal(wait.reason, "WaitingForPodGC");
-    assert.match(wait.message, /1 pod\(s\) still terminating and 0 guarded pod\(s\) not yet evicted on node-1/);
-    const otherNode = pod("web", { node: "node-2", deleting: at(900) });
-    assert.deepEqual(stepFor(releasing({ releases: [added] }), { policies: oos, pods: [otherNode] }), {
-      kind: "release",
-      item: { kind: "Taint", action: "Removed" },
-    });
-    const removed = { ...added, action: "Removed" };
-    assert.deepEqual(stepFor(releasing({ releases: [added, removed] }), { policies: oos }), { kind: "released" });
-  });
-
-  // With outOfServiceTaint and forceDeletePods: false the release relies on Kubernetes (taint manager + pod GC)
-  // deleting the guarded pods; removing the taint before the taint manager marked them would strand them.
-  test("out-of-service only: the taint stays while guarded pods are still on the node", () => {
-    const policies = [policy("default", { release: { forceDeletePods: false, outOfServiceTaint: true } })];
-    const added = { kind: "Taint" as const, name: OUT_OF_SERVICE_TAINT, action: "Added", time: stamp(at(30)) };
-    const step = stepFor(releasing({ releases: [added] }), { policies, pods: [stsPod("db-0")] });
-    assert.equal(step.kind, "wait");
-  });
-
-  test("Releasing without evidence releases nothing (a corrupt or hand-edited status)", () => {
-    const pods = [stsPod("db-0")];
-    const step = stepFor(releasing({ evidence: undefined }), { pods, policies: oos, vas: [volumeAttachment("va-1", "node-1")] });
-    assert.notEqual(step.kind, "release");
-    assert.ok(step.kind === "fail" || step.kind === "wait", step.kind);
+    assert.ok(step.kind === "recordOutcome" && step.outcome === "TimedOut");
   });
 });
 
-describe("nextStep: unfencing", () => {
-  test("spec.unfence on any started phase: startUnfence UnfenceRequested", () => {
-    for (const phase of ["Pending", "Fencing", "Fenced", "Releasing", "Released", "Failed"] as const) {
-      assert.deepEqual(
-        stepFor({ ...releasing(), phase }, { spec: { unfence: true } }),
-        { kind: "startUnfence", reason: "UnfenceRequested" },
-        phase,
-      );
+describe("item 19: a running fence does not change when its policy does", () => {
+  const two = policy("default", { escalation: [{ agents: [{ name: "ipmi" }, { name: "pdu" }] }, { agents: [{ name: "admin" }] }] });
+  const running = () => fencing({ policySnapshot: snapOf(two), attempts: [attempt("ipmi", "Succeeded")] });
+  test("removing an agent from the current level does not turn a partial success into a confirmation", () => {
+    const edited = [policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }] })];
+    const step = stepFor(running(), { policies: edited });
+    assert.ok(step.kind === "runAgent" && step.agent.metadata?.name === "pdu");
+  });
+  test("shrinking the escalation does not fail the fence; deleting the policy does not stop it", () => {
+    const f = fencing({ policySnapshot: snapOf(two), currentLevel: 1 });
+    for (const policies of [[policy("default")], []]) {
+      const step = stepFor(f, { policies });
+      assert.ok(step.kind === "runAgent" && step.agent.metadata?.name === "admin", step.kind);
+    }
+    const rel = stepFor(releasing({ policySnapshot: snapOf(two) }), { policies: [], pods: [stsPod("db-0")] });
+    assert.equal(rel.kind, "release");
+  });
+  test("a status without a snapshot (older or hand-written) never acts: it fails the round and retries with a fresh snapshot", () => {
+    const step = stepFor({ ...releasing(), policySnapshot: undefined }, { pods: [stsPod("db-0")] });
+    assert.equal(step.kind, "roundFailed");
+  });
+});
+
+describe("item 20: a finalizer cleans the node when the NodeFence is deleted", () => {
+  test("no finalizer yet: it is added first", () => {
+    assert.equal(nextStep(observe(sim({ fence: fenceOf(fencing(), {}, []) }))).kind, "addFinalizer");
+  });
+  test("deleted: finalize (whatever the phase); without our finalizer: done", () => {
+    for (const status of [undefined, fencing(), releasing(), { ...releasing(), phase: "Released" as const }]) {
+      const f = fenceOf(status);
+      f.metadata!.deletionTimestamp = at(999).toJSDate();
+      assert.equal(nextStep(observe(sim({ fence: f }))).kind, "finalize");
+      f.metadata!.finalizers = [];
+      assert.equal(nextStep(observe(sim({ fence: f }))).kind, "done");
     }
   });
+});
 
-  test("Unfenced is final, spec.unfence or not", () => {
-    assert.deepEqual(stepFor({ phase: "Unfenced" }, { spec: { unfence: true } }), { kind: "done" });
-    assert.deepEqual(stepFor({ phase: "Unfenced" }), { kind: "done" });
+describe("unfencing", () => {
+  test("spec.unfence on any started phase: startUnfence; Unfenced is final", () => {
+    for (const phase of ["Pending", "Fencing", "Fenced", "Releasing", "Released", "Failed"] as const)
+      assert.deepEqual(stepFor({ ...releasing(), phase }, { spec: { unfence: true } }), {
+        kind: "startUnfence",
+        reason: "UnfenceRequested",
+      });
+    assert.equal(stepFor({ ...releasing(), phase: "Unfenced" }, { spec: { unfence: true } }).kind, "done");
   });
-
   test("after PowerOffConfirmed with action off: power on through the confirming level's agents, then unmarkNode", () => {
-    const s = sim({ pods: [stsPod("db-0")] });
-    walk(s); // fenced and released
-    assert.equal(s.fence.status?.phase, "Released");
-    s.fence.spec.unfence = true;
-    const steps = walk(s);
-    assert.deepEqual(describeSteps(steps), ["startUnfence UnfenceRequested", "runAgent on L0 ipmi", "unmarkNode UnfenceRequested", "done"]);
-    assert.equal(s.fence.status?.phase, "Unfenced");
-    assert.ok(!hasTaint(s.node, FENCED_TAINT));
-    assert.deepEqual(
-      s.fence.status?.attempts?.map((a) => `${a.operation} ${a.outcome}`),
-      ["off Succeeded", "on Succeeded"],
-    );
-  });
-
-  test("power on after escalation uses the level that confirmed the fence", () => {
-    const s = sim({
-      policies: [policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu" }] }] })],
-      agentResult: (a, op) => (a === "ipmi" && op === "off" ? "Failed" : "Succeeded"),
-    });
-    walk(s);
-    s.fence.spec.unfence = true;
+    const s = sim({ fence: fenceOf({ ...releasing(), phase: "Released" }, { unfence: true }) });
     assert.deepEqual(describeSteps(walk(s)), [
       "startUnfence UnfenceRequested",
-      "runAgent on L1 pdu",
+      "runAgent on L0 ipmi",
+      "record Succeeded",
       "unmarkNode UnfenceRequested",
       "done",
     ]);
   });
-
-  test("a power-on is tried once: a failed one is not retried; an interrupted one is", () => {
-    const base = { ...releasing(), phase: "Unfencing" as const, conditions: [] };
-    const on = (outcome: Outcome) => attempt("ipmi", outcome, 0, "on", stamp(at(50)));
-    assert.deepEqual(stepFor({ ...base, attempts: [attempt("ipmi", "Succeeded"), on("Failed")] }), {
-      kind: "unmarkNode",
-      reason: "UnfenceRequested",
-    });
-    assert.deepEqual(stepFor({ ...base, attempts: [attempt("ipmi", "Succeeded"), on("InProgress")] }), { kind: "interrupted", index: 1 });
-    const again = stepFor({ ...base, attempts: [attempt("ipmi", "Succeeded"), on("Interrupted")] });
-    assert.ok(again.kind === "runAgent" && again.operation === "on");
+  test("no power-on without PowerOffConfirmed or with action reboot", () => {
+    const manual = { ...releasing(), phase: "Unfencing" as const, evidence: evidenceNow({ method: "ManualConfirmation" }) };
+    assert.equal(stepFor(manual).kind, "unmarkNode");
+    const reboot = { ...releasing(), phase: "Unfencing" as const, policySnapshot: snapOf(policy("default", { action: "reboot" })) };
+    assert.equal(stepFor(reboot).kind, "unmarkNode");
   });
-
-  test("power-on attempts from before the fence was confirmed do not count", () => {
-    const base = { ...releasing(), phase: "Unfencing" as const, fencedTime: stamp(at(20)) };
-    const step = stepFor({ ...base, attempts: [attempt("ipmi", "Succeeded", 0, "on", stamp(at(5))), attempt("ipmi", "Succeeded")] });
-    assert.ok(step.kind === "runAgent" && step.operation === "on");
-  });
-
-  test("no power-on without PowerOffConfirmed, with action reboot, with manual agents, or for an automatic (Rebooted) unfence", () => {
-    const base = { ...releasing(), phase: "Unfencing" as const };
-    for (const method of ["BootIDChanged", "NodeDeleted", "ManualConfirmation"] as const) {
-      assert.deepEqual(stepFor({ ...base, evidence: { ...powerOff, method } }), { kind: "unmarkNode", reason: "UnfenceRequested" }, method);
-    }
-    assert.deepEqual(stepFor(base, { policies: [policy("default", { action: "reboot" })] }), {
-      kind: "unmarkNode",
-      reason: "UnfenceRequested",
-    });
-    const manual = [policy("default", { escalation: [{ agents: [{ name: "ops" }] }] })];
-    assert.deepEqual(stepFor(base, { policies: manual, agents: agentMap(agent("ops", "manual")) }), {
-      kind: "unmarkNode",
-      reason: "UnfenceRequested",
-    });
-    const rebooted = {
-      ...base,
-      conditions: [{ type: "Fenced", status: "False" as const, reason: "Rebooted", message: "", lastTransitionTime: stamp(T0) }],
-    };
-    assert.deepEqual(stepFor(rebooted), { kind: "unmarkNode", reason: "Rebooted" });
-  });
-
-  test("Unfencing after a failed fence (no evidence) just unmarks", () => {
-    assert.deepEqual(stepFor({ phase: "Unfencing", policy: "default" }), { kind: "unmarkNode", reason: "UnfenceRequested" });
-    assert.deepEqual(
-      stepFor({ phase: "Unfencing", policy: "gone" }),
-      { kind: "unmarkNode", reason: "UnfenceRequested" },
-      "even without its policy",
-    );
-  });
-
-  describe("action reboot", () => {
-    const reboot = (o: Partial<FencingPolicy["spec"]> = {}) => [policy("default", { action: "reboot", ...o })];
-
-    test("once released, the machine is powered back on", () => {
-      const s = sim({ policies: reboot(), pods: [stsPod("db-0")] });
-      const steps = describeSteps(walk(s));
-      assert.deepEqual(steps.slice(-4), ["release Pod db-0", "released", "runAgent on L0 ipmi", "done"], "power on only after release");
-    });
-
-    test("unfenceOnReboot + new bootID + Ready: startUnfence Rebooted, then unmarkNode without another power-on", () => {
-      const s = sim({ policies: reboot({ unfenceOnReboot: true }), pods: [stsPod("db-0")] });
-      walk(s);
-      assert.equal(s.fence.status?.phase, "Released");
-      // It comes back: same boot still (not yet rebooted) → nothing.
-      s.node = node("node-1", { ready: "True", bootID: "boot-1" });
-      assert.deepEqual(describeSteps(walk(s)), ["done"]);
-      // New bootID but not Ready yet → nothing.
-      s.node = node("node-1", { ready: "False", bootID: "boot-2" });
-      assert.deepEqual(describeSteps(walk(s)), ["done"]);
-      // New bootID and Ready → unfence.
-      s.node.status!.conditions![0]!.status = "True";
-      assert.deepEqual(describeSteps(walk(s)), ["startUnfence Rebooted", "unmarkNode Rebooted", "done"]);
-      assert.equal(s.fence.status?.phase, "Unfenced");
-    });
-
-    test("without unfenceOnReboot the node stays fenced", () => {
-      const s = sim({ policies: reboot(), pods: [stsPod("db-0")] });
-      walk(s);
-      s.node = node("node-1", { ready: "True", bootID: "boot-2" });
-      assert.deepEqual(describeSteps(walk(s)), ["done"]);
-    });
-
-    test("evidence other than PowerOffConfirmed: no power-on, no automatic unfence", () => {
-      const st = { ...releasing(), phase: "Released" as const, evidence: { ...powerOff, method: "BootIDChanged" as const } };
-      assert.deepEqual(
-        stepFor(st, { policies: reboot({ unfenceOnReboot: true }), node: node("node-1", { ready: "True", bootID: "boot-2" }) }),
-        { kind: "done" },
-      );
-    });
+  test("action reboot: powered on once released; unfenceOnReboot unfences when it is back Ready with a new bootID", () => {
+    const snap = snapOf(policy("default", { action: "reboot", unfenceOnReboot: true }));
+    const s = sim({ fence: fenceOf({ ...releasing(), phase: "Released", policySnapshot: snap }) });
+    assert.deepEqual(describeSteps(walk(s)), ["runAgent on L0 ipmi", "record Succeeded", "done"]);
+    s.node = node("node-1", { ready: "True", bootID: "boot-2", heartbeat: s.now });
+    assert.deepEqual(describeSteps(walk(s)), ["startUnfence Rebooted", "unmarkNode Rebooted", "done"]);
   });
 });
 
@@ -852,33 +880,40 @@ const PHASES: (NodeFenceStatus["phase"] | undefined)[] = [
   "Unfencing",
   "Unfenced",
 ];
-const EVIDENCE: (NodeFenceStatus["evidence"] | undefined)[] = [
+const EVIDENCE: (NodeFenceStatusEvidence | undefined)[] = [
   undefined,
-  powerOff,
-  { method: "BootIDChanged", time: stamp(at(20)) },
-  { method: "NodeDeleted", time: stamp(at(20)) },
-  { method: "ManualConfirmation", time: stamp(at(20)) },
+  evidenceNow(),
+  evidenceNow({ method: "ManualConfirmation" }),
+  evidenceNow({ round: 1 }),
+  evidenceNow({ heartbeat: { ...evidenceNow().heartbeat, leaseRenewTime: stamp(at(-5)) } }),
+  evidenceNow({ heartbeat: { ...evidenceNow().heartbeat, silent: false }, time: stamp(at(999)) }),
+  { ...evidenceNow(), heartbeat: undefined },
 ];
 const ATTEMPTS: NodeFenceStatusAttempts[][] = [
   [],
   [attempt("ipmi", "InProgress")],
   [attempt("ipmi", "Succeeded")],
   [attempt("ipmi", "Failed")],
-  [attempt("ipmi", "Interrupted")],
-  [attempt("ipmi", "Succeeded"), attempt("ipmi", "InProgress", 0, "on", stamp(at(50)))],
+  [attempt("ipmi", "Succeeded", 0, "off", stamp(at(990)), 1)],
+  [attempt("admin", "InProgress")],
   [attempt("ipmi", "TimedOut"), attempt("pdu", "Succeeded", 1)],
 ];
-const NODES: (() => V1Node | undefined)[] = [
-  () => node("node-1", { ready: "Unknown", bootID: "boot-1" }),
-  () => node("node-1", { ready: "True", bootID: "boot-2" }),
-  () => undefined,
+/** [node, lease]: partitioned as at the evidence; heartbeating; rebooted and silent; deleted; re-created. */
+const WORLDS: (() => [V1Node | undefined, V1Lease | undefined])[] = [
+  () => [partitionedNode(), lease("node-1", T0)],
+  () => [node("node-1", { ready: "True", heartbeat: at(999) }), lease("node-1", at(999))],
+  () => [partitionedNode({ bootID: "boot-2" }), lease("node-1", T0)],
+  () => [undefined, undefined],
+  () => {
+    const n = partitionedNode();
+    n.metadata!.uid = "uid-recreated";
+    return [n, lease("node-1", T0)];
+  },
 ];
 const POLICIES: FencingPolicy[][] = [
   [policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu" }] }] })],
   [policy("default", { release: { forceDeletePods: false, outOfServiceTaint: true } })],
-  [policy("default", { release: { forceDeletePods: true, deleteVolumeAttachments: true, outOfServiceTaint: true } })],
-  [policy("default", { action: "reboot", unfenceOnReboot: true })],
-  [policy("default", { paused: true, release: { deleteVolumeAttachments: false } })],
+  [policy("default", { action: "reboot", unfenceOnReboot: true, escalation: [{ agents: [{ name: "admin" }] }] })],
   [],
 ];
 const taintRec = (action: string) => ({ kind: "Taint" as const, name: OUT_OF_SERVICE_TAINT, action, time: stamp(at(30)) });
@@ -886,121 +921,130 @@ const RELEASES: NonNullable<NodeFenceStatus["releases"]>[] = [
   [],
   [taintRec("Added")],
   [{ kind: "Pod", namespace: "default", name: "db-1", uid: "uid-default-db-1", action: "ForceDeleted", time: stamp(at(30)) }],
-  [taintRec("Added"), taintRec("Removed")],
 ];
 const PODS: V1Pod[][] = [
   [stsPod("db-0", { priority: 5 }), stsPod("db-1", { priority: 50 }), pod("web", { deleting: at(900) }), stsPod("far", { node: "node-2" })],
   [],
 ];
 
-/** Evidence must be backed by what is observed: successful power-offs of the whole level, a new bootID, or no Node. */
+/** Evidence must come from this round's successful attempts of the whole level. */
 function checkConfirmed(o: FenceObservation, step: Step, where: string): void {
   if (step.kind !== "confirmed") return;
   const st = o.fence.status ?? {};
   assert.equal(st.phase, "Fencing", `confirmed from phase ${st.phase}: ${where}`);
   const ev = step.evidence;
-  if (ev.method === "NodeDeleted") assert.equal(o.node, undefined, `NodeDeleted with a Node: ${where}`);
-  else if (ev.method === "BootIDChanged") {
-    const now = o.node?.status?.nodeInfo?.bootID;
-    assert.ok(st.bootID && now && now !== st.bootID, `BootIDChanged without a new bootID: ${where}`);
-  } else {
-    const level = st.currentLevel ?? 0;
-    const wanted = resolvePolicy(o)?.spec.escalation[level]?.agents.map((a) => a.name) ?? [];
-    assert.deepEqual(ev.agents, wanted, `evidence names other agents than the level's: ${where}`);
-    for (const name of wanted) {
-      const last = (st.attempts ?? []).filter((a) => a.level === level && a.agent === name && a.operation === "off").at(-1);
-      assert.equal(last?.outcome, "Succeeded", `${ev.method} although ${name} did not succeed: ${where}`);
-    }
+  const level = st.currentLevel ?? 0;
+  const round = st.round ?? 0;
+  assert.equal(ev.round, round, `evidence of another round: ${where}`);
+  const wanted = st.policySnapshot?.escalation[level]?.agents ?? [];
+  assert.deepEqual(ev.agents, wanted, `evidence names other agents than the level's: ${where}`);
+  for (const name of wanted) {
+    const last = (st.attempts ?? [])
+      .filter((a) => (a.round ?? 0) === round && a.level === level && a.agent === name && a.operation === "off")
+      .at(-1);
+    assert.equal(last?.outcome, "Succeeded", `${ev.method} although ${name} did not succeed this round: ${where}`);
   }
+  assert.deepEqual(
+    { ...ev.heartbeat, silent: undefined },
+    { ...heartbeatOf(o.node, o.lease), silent: undefined },
+    `evidence records another heartbeat than observed: ${where}`,
+  );
 }
 
-/** Checks one step against the invariant; returns whether it was a release. */
+/** Checks one step against the invariant; returns whether it was a release (or the fenced taint). */
 function checkStep(o: FenceObservation, step: Step, where: string): boolean {
   checkConfirmed(o, step, where);
-  if (step.kind !== "release") return false;
-  const st = o.fence.status ?? {};
-  assert.equal(st.phase, "Releasing", `release from phase ${st.phase}: ${where}`);
-  assert.ok(st.evidence?.method, `release without evidence: ${where}`);
-  assert.ok(!o.fence.spec.unfence, `release although an unfence was asked: ${where}`);
-  const policyOf = resolvePolicy(o);
-  assert.ok(policyOf, `release without a policy: ${where}`);
-  const item = step.item;
-  if (item.kind === "Pod") {
-    assert.equal(item.pod.spec?.nodeName, o.fence.spec.nodeName, `a pod of another node: ${where}`);
-    assert.ok(isGuarded(item.pod, policyOf.spec.guardedPods, o.pvcs).guarded, `an unguarded pod: ${where}`);
-    assert.ok(!(st.releases ?? []).some((r) => r.kind === "Pod" && r.uid === item.pod.metadata?.uid), `a pod released twice: ${where}`);
-  } else if (item.kind === "VolumeAttachment") {
-    const va = o.volumeAttachments.find((v) => v.metadata?.uid === item.uid);
-    assert.equal(va?.spec.nodeName, o.fence.spec.nodeName, `a VolumeAttachment of another node: ${where}`);
+  if (o.fence.spec.origin === "Automatic" && step.kind === "runAgent" && step.operation === "off") {
+    const h = o.node && o.node.status?.conditions?.find((c) => c.type === "Ready")?.status;
+    assert.ok(h === undefined || h === "Unknown", `an automatic power-off of a node that is not partitioned: ${where}`);
   }
-  return true;
+  if (step.kind !== "release" && step.kind !== "markNode") return false;
+  const st = o.fence.status ?? {};
+  assert.ok(st.phase === "Releasing" || (step.kind === "markNode" && st.phase === "Fenced"), `release from phase ${st.phase}: ${where}`);
+  const ev = st.evidence;
+  assert.ok(ev?.method && ev.heartbeat, `release without evidence: ${where}`);
+  assert.equal(ev.round ?? 0, st.round ?? 0, `release on evidence of another round: ${where}`);
+  assert.deepEqual(heartbeatChanges(ev.heartbeat, heartbeatOf(o.node, o.lease)), [], `release although the node heartbeat since: ${where}`);
+  if (!ev.heartbeat.silent) assert.ok(o.now.diff(at(999)).as("seconds") >= 15, `release before the silence was proven: ${where}`);
+  assert.ok(!o.fence.spec.unfence, `release although an unfence was asked: ${where}`);
+  if (step.kind === "release" && step.item.kind === "Pod") {
+    const pod = step.item.pod;
+    assert.equal(pod.spec?.nodeName, o.fence.spec.nodeName, `a pod of another node: ${where}`);
+    assert.ok(isGuarded(pod, st.policySnapshot?.guardedPods, o.pvcs).guarded, `an unguarded pod: ${where}`);
+    assert.ok(!(st.releases ?? []).some((r) => r.kind === "Pod" && r.uid === pod.metadata?.uid), `a pod released twice: ${where}`);
+  }
+  return step.kind === "release";
 }
 
-describe("the safety invariant: nothing is released without a confirmed fence", () => {
-  test("exhaustively over phases × evidence × attempts × node × unfence × policy × releases × pods", () => {
+describe("the safety invariant: nothing is released without this round's evidence and an unchanged heartbeat", () => {
+  test("exhaustively over phases × evidence × attempts × world × origin × unfence × policy × releases × pods", () => {
     let combos = 0;
     let releases = 0;
     const kinds = new Map<string, number>();
-    const releasePhases = new Set<string>();
     for (const phase of PHASES)
       for (const [ei, evidence] of EVIDENCE.entries())
         for (const [ai, attempts] of ATTEMPTS.entries())
-          for (const [ni, mkNode] of NODES.entries())
-            for (const unfence of [false, true])
-              for (const [pi, policies] of POLICIES.entries())
-                for (const [ri, recorded] of RELEASES.entries())
-                  for (const [qi, pods] of PODS.entries()) {
-                    const status: NodeFenceStatus | undefined =
-                      phase === undefined && ei === 0 && ai === 0 && ri === 0
-                        ? undefined
-                        : {
-                            phase,
-                            policy: "default",
-                            bootID: "boot-1",
-                            currentLevel: ai === 6 ? 1 : 0,
-                            fencedTime: stamp(at(20)),
-                            evidence,
-                            attempts,
-                            releases: recorded,
-                          };
-                    const s = sim({
-                      fence: fence("node-1", status, { unfence, policy: pi === 5 ? undefined : "default" }),
-                      node: mkNode(),
-                      policies,
-                      pods,
-                      vas: [volumeAttachment("va-1", "node-1"), volumeAttachment("va-2", "node-2")],
-                    });
-                    const o = observe(s);
-                    const step = nextStep(o);
-                    combos++;
-                    kinds.set(step.kind, (kinds.get(step.kind) ?? 0) + 1);
-                    if (
-                      checkStep(
-                        o,
-                        step,
-                        `phase=${phase} evidence=${ei} attempts=${ai} node=${ni} unfence=${unfence} policy=${pi} releases=${ri} pods=${qi}`,
+          for (const [wi, world] of WORLDS.entries())
+            for (const origin of ["Automatic", "Manual"] as const)
+              for (const unfence of [false, true])
+                for (const [pi, policies] of POLICIES.entries())
+                  for (const [ri, recorded] of RELEASES.entries())
+                    for (const [qi, pods] of PODS.entries()) {
+                      const round = ai === 4 || ei === 3 ? 1 : 0;
+                      const snap = policies[0] ? snapOf(policies[0]) : SNAPSHOT;
+                      const status: NodeFenceStatus | undefined =
+                        phase === undefined && ei === 0 && ai === 0 && ri === 0
+                          ? undefined
+                          : {
+                              ...fencing({ policySnapshot: snap, round, currentLevel: ai === 6 ? 1 : 0 }),
+                              phase,
+                              fencedTime: stamp(at(995)),
+                              evidence,
+                              attempts,
+                              releases: recorded,
+                            };
+                      const [n, l] = world();
+                      const f = fenceOf(status, { unfence, origin });
+                      if (ai === 5) f.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+                      const vas = qi === 0 ? [volumeAttachment("va-1", "node-1"), volumeAttachment("va-2", "node-2")] : [];
+                      // nextStep never changes its input: no copies needed here (this loop runs ~100k times).
+                      const o: FenceObservation = {
+                        ...observe(sim({ policies })),
+                        fence: f,
+                        node: n,
+                        lease: l,
+                        pods,
+                        volumeAttachments: vas,
+                      };
+                      const step = nextStep(o);
+                      combos++;
+                      kinds.set(step.kind, (kinds.get(step.kind) ?? 0) + 1);
+                      if (
+                        checkStep(
+                          o,
+                          step,
+                          `phase=${phase} evidence=${ei} attempts=${ai} world=${wi} ${origin} unfence=${unfence} policy=${pi} releases=${ri} pods=${qi}`,
+                        )
                       )
-                    ) {
-                      releases++;
-                      releasePhases.add(String(phase));
+                        releases++;
                     }
-                  }
-    assert.equal(
-      combos,
-      PHASES.length * EVIDENCE.length * ATTEMPTS.length * NODES.length * 2 * POLICIES.length * RELEASES.length * PODS.length,
-    );
+    assert.ok(combos > 50_000, `${combos} combinations`);
     assert.ok(releases > 100, `the enumeration must reach releases (got ${releases})`);
-    assert.deepEqual([...releasePhases], ["Releasing"]);
     for (const k of [
       "start",
-      "fail",
       "wait",
       "begin",
+      "cancel",
       "interrupted",
       "runAgent",
+      "recordOutcome",
       "escalate",
+      "roundFailed",
+      "retry",
       "confirmed",
+      "reenter",
       "markNode",
+      "release",
       "released",
       "startUnfence",
       "unmarkNode",
@@ -1009,66 +1053,64 @@ describe("the safety invariant: nothing is released without a confirmed fence", 
       assert.ok(kinds.get(k), `the enumeration never produced ${k}`);
   });
 
-  test("random walks with crashes, agent failures, reboots, node deletions, unfence requests and pod churn", () => {
+  test("random walks: heartbeats, reboots, deletions, re-creations, crashes, hangs, unfence requests — no release after a heartbeat since the confirmation", () => {
     const rand = mulberry32(0x5eed);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
     let releasedTotal = 0;
-    for (let run = 0; run < 400; run++) {
+    let reentered = 0;
+    for (let run = 0; run < 500; run++) {
       const levels = pick([
         [{ agents: [{ name: "ipmi" }] }],
         [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu" }, { name: "pdu-b" }] }],
+        [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "admin" }] }],
       ]);
       const s = sim({
+        fence: fenceOf(undefined, { origin: pick(["Automatic", "Manual"] as const) }, []),
         policies: [
           policy("default", {
             escalation: levels,
             action: pick(["off", "reboot"] as const),
-            unfenceOnReboot: rand() < 0.5,
-            release: pick([
-              {},
-              { outOfServiceTaint: true },
-              { forceDeletePods: false, outOfServiceTaint: true },
-              { deleteVolumeAttachments: false },
-            ]),
+            release: pick([{}, { outOfServiceTaint: true }, { deleteVolumeAttachments: false }]),
           }),
         ],
-        pods: [
-          stsPod("db-0", { priority: 1 }),
-          stsPod("db-1", { priority: 100 }),
-          pod("cache-0", { claims: ["unknown-claim"] }),
-          pod("web"),
-          stsPod("elsewhere", { node: "node-2" }),
-        ],
+        pods: [stsPod("db-0", { priority: 1 }), stsPod("db-1", { priority: 100 }), pod("web"), stsPod("elsewhere", { node: "node-2" })],
         vas: [volumeAttachment("va-1", "node-1"), volumeAttachment("va-2", "node-2")],
-        agentResult: () => pick(["Succeeded", "Succeeded", "Failed", "TimedOut", "crash"] as const),
+        agentResult: () => pick(["Succeeded", "Succeeded", "Succeeded", "Failed", "TimedOut", "crash", "hang"] as const),
       });
+      let confirmedBeat: string | undefined;
       const trace: Step[] = [];
-      let confirmedAt = -1;
-      for (let i = 0; i < 80; i++) {
-        // The world moves between steps.
+      for (let i = 0; i < 120; i++) {
         const r = rand();
-        if (r < 0.02) s.node = undefined;
-        else if (r < 0.04 && s.node) s.node.status!.nodeInfo!.bootID = `boot-${i}`;
-        else if (r < 0.06) s.fence.spec.unfence = true;
-        else if (r < 0.1) s.pods = s.pods.map((p) => (p.metadata?.name === "web" ? pod("web", { deleting: at(1) }) : p));
-        else if (r < 0.14) s.pods = s.pods.filter((p) => !p.metadata?.deletionTimestamp);
-        else if (r < 0.16 && s.node) s.node.status!.conditions![0]!.status = "True";
-
+        if (r < 0.03) heartbeat(s);
+        else if (r < 0.05 && s.node) s.node.status!.nodeInfo!.bootID = `boot-${i}`;
+        else if (r < 0.06) [s.node, s.lease] = [undefined, undefined];
+        else if (r < 0.07) [s.node, s.lease] = [partitionedNode({ bootID: `boot-r${i}` }), lease("node-1", s.now)];
+        else if (r < 0.08) s.fence.spec.unfence = true;
+        else if (r < 0.1) s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+        else if (r < 0.14)
+          for (const [k, v] of s.ops)
+            if (v.state === "running") s.ops.set(k, { state: "done", outcome: "Succeeded", message: "" });
+            else if (r < 0.16)
+              s.ops.clear(); // the operator restarted
+            else if (r < 0.2) s.now = s.now.plus({ seconds: 120 });
         const o = observe(s);
         const step = nextStep(o);
-        const where = `run ${run} step ${i}: ${describeSteps([...trace, step]).join(" → ")}`;
+        const where = `run ${run} step ${i}: ${describeSteps([...trace, step])
+          .slice(-12)
+          .join(" → ")}`;
         if (checkStep(o, step, where)) {
           releasedTotal++;
-          assert.ok(confirmedAt >= 0, `release before any confirmation: ${where}`);
-          assert.ok(
-            !trace.slice(confirmedAt).some((x) => x.kind === "startUnfence" || x.kind === "fail"),
-            `release after unfence/fail: ${where}`,
+          assert.equal(
+            JSON.stringify({ ...heartbeatOf(o.node, o.lease) }),
+            confirmedBeat,
+            `release after a heartbeat since the confirmation: ${where}`,
           );
         }
-        if (step.kind === "confirmed") confirmedAt = trace.length;
+        if (step.kind === "confirmed") confirmedBeat = JSON.stringify({ ...heartbeatOf(o.node, o.lease) });
+        if (step.kind === "reenter") reentered++;
         trace.push(step);
         apply(s, step);
-        if (step.kind === "done") break;
+        if (step.kind === "done" && (s.fence.status?.phase === "Unfenced" || s.fence.status?.phase === "Released")) break;
       }
       const uids = (s.fence.status?.releases ?? []).filter((x) => x.kind === "Pod").map((x) => x.uid);
       assert.equal(new Set(uids).size, uids.length, `a pod was released twice in run ${run}`);
@@ -1078,6 +1120,7 @@ describe("the safety invariant: nothing is released without a confirmed fence", 
       );
     }
     assert.ok(releasedTotal > 100, `the walks must reach releases (got ${releasedTotal})`);
+    assert.ok(reentered > 10, `the walks must reach re-entries (got ${reentered})`);
   });
 });
 

@@ -56,10 +56,11 @@ export function node(name: string, o: NodeOpts = {}): V1Node {
   };
 }
 
-export function lease(name: string, renewTime: DateTime | undefined): V1Lease {
+/** A node Lease; 40 s is the kubelet's default duration (the lab's kwok nodes use 8). */
+export function lease(name: string, renewTime: DateTime | undefined, durationSeconds = 40): V1Lease {
   return {
     metadata: { name, namespace: "kube-node-lease" },
-    spec: { holderIdentity: name, leaseDurationSeconds: 40, renewTime: renewTime?.toJSDate() },
+    spec: { holderIdentity: name, leaseDurationSeconds: durationSeconds, renewTime: renewTime?.toJSDate() },
   };
 }
 

@@ -20,15 +20,24 @@ describe("podWaitSeconds", () => {
     assert.equal(podWaitSeconds(pod("x"), { fenceAfterSeconds: 0 }), 0);
   });
 
-  test("the unreachable toleration's tolerationSeconds wins over the policy (shorter or longer)", () => {
+  test("the unreachable toleration's tolerationSeconds wins over the policy (shorter or longer), down to minTolerationSeconds", () => {
     // The DefaultTolerationSeconds admission plugin gives every pod 300 s.
     assert.equal(podWaitSeconds(withTolerations(unreachable(300)), { fenceAfterSeconds: 60 }), 300);
-    assert.equal(podWaitSeconds(withTolerations(unreachable(10)), { fenceAfterSeconds: 60 }), 10);
-    assert.equal(podWaitSeconds(withTolerations(unreachable(0)), { fenceAfterSeconds: 60 }), 0);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(45)), { fenceAfterSeconds: 60 }), 45);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(10)), { fenceAfterSeconds: 60, minTolerationSeconds: 5 }), 10);
   });
 
-  test("a negative tolerationSeconds means now (0), as the taint manager reads it", () => {
-    assert.equal(podWaitSeconds(withTolerations(unreachable(-5)), undefined), 0);
+  test("item 11: a tenant's tolerationSeconds: 0 cannot get its node fenced sooner than minTolerationSeconds (default 30)", () => {
+    assert.equal(podWaitSeconds(withTolerations(unreachable(0)), { fenceAfterSeconds: 60 }), 30);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(10)), { fenceAfterSeconds: 60 }), 30);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(0)), { fenceAfterSeconds: 60, minTolerationSeconds: 120 }), 120);
+    // An administrator may allow it explicitly.
+    assert.equal(podWaitSeconds(withTolerations(unreachable(0)), { minTolerationSeconds: 0 }), 0);
+  });
+
+  test("a negative tolerationSeconds means now, as the taint manager reads it: the floor applies", () => {
+    assert.equal(podWaitSeconds(withTolerations(unreachable(-5)), undefined), 30);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(-5)), { minTolerationSeconds: 0 }), 0);
   });
 
   test("an unreachable toleration without tolerationSeconds tolerates forever: null", () => {
@@ -59,7 +68,7 @@ describe("podWaitSeconds", () => {
   });
 
   test("a wildcard Exists toleration with tolerationSeconds gives that wait", () => {
-    assert.equal(podWaitSeconds(withTolerations({ operator: "Exists", effect: "NoExecute", tolerationSeconds: 7 }), undefined), 7);
+    assert.equal(podWaitSeconds(withTolerations({ operator: "Exists", effect: "NoExecute", tolerationSeconds: 37 }), undefined), 37);
   });
 
   test("a wildcard restricted to NoSchedule does not count", () => {
@@ -68,7 +77,7 @@ describe("podWaitSeconds", () => {
 
   test("the first matching toleration counts, as in the taint manager's GetMatchingTolerations", () => {
     const pods = withTolerations(
-      { key: "node.kubernetes.io/not-ready", operator: "Exists", effect: "NoExecute", tolerationSeconds: 1 },
+      { key: "node.kubernetes.io/not-ready", operator: "Exists", effect: "NoExecute", tolerationSeconds: 31 },
       unreachable(120),
       unreachable(undefined),
     );

@@ -143,3 +143,27 @@ describe("assessNode", () => {
     assert.equal(readyCondition(node("node-2", { ready: null })), undefined);
   });
 });
+
+describe("item 18: a heartbeat timeout below the node's own renewal is raised", () => {
+  test("a 5 s timeout with the kubelet's default 40 s Lease (renewed every 10 s): 20 s, so a healthy node never looks silent", () => {
+    // Renewed 9 s ago: between two renewals, as a healthy node is most of the time.
+    const h = assessNode(node("node-1", { ready: "True", heartbeat: T0 }), lease("node-1", at(1)), at(10), 5);
+    assert.equal(h.state, "Healthy");
+    assert.equal(h.silent, false);
+    assert.equal(h.timeoutSeconds, 20);
+    same(h.nextCheck, at(21));
+  });
+
+  test("a longer timeout, or a node with a short Lease (the lab's 8 s), keeps the policy's", () => {
+    assert.equal(assessNode(node("node-1"), lease("node-1", T0), at(1), 40).timeoutSeconds, 40);
+    const short = lease("node-1", T0);
+    short.spec!.leaseDurationSeconds = 8;
+    assert.equal(assessNode(node("node-1"), short, at(1), 6).timeoutSeconds, 6);
+  });
+
+  test("silence past the raised timeout still counts", () => {
+    const h = assessNode(node("node-1", { ready: "Unknown", heartbeat: T0 }), lease("node-1", T0), at(25), 5);
+    assert.equal(h.state, "Partitioned");
+    same(h.partitionedSince, at(20));
+  });
+});

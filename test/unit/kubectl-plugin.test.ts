@@ -67,7 +67,7 @@ function world(now = at(8)): FleetInput {
   return {
     now,
     nodes: [node("node-1", { heartbeat: now.minus({ seconds: 1 }) }), node("node-2", { ready: "Unknown", heartbeat: T0 })],
-    leases: leases(lease("node-1", now.minus({ seconds: 1 })), lease("node-2", T0)),
+    leases: leases(lease("node-1", now.minus({ seconds: 1 }), 8), lease("node-2", T0, 8)),
     pods: [
       stsPod("db-0", { node: "node-2" }),
       pod("web", { node: "node-2", labels: { "stockade.io/guarded": "false" } }),
