@@ -94,7 +94,14 @@ describe("decideFleet: healthy fleet", () => {
     assert.deepEqual(d.create, []);
     assert.deepEqual(d.nodeDown, []);
     assert.equal(ms(d.nextCheck), ms(now.plus({ seconds: 35 })));
-    assert.deepEqual(d.policies.get("default"), { holds: [], partitioned: [], raisedTimeouts: [], activeFences: 0, wouldFence: [], queued: [] });
+    assert.deepEqual(d.policies.get("default"), {
+      holds: [],
+      partitioned: [],
+      raisedTimeouts: [],
+      activeFences: 0,
+      wouldFence: [],
+      queued: [],
+    });
   });
 
   test("no nodes, no policies: an empty decision", () => {
