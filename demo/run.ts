@@ -27,11 +27,13 @@ const step = (msg: string) => console.log(`==> ${msg}`);
 step(`starting the lab in ${dir}: a real Kubernetes control plane, ${nodes} simulated nodes, one simulated BMC each`);
 const bed = await Bed.up({ nodes, name: "demo", dir, log: (m) => console.log(`    ${m}`) });
 let stopping = false;
-const shutdown = async (code: number) => {
+/** Stops everything; `last` is printed after the lab is down, so that it is the last line (the --once contract). */
+const shutdown = async (code: number, last?: string) => {
   if (stopping) return;
   stopping = true;
   step("stopping the operator and the lab");
   await bed.down();
+  if (last) console.log(last);
   process.exit(code);
 };
 process.on("SIGINT", () => void shutdown(0));
@@ -141,8 +143,8 @@ The cluster stays up. In another terminal:
   kubectl patch nodefence ${node} --type=merge -p '{"spec":{"unfence":true}}'   # power it back on
 Press Ctrl-C to stop everything.`);
   }
+  if (values.once) await shutdown(inv.violations.length ? 1 : 0, `failover: ${failover.toFixed(1)} s`);
   console.log(`failover: ${failover.toFixed(1)} s`);
-  if (values.once) await shutdown(inv.violations.length ? 1 : 0);
 } catch (err) {
   console.error(`demo failed: ${(err as Error).message}`);
   await shutdown(1);
