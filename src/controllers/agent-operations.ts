@@ -3,6 +3,9 @@
 // NodeFence controller starts an operation after writing its attempt InProgress, and records the outcome
 // the next time it reconciles the fence (the operation's end enqueues it). Only this process's memory knows
 // an operation runs: after a restart an InProgress attempt has no operation here and is Interrupted.
+//
+// Operations are keyed by the NodeFence's uid and the attempt's index: a NodeFence deleted and created again
+// under the same name can never pick up an outcome of its predecessor's operation.
 import type { Operation } from "../decide/fence-machine.ts";
 
 export type OperationResult = Extract<Operation, { state: "done" }>;
@@ -10,63 +13,62 @@ export type OperationResult = Extract<Operation, { state: "done" }>;
 interface Entry {
   op: Operation;
   abort: AbortController;
-  promise: Promise<void>;
 }
 
 export class AgentOperations {
   private readonly byFence = new Map<string, Map<number, Entry>>();
-  private readonly onDone: (fence: string) => void;
+  private readonly inFlight = new Set<Promise<void>>();
+  private readonly onDone: (name: string) => void;
 
-  constructor(onDone: (fence: string) => void) {
+  constructor(onDone: (name: string) => void) {
     this.onDone = onDone;
   }
 
-  /** Runs `work` for attempt `index` of `fence`; a throw becomes a Failed outcome. Idempotent per attempt. */
-  start(fence: string, index: number, work: (signal: AbortSignal) => Promise<Omit<OperationResult, "state">>): void {
-    const ops = this.byFence.get(fence) ?? new Map<number, Entry>();
-    this.byFence.set(fence, ops);
+  /** Runs `work` for attempt `index` of the NodeFence `uid` (named `name`); a throw becomes Failed. Idempotent per attempt. */
+  start(uid: string, name: string, index: number, work: (signal: AbortSignal) => Promise<Omit<OperationResult, "state">>): void {
+    const ops = this.byFence.get(uid) ?? new Map<number, Entry>();
+    this.byFence.set(uid, ops);
     if (ops.has(index)) return;
-    const abort = new AbortController();
-    const entry: Entry = { op: { state: "running" }, abort, promise: Promise.resolve() };
-    entry.promise = (async () => {
+    const entry: Entry = { op: { state: "running" }, abort: new AbortController() };
+    ops.set(index, entry);
+    const p = (async () => {
       let result: Omit<OperationResult, "state">;
       try {
-        result = await work(abort.signal);
+        result = await work(entry.abort.signal);
       } catch (err) {
         result = { outcome: "Failed", message: err instanceof Error ? err.message : String(err) };
       }
       entry.op = { state: "done", ...result };
-      this.onDone(fence);
+      this.onDone(name);
     })();
-    ops.set(index, entry);
+    this.inFlight.add(p);
+    void p.finally(() => this.inFlight.delete(p));
   }
 
-  /** The operations of one fence, by attempt index. */
-  view(fence: string): ReadonlyMap<number, Operation> {
-    return new Map([...(this.byFence.get(fence) ?? new Map<number, Entry>())].map(([i, e]) => [i, e.op] as const));
+  /** The operations of one NodeFence, by attempt index. */
+  view(uid: string): ReadonlyMap<number, Operation> {
+    return new Map([...(this.byFence.get(uid) ?? new Map<number, Entry>())].map(([i, e]) => [i, e.op] as const));
   }
 
   /** Drops a finished operation once its outcome is in the NodeFence's status. */
-  forget(fence: string, index: number): void {
-    const ops = this.byFence.get(fence);
+  forget(uid: string, index: number): void {
+    const ops = this.byFence.get(uid);
     if (ops?.get(index)?.op.state === "done") ops.delete(index);
-    if (ops?.size === 0) this.byFence.delete(fence);
+    if (ops?.size === 0) this.byFence.delete(uid);
   }
 
-  /** Withdraws every running operation of a fence (cancelled, unfenced, deleted): they end Cancelled, at once. */
-  abort(fence: string): void {
-    for (const e of this.byFence.get(fence)?.values() ?? []) e.abort.abort();
+  /** Withdraws every operation of a NodeFence (cancelled, unfenced, deleted): they end at once and are forgotten. */
+  abort(uid: string): void {
+    for (const e of this.byFence.get(uid)?.values() ?? []) e.abort.abort();
+    this.byFence.delete(uid);
   }
 
   get running(): number {
-    let n = 0;
-    for (const ops of this.byFence.values()) for (const e of ops.values()) if (e.op.state === "running") n++;
-    return n;
+    return this.inFlight.size;
   }
 
   /** Waits for every running operation to end (each is bounded by its own deadline). */
   async drain(): Promise<void> {
-    const all = [...this.byFence.values()].flatMap((ops) => [...ops.values()].map((e) => e.promise));
-    await Promise.all(all);
+    await Promise.all([...this.inFlight]);
   }
 }

@@ -81,7 +81,7 @@ export class NodeFenceController {
       pods: c.pods.list().filter((p) => p.spec?.nodeName === name),
       pvcs: new Map(c.pvcs.list().map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p] as const)),
       volumeAttachments: c.volumeAttachments.list(),
-      operations: this.operations.view(fence.metadata?.name ?? ""),
+      operations: this.operations.view(fence.metadata?.uid ?? ""),
     };
   }
 
@@ -165,13 +165,14 @@ export class NodeFenceController {
   ): Promise<NodeFence | undefined> {
     const nodeName = fence.spec.nodeName;
     const name = fence.metadata?.name ?? "";
+    const uid = fence.metadata?.uid ?? "";
     const flog = this.d.log.child({ nodeFence: name, step: step.kind });
     switch (step.kind) {
       case "addFinalizer":
         return await this.d.kube.patchNodeFenceMetadata(fence, { finalizers: [...(fence.metadata?.finalizers ?? []), FINALIZER] });
       case "finalize": {
         // Deleted: nothing more runs for it, and the marks it put on the node come off with it.
-        this.operations.abort(name);
+        this.operations.abort(uid);
         if (node) await this.unmark(fence, node);
         flog.info(`NodeFence ${name} deleted: taints and node condition removed`);
         try {
@@ -221,7 +222,7 @@ export class NodeFenceController {
           return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: "Fencing", message: "running escalation level 1" }, fence);
         });
       case "cancel": {
-        this.operations.abort(name);
+        this.operations.abort(uid);
         if (node) await this.unmark(fence, node);
         const next = await this.write(fence, (s) => {
           this.cancelAttempts(s, step.message);
@@ -253,7 +254,7 @@ export class NodeFenceController {
           if (x) Object.assign(x, { outcome: step.outcome, endTime: this.now(), message: step.message.slice(0, 2048) });
           return s;
         });
-        this.operations.forget(name, step.index);
+        this.operations.forget(uid, step.index);
         const agent = this.d.caches.agents.get(a?.agent ?? "");
         this.d.metrics?.attempts.inc({
           agent: a?.agent ?? "",
@@ -388,7 +389,7 @@ export class NodeFenceController {
         return next;
       }
       case "startUnfence": {
-        this.operations.abort(name);
+        this.operations.abort(uid);
         const next = await this.write(fence, (s) => {
           this.cancelAttempts(s, "unfence requested");
           s.phase = "Unfencing";
@@ -471,7 +472,7 @@ export class NodeFenceController {
     if (agent.spec.type === "manual" && op === "off") return current; // the state machine watches for the confirmation
     const target = targetNode(current, node);
     const automatic = current.spec.origin === "Automatic";
-    this.operations.start(name, index, async (signal) => {
+    this.operations.start(current.metadata?.uid ?? "", name, index, async (signal) => {
       let secretValues: string[] = [];
       try {
         const secrets = await this.readSecrets(agent, nodeName);

@@ -7,7 +7,7 @@ import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { AppsV1Api, CustomObjectsApi, type V1Pod } from "@kubernetes/client-node";
+import { AppsV1Api, CustomObjectsApi, type V1Pod, type V1Toleration } from "@kubernetes/client-node";
 import { Lab } from "../../lab/lab.ts";
 import { Recorder } from "../../lab/recorder.ts";
 import { waitFor } from "../../lab/health.ts";
@@ -35,9 +35,17 @@ export class Bed {
     this.apps = lab.kc.makeApiClient(AppsV1Api);
   }
 
-  static async up(o: { nodes: number; zones?: string[]; name: string; dir?: string; log?: (msg: string) => void }): Promise<Bed> {
+  static async up(o: {
+    nodes: number;
+    zones?: string[];
+    name: string;
+    dir?: string;
+    log?: (msg: string) => void;
+    /** The nodes' Lease duration (the lab's default is 8 s: renewed every 2 s). */
+    nodeLeaseSeconds?: number;
+  }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
-    const lab = await Lab.up({ dir, nodes: o.nodes, zones: o.zones, log: o.log });
+    const lab = await Lab.up({ dir, nodes: o.nodes, zones: o.zones, log: o.log, nodeLeaseSeconds: o.nodeLeaseSeconds });
     try {
       return await Bed.setUp(lab);
     } catch (err) {
@@ -250,7 +258,7 @@ export class Bed {
   async statefulSet(
     name: string,
     replicas: number,
-    extra: { nodeSelector?: Record<string, string>; priorityClassName?: string } = {},
+    extra: { nodeSelector?: Record<string, string>; priorityClassName?: string; tolerations?: V1Toleration[] } = {},
   ): Promise<V1Pod[]> {
     await this.apps.createNamespacedStatefulSet({
       namespace: NS,
@@ -265,6 +273,7 @@ export class Bed {
             spec: {
               nodeSelector: extra.nodeSelector,
               priorityClassName: extra.priorityClassName,
+              tolerations: extra.tolerations,
               affinity: {
                 podAntiAffinity: {
                   requiredDuringSchedulingIgnoredDuringExecution: [

@@ -1,0 +1,203 @@
+// The safety holes of issue 8 that need real timing, each reproduced on the lab and shown closed: a reboot during a
+// hung attempt, a healthy node back during retries, a failed fence retried, a manual wait holding no worker, a
+// deleted NodeFence taking its marks with it, and a machine powered back on after its fence was confirmed.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { V1Toleration } from "@kubernetes/client-node";
+import { Bed, NS } from "./harness.ts";
+import type { NodeFence } from "../../src/api/v1alpha1.ts";
+
+/** Pods that wait an hour for their node (no eviction by the taint manager): the kubelet of a new boot restarts them. */
+const STAY: V1Toleration[] = [{ key: "node.kubernetes.io/unreachable", operator: "Exists", effect: "NoExecute", tolerationSeconds: 3600 }];
+
+const reasonOf = (f: NodeFence, type = "Fenced") => f.status?.conditions?.find((c) => c.type === type)?.reason;
+
+describe("e2e: safety of releases and power-offs (issue 8)", () => {
+  let bed: Bed;
+  before(async () => {
+    bed = await Bed.up({ nodes: 4, name: "safety" });
+    await bed.policy("default", { guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 } });
+    // One worker for every NodeFence: a wait that held it would starve every other fence (item 15).
+    await bed.startOperator({ extraArgs: ["--fence-workers", "1"] });
+  });
+  after(async () => {
+    await bed?.down();
+  });
+
+  /** A one-replica StatefulSet; returns its pod's uid and node. */
+  const single = async (name: string, tolerations?: V1Toleration[]) => {
+    const [p] = await bed.statefulSet(name, 1, { tolerations });
+    return { uid: p!.metadata!.uid!, node: p!.spec!.nodeName! };
+  };
+  const podUid = async (name: string) =>
+    (await bed.lab.core.listNamespacedPod({ namespace: NS, fieldSelector: `metadata.name=${name}` })).items[0]?.metadata?.uid;
+  const powerOffsSince = (node: string, t: number) =>
+    bed.rec.timeline().filter((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t);
+  const forceDeleted = async (uid: string) =>
+    (await bed.lab.core.listNamespacedEvent({ namespace: NS, fieldSelector: `involvedObject.uid=${uid},reason=ForceDeleted` })).items
+      .length;
+
+  test("item 1: the node reboots while its fence attempt hangs; its kubelet runs the pod again: nothing is released, the fence is cancelled", async () => {
+    const { uid, node } = await single("reboot", STAY);
+    const t0 = Date.now();
+    await bed.lab.setBmcReachable(node, false); // the power-off hangs
+    await bed.lab.crash(node);
+    await bed.waitForFence(node, (f) => (f.status?.attempts ?? []).some((a) => a.outcome === "InProgress"), "has an attempt in progress");
+    const bootBefore = (await bed.lab.node(node)).status?.nodeInfo?.bootID;
+    await bed.lab.heal(node); // a crashed machine reboots: a new bootID, its kubelet back
+    const f = await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "cancelled");
+    assert.notEqual((await bed.lab.node(node)).status?.nodeInfo?.bootID, bootBefore, "the node really rebooted");
+    assert.equal(reasonOf(f), "NodeRecovered");
+    assert.equal(f.status?.evidence, undefined, "a new bootID is not evidence");
+    assert.equal(f.status?.attempts?.at(-1)?.outcome, "Cancelled");
+    assert.equal(f.status?.releases?.length ?? 0, 0, "nothing released");
+    await bed.lab.setBmcReachable(node, true);
+    await sleep(3000); // a late retry of the power-off would land now
+    assert.equal(await podUid("reboot"), uid, "the pod running in the new boot was never force-deleted");
+    assert.equal(await forceDeleted(uid), 0);
+    assert.deepEqual(powerOffsSince(node, t0), [], "the rebooted, healthy machine was never powered off");
+    assert.equal(bed.lab.machine(node).power, "on");
+    assert.deepEqual((await bed.invariant()).violations, []);
+  });
+
+  test("item 5: a partitioned node comes back while the power-off is being retried: no further try, the healthy node stays on", async () => {
+    const { uid, node } = await single("flaky", STAY);
+    const t0 = Date.now();
+    await bed.lab.setBmcReachable(node, false);
+    await bed.lab.partition(node); // frozen kubelet: same boot, the workload presumed alive
+    await bed.waitForFence(node, (f) => (f.status?.attempts ?? []).some((a) => a.outcome === "InProgress"), "has an attempt in progress");
+    await bed.lab.heal(node); // the partition ends: it heartbeats again…
+    await bed.lab.setBmcReachable(node, true); // …and the BMC answers again: a blind retry would now power it off
+    const f = await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "cancelled");
+    assert.equal(reasonOf(f), "NodeRecovered");
+    await sleep(5000);
+    assert.deepEqual(powerOffsSince(node, t0), [], "no power-off after the node came back");
+    assert.equal(bed.lab.machine(node).power, "on");
+    assert.equal(await podUid("flaky"), uid);
+    assert.equal((await bed.getFence(node))?.status?.phase, "Unfenced");
+  });
+
+  test("item 15: a manual fence waiting for its confirmation holds no worker: another node's fence and an unfence go through", async () => {
+    const nodes = bed.lab.nodes();
+    const { uid, node: crashed } = await single("busy");
+    const waiting = nodes.find((n) => n !== crashed)!;
+    await bed.create("fenceagents", { metadata: { name: "by-hand" }, spec: { type: "manual", timeoutSeconds: 600 } });
+    await bed.create("fencingpolicies", {
+      metadata: { name: "manual" },
+      spec: { nodeSelector: { matchLabels: { "stockade.io/manual": "yes" } }, escalation: [{ agents: [{ name: "by-hand" }] }] },
+    });
+    await bed.kubectl("label", "node", waiting, "stockade.io/manual=yes");
+    await bed.kubectl("delete", "nodefence", waiting, "--ignore-not-found");
+    await bed.create("nodefences", {
+      metadata: { name: waiting },
+      spec: { nodeName: waiting, policy: "manual", reason: "awaiting a person" },
+    });
+    await bed.waitForFence(waiting, (f) => (f.status?.attempts ?? []).some((a) => a.outcome === "InProgress"), "waiting for a person");
+    const t0 = Date.now();
+    await bed.kubectl("delete", "nodefence", crashed, "--ignore-not-found");
+    await bed.lab.crash(crashed);
+    const f = await bed.waitForFence(crashed, (x) => x.status?.phase === "Released", "Released", 60_000);
+    assert.deepEqual(
+      f.status?.releases?.filter((r) => r.kind === "Pod").map((r) => r.uid),
+      [uid],
+    );
+    console.log(`with one worker and a manual fence waiting: crash → released in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    assert.equal((await bed.getFence(waiting))?.status?.phase, "Fencing", "the manual fence still waits");
+    await bed.kubectl("patch", "nodefence", waiting, "--type=merge", "-p", '{"spec":{"unfence":true}}');
+    const w = await bed.waitForFence(waiting, (x) => x.status?.phase === "Unfenced", "Unfenced", 20_000);
+    assert.equal(w.status?.attempts?.at(-1)?.outcome, "Cancelled");
+    await bed.unfence(crashed);
+  });
+
+  test("item 12: a fence that failed (BMC unreachable) is retried while the node stays partitioned, and succeeds once the BMC answers", async () => {
+    const { uid, node } = await single("retry");
+    await bed.kubectl("delete", "nodefence", node, "--ignore-not-found");
+    await bed.lab.setBmcReachable(node, false);
+    await bed.lab.crash(node);
+    const failed = await bed.waitForFence(node, (x) => x.status?.phase === "Failed", "Failed", 90_000);
+    assert.match(failed.status?.conditions?.find((c) => c.type === "Failed")?.message ?? "", /retrying from level 1 at/);
+    assert.ok(failed.status?.nextRetryTime, "a retry is scheduled");
+    assert.equal(failed.status?.releases?.length ?? 0, 0);
+    assert.equal(await podUid("retry"), uid, "nothing released while Failed");
+    await bed.lab.setBmcReachable(node, true);
+    const f = await bed.waitForFence(node, (x) => x.status?.phase === "Released", "Released after the retry", 120_000);
+    assert.equal(f.status?.round, 1);
+    assert.equal(f.status?.evidence?.round, 1);
+    assert.deepEqual(
+      (f.status?.attempts ?? []).map((a) => [a.round, a.outcome]),
+      [
+        [0, failed.status?.attempts?.[0]?.outcome],
+        [1, "Succeeded"],
+      ],
+    );
+    await bed.waitForReplacement("retry", uid);
+    assert.deepEqual((await bed.invariant()).violations, []);
+  });
+
+  test("item 20: deleting a NodeFence removes the fenced taint and the Fenced node condition it added", async () => {
+    const phases = await Promise.all(bed.lab.nodes().map(async (n) => [n, (await bed.getFence(n))?.status?.phase] as const));
+    const fenced = phases.find(([, phase]) => phase === "Released")?.[0];
+    assert.ok(fenced, "the previous test left a Released fence");
+    const before = await bed.lab.node(fenced);
+    assert.ok(before.spec?.taints?.some((t) => t.key === "stockade.io/fenced"));
+    await bed.kubectl("delete", "nodefence", fenced, "--wait=true");
+    const after = await bed.lab.node(fenced);
+    assert.ok(!after.spec?.taints?.some((t) => t.key === "stockade.io/fenced"), JSON.stringify(after.spec?.taints));
+    assert.ok(!after.status?.conditions?.some((c) => c.type === "Fenced"));
+    await bed.lab.bmc(fenced, "on");
+    await bed.lab.waitForNodeReadyStatus(fenced, "True", 60_000);
+  });
+
+  test("no credential reaches the operator's logs", () => {
+    assert.deepEqual(bed.leakedSecrets(), []);
+  });
+});
+
+describe("e2e: a machine powered back on after its fence was confirmed (item 4)", () => {
+  let bed: Bed;
+  before(async () => {
+    // A 20 s node Lease (renewed every 5 s): a node fenced while it heartbeat must then stay silent 7.5 s before
+    // anything is released, a window wide enough to power it back on in.
+    bed = await Bed.up({ nodes: 2, name: "safety-back", nodeLeaseSeconds: 20 });
+    await bed.policy("default", { guards: { maxUnhealthyNodes: 1 } });
+    await bed.startOperator();
+  });
+  after(async () => {
+    await bed?.down();
+  });
+
+  test("the release stops, fencing starts over (a new round), and the pod is released only after a second power-off", async () => {
+    const [p] = await bed.statefulSet("ledger", 1, { tolerations: STAY });
+    const uid = p!.metadata!.uid!;
+    const node = p!.spec!.nodeName!;
+    const t0 = Date.now();
+    // An administrator fences the healthy node; it is powered off and confirmed while its heartbeat is fresh.
+    await bed.create("nodefences", { metadata: { name: node }, spec: { nodeName: node, reason: "suspect" } });
+    const fenced = await bed.waitForFence(node, (f) => !!f.status?.evidence, "confirmed", 60_000);
+    assert.equal(fenced.status?.evidence?.heartbeat?.silent, false);
+    await bed.lab.bmc(node, "on"); // someone powers it back on before anything was released
+    const f = await bed.waitForFence(node, (x) => x.status?.phase === "Released", "Released after a second power-off", 120_000);
+    assert.equal(f.status?.round, 1, "fencing started over");
+    assert.equal(f.status?.evidence?.round, 1);
+    const ev = await bed.lab.core.listNamespacedEvent({
+      namespace: "default",
+      fieldSelector: `involvedObject.name=${node},reason=HeartbeatAfterFence`,
+    });
+    assert.ok(ev.items.length >= 1, "a HeartbeatAfterFence Event");
+    const power = bed.rec
+      .timeline()
+      .filter((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.t >= t0)
+      .map((e) => (e.source === "lab" ? `${String(e.detail.power)}@${e.t}` : ""));
+    assert.deepEqual(
+      power.map((x) => x.split("@")[0]),
+      ["off", "on", "off"],
+      "powered off, back on, off again",
+    );
+    const secondOff = Number(power[2]!.split("@")[1]);
+    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
+    assert.ok(gone && gone > secondOff, `released after the second power-off: ${bed.rec.format(t0)}`);
+    await bed.waitForReplacement("ledger", uid);
+    assert.deepEqual((await bed.invariant()).violations, []);
+  });
+});
