@@ -4,12 +4,17 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { V1Toleration } from "@kubernetes/client-node";
+import { AdmissionregistrationV1Api, type V1Toleration } from "@kubernetes/client-node";
 import { Bed, NS } from "./harness.ts";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
 
 /** Pods that wait an hour for their node (no eviction by the taint manager): the kubelet of a new boot restarts them. */
-const STAY: V1Toleration[] = [{ key: "node.kubernetes.io/unreachable", operator: "Exists", effect: "NoExecute", tolerationSeconds: 3600 }];
+const STAY: V1Toleration[] = ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"].map((key) => ({
+  key,
+  operator: "Exists",
+  effect: "NoExecute",
+  tolerationSeconds: 3600,
+}));
 
 const reasonOf = (f: NodeFence, type = "Fenced") => f.status?.conditions?.find((c) => c.type === type)?.reason;
 
@@ -25,13 +30,13 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
     await bed?.down();
   });
 
-  /** A one-replica StatefulSet; returns its pod's uid and node. */
-  const single = async (name: string, tolerations?: V1Toleration[]) => {
-    const [p] = await bed.statefulSet(name, 1, { tolerations });
+  /** A one-replica StatefulSet; returns its pod's uid and node (the pod is named `<name>-0`). */
+  const single = async (name: string, tolerations?: V1Toleration[], nodeSelector?: Record<string, string>) => {
+    const [p] = await bed.statefulSet(name, 1, { tolerations, nodeSelector });
     return { uid: p!.metadata!.uid!, node: p!.spec!.nodeName! };
   };
-  const podUid = async (name: string) =>
-    (await bed.lab.core.listNamespacedPod({ namespace: NS, fieldSelector: `metadata.name=${name}` })).items[0]?.metadata?.uid;
+  const podUid = async (sts: string) =>
+    (await bed.lab.core.listNamespacedPod({ namespace: NS, fieldSelector: `metadata.name=${sts}-0` })).items[0]?.metadata?.uid;
   const powerOffsSince = (node: string, t: number) =>
     bed.rec.timeline().filter((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t);
   const forceDeleted = async (uid: string) =>
@@ -131,7 +136,7 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
         [1, "Succeeded"],
       ],
     );
-    await bed.waitForReplacement("retry", uid);
+    await bed.waitForReplacement("retry-0", uid);
     assert.deepEqual((await bed.invariant()).violations, []);
   });
 
@@ -147,6 +152,47 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
     assert.ok(!after.status?.conditions?.some((c) => c.type === "Fenced"));
     await bed.lab.bmc(fenced, "on");
     await bed.lab.waitForNodeReadyStatus(fenced, "True", 60_000);
+  });
+
+  test("item 16: a pod whose NodeDown condition cannot be written does not stop another node's fence", async () => {
+    // The apiserver refuses every status write of pods labelled refuse-status (a real ValidatingAdmissionPolicy).
+    const admission = bed.lab.kc.makeApiClient(AdmissionregistrationV1Api);
+    await admission.createValidatingAdmissionPolicy({
+      body: {
+        metadata: { name: "refuse-pod-status" },
+        spec: {
+          failurePolicy: "Fail",
+          matchConstraints: {
+            resourceRules: [{ apiGroups: [""], apiVersions: ["v1"], operations: ["UPDATE"], resources: ["pods/status"] }],
+          },
+          validations: [
+            {
+              expression: "!has(object.metadata.labels) || !('refuse-status' in object.metadata.labels)",
+              message: "status writes refused for this test",
+            },
+          ],
+        },
+      },
+    });
+    await admission.createValidatingAdmissionPolicyBinding({
+      body: { metadata: { name: "refuse-pod-status" }, spec: { policyName: "refuse-pod-status", validationActions: ["Deny"] } },
+    });
+    const stubborn = await single("stubborn");
+    await bed.kubectl("label", "pod", "stubborn-0", "refuse-status=yes");
+    const other = bed.lab.nodes().find((n) => n !== stubborn.node)!;
+    const victim = await single("victim", undefined, { "kubernetes.io/hostname": other });
+    // Both nodes go silent; the first pod's NodeDown patch is refused on every try.
+    await bed.kubectl("delete", "nodefence", stubborn.node, victim.node, "--ignore-not-found");
+    await bed.lab.partition(stubborn.node);
+    await bed.lab.crash(victim.node);
+    const f = await bed.waitForFence(victim.node, (x) => x.status?.phase === "Released", "Released", 60_000);
+    assert.deepEqual(
+      f.status?.releases?.filter((r) => r.kind === "Pod").map((r) => r.uid),
+      [victim.uid],
+    );
+    assert.match(bed.operatorLogs(), /writing pod default\/stubborn-0 failed/);
+    await admission.deleteValidatingAdmissionPolicyBinding({ name: "refuse-pod-status" });
+    await admission.deleteValidatingAdmissionPolicy({ name: "refuse-pod-status" });
   });
 
   test("no credential reaches the operator's logs", () => {
@@ -197,7 +243,7 @@ describe("e2e: a machine powered back on after its fence was confirmed (item 4)"
     const secondOff = Number(power[2]!.split("@")[1]);
     const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
     assert.ok(gone && gone > secondOff, `released after the second power-off: ${bed.rec.format(t0)}`);
-    await bed.waitForReplacement("ledger", uid);
+    await bed.waitForReplacement("ledger-0", uid);
     assert.deepEqual((await bed.invariant()).violations, []);
   });
 });
