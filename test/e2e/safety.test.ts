@@ -66,23 +66,6 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
     assert.deepEqual((await bed.invariant()).violations, []);
   });
 
-  test("item 5: a partitioned node comes back while the power-off is being retried: no further try, the healthy node stays on", async () => {
-    const { uid, node } = await single("flaky", STAY);
-    const t0 = Date.now();
-    await bed.lab.setBmcReachable(node, false);
-    await bed.lab.partition(node); // frozen kubelet: same boot, the workload presumed alive
-    await bed.waitForFence(node, (f) => (f.status?.attempts ?? []).some((a) => a.outcome === "InProgress"), "has an attempt in progress");
-    await bed.lab.heal(node); // the partition ends: it heartbeats again…
-    await bed.lab.setBmcReachable(node, true); // …and the BMC answers again: a blind retry would now power it off
-    const f = await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "cancelled");
-    assert.equal(reasonOf(f), "NodeRecovered");
-    await sleep(5000);
-    assert.deepEqual(powerOffsSince(node, t0), [], "no power-off after the node came back");
-    assert.equal(bed.lab.machine(node).power, "on");
-    assert.equal(await podUid("flaky"), uid);
-    assert.equal((await bed.getFence(node))?.status?.phase, "Unfenced");
-  });
-
   test("item 15: a manual fence waiting for its confirmation holds no worker: another node's fence and an unfence go through", async () => {
     const nodes = bed.lab.nodes();
     const { uid, node: crashed } = await single("busy");
@@ -200,25 +183,56 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
   });
 });
 
-describe("e2e: a machine powered back on after its fence was confirmed (item 4)", () => {
+describe("e2e: a node that comes back (items 4 and 5)", () => {
   let bed: Bed;
   before(async () => {
-    // A 20 s node Lease (renewed every 5 s): a node fenced while it heartbeat must then stay silent 7.5 s before
-    // anything is released, a window wide enough to power it back on in.
-    bed = await Bed.up({ nodes: 2, name: "safety-back", nodeLeaseSeconds: 20 });
-    await bed.policy("default", { guards: { maxUnhealthyNodes: 1 } });
+    // A 30 s node Lease (renewed every 7.5 s): a node fenced while it heartbeat must then stay silent 11 s before
+    // anything is released, a window wide enough to power it back on in; and a kwok node frozen for less than its
+    // Lease resumes heartbeating (one frozen longer stops renewing for good, a lab artifact a real kubelet lacks).
+    bed = await Bed.up({ nodes: 2, name: "safety-back", nodeLeaseSeconds: 30 });
+    await bed.policy("default", {
+      detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 0, honorPodTolerations: false },
+      guards: { maxUnhealthyNodes: 1 },
+    });
     await bed.startOperator();
   });
   after(async () => {
     await bed?.down();
   });
 
-  test("the release stops, fencing starts over (a new round), and the pod is released only after a second power-off", async () => {
+  test("item 5: a partitioned node comes back while the power-off is being retried: no further try, the healthy node stays on", async () => {
+    const [p] = await bed.statefulSet("flaky", 1, { tolerations: STAY });
+    const uid = p!.metadata!.uid!;
+    const node = p!.spec!.nodeName!;
+    const t0 = Date.now();
+    await bed.lab.setBmcReachable(node, false);
+    await bed.lab.partition(node); // frozen kubelet: same boot, the workload presumed alive
+    await bed.waitForFence(node, (f) => (f.status?.attempts ?? []).some((a) => a.outcome === "InProgress"), "has an attempt in progress");
+    await bed.lab.heal(node); // the partition ends: it heartbeats again…
+    await bed.lab.setBmcReachable(node, true); // …and the BMC answers again: a blind retry would now power it off
+    const f = await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "cancelled");
+    assert.equal(reasonOf(f), "NodeRecovered");
+    await sleep(5000);
+    const offs = bed.rec
+      .timeline()
+      .filter((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0);
+    assert.deepEqual(offs, [], "no power-off after the node came back");
+    assert.equal(bed.lab.machine(node).power, "on");
+    const pods = await bed.pods("flaky");
+    assert.deepEqual(
+      pods.map((x) => x.metadata?.uid),
+      [uid],
+    );
+    assert.equal((await bed.getFence(node))?.status?.phase, "Unfenced");
+  });
+
+  test("item 4: a machine powered back on after its fence was confirmed: the release stops, fencing starts over (a new round), and the pod is released only after a second power-off", async () => {
     const [p] = await bed.statefulSet("ledger", 1, { tolerations: STAY });
     const uid = p!.metadata!.uid!;
     const node = p!.spec!.nodeName!;
     const t0 = Date.now();
     // An administrator fences the healthy node; it is powered off and confirmed while its heartbeat is fresh.
+    await bed.kubectl("delete", "nodefence", node, "--ignore-not-found");
     await bed.create("nodefences", { metadata: { name: node }, spec: { nodeName: node, reason: "suspect" } });
     const fenced = await bed.waitForFence(node, (f) => !!f.status?.evidence, "confirmed", 60_000);
     assert.equal(fenced.status?.evidence?.heartbeat?.silent, false);
