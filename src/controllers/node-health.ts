@@ -8,7 +8,7 @@ import { API_VERSION, type FencingPolicy, type NodeFence } from "../api/v1alpha1
 import { decideFleet, type FenceIntent, type FleetDecision, type PolicyState } from "../decide/fleet.ts";
 import { NODE_DOWN } from "../decide/node-down.ts";
 import type { Kube } from "../kube/api.ts";
-import { errorMessage, isNotFound } from "../kube/api.ts";
+import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import type { EventRecorder } from "../runtime/events.ts";
@@ -140,9 +140,12 @@ export class NodeHealthController {
       return;
     }
     if (intent.replaces) {
+      // Being deleted already (its finalizer runs): the next pass creates the new one once it is gone.
+      if (intent.replaces.metadata?.deletionTimestamp) return;
       try {
         await kube.deleteNodeFence(intent.replaces);
       } catch (err) {
+        if (isConflict(err)) return; // it changed since the cache saw it: decide again on the next pass
         if (!isNotFound(err)) throw err;
       }
     }
