@@ -24,6 +24,15 @@ const RISK =
   "without it, whoever may update nodefences/status can forge a fence's evidence and whoever may patch nodefences can " +
   "confirm a manual fence, and either makes Stockade force-delete the pods of a node that may still run them";
 
+// A rule's resource pattern against "resource[/subresource]": "*" is every resource but no subresource,
+// "pods/*" every subresource of pods, "*/status" every status subresource, "*/*" everything.
+function resourceMatches(pattern: string, resource: string): boolean {
+  if (pattern === "*/*") return true;
+  const [pr, ps = ""] = pattern.split("/");
+  const [rr, rs = ""] = resource.split("/");
+  return (pr === "*" || pr === rr) && (ps === "*" ? rs !== "" : ps === rs);
+}
+
 /**
  * What keeps the installed policy and binding from guarding NodeFences as the bundle intends, one actionable
  * sentence each; [] when they are in force. undefined = not found.
@@ -59,18 +68,21 @@ export function admissionPolicyProblems(
         `ValidatingAdmissionPolicy ${ADMISSION_POLICY} has failurePolicy Ignore: an error evaluating it lets a write through: ${INSTALL}`,
       );
     const rules = spec.matchConstraints?.resourceRules ?? [];
-    for (const resource of ["nodefences", "nodefences/status"])
-      for (const op of ["CREATE", "UPDATE"]) {
-        const covered = rules.some(
-          (r) =>
-            (r.apiGroups ?? []).some((g) => g === GROUP || g === "*") &&
-            (r.resources ?? []).some(
-              (x) => x === resource || x === "*" || x === "*/*" || (resource.includes("/") && x === "nodefences/*"),
-            ) &&
-            (r.operations ?? []).some((o) => o === op || o === "*"),
-        );
-        if (!covered) out.push(`ValidatingAdmissionPolicy ${ADMISSION_POLICY} does not match ${op} of ${resource}.${GROUP}: ${INSTALL}`);
-      }
+    // A NodeFence may carry the confirmation from its CREATE on; its status is only ever written by UPDATE.
+    const needed: [string, string][] = [
+      ["nodefences", "CREATE"],
+      ["nodefences", "UPDATE"],
+      ["nodefences/status", "UPDATE"],
+    ];
+    for (const [resource, op] of needed) {
+      const covered = rules.some(
+        (r) =>
+          (r.apiGroups ?? []).some((g) => g === GROUP || g === "*") &&
+          (r.resources ?? []).some((x) => resourceMatches(x, resource)) &&
+          (r.operations ?? []).some((o) => o === op || o === "*"),
+      );
+      if (!covered) out.push(`ValidatingAdmissionPolicy ${ADMISSION_POLICY} does not match ${op} of ${resource}.${GROUP}: ${INSTALL}`);
+    }
     const expressions = (spec.validations ?? []).map((v) => v.expression).join("\n");
     for (const verb of [ATTEST_VERB, CONFIRM_VERB])
       if (!expressions.includes(`check('${verb}')`))

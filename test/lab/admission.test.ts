@@ -210,7 +210,7 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
     assert.deepEqual(await checkAdmissionPolicy(lab.kc), []);
   });
 
-  test("update on nodefences/status without attest cannot forge a fence's status", async () => {
+  test("update on nodefences/status without attest cannot forge a fence's status", async (t) => {
     const before = await get(node);
     for (const write of [
       () => replaceStatus(as.forger!, node, forgedStatus(node)),
@@ -222,13 +222,14 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
       assert.match(r.message, /forger may not write its status/);
       assert.match(r.message, /needs the RBAC verb "attest" on nodefences\.stockade\.io/);
       assert.match(r.message, /verbs: \[attest\]/, "says how to grant it");
+      t.diagnostic(r.message);
     }
     // Neither a harmless-looking field: status.bootID alone would make the operator conclude BootIDChanged.
     assert.equal((await refusal(patchStatus(as.forger!, node, { phase: "Fencing", bootID: "forged" })))?.code, 403);
     assert.deepEqual((await get(node)).status, before.status, "the status is untouched");
   });
 
-  test("patch and create on nodefences without confirm cannot confirm a manual fence; plain create and unfence stay allowed", async () => {
+  test("patch and create on nodefences without confirm cannot confirm a manual fence; plain create and unfence stay allowed", async (t) => {
     // Asking for a fence is plain create (and it cannot carry status: the status subresource drops it).
     const other = "admission-other";
     await create(as.requester!, other);
@@ -237,6 +238,7 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
     assert.match(r1.message, /requester may not set, change or remove the annotation stockade\.io\/confirmed-off/);
     assert.match(r1.message, /needs the RBAC verb "confirm" on nodefences\.stockade\.io/);
     assert.match(r1.message, /kubectl create clusterrolebinding <name> --clusterrole=stockade-fence-confirmer --user=requester/);
+    t.diagnostic(r1.message);
     // Nor create one that already carries the confirmation.
     const r2 = await refusal(create(as.requester!, "admission-preconfirmed", { [CONFIRMED_OFF_ANNOTATION]: "admission-preconfirmed" }));
     assert.equal(r2?.code, 403, JSON.stringify(r2));

@@ -109,13 +109,20 @@ describe("admissionPolicyProblems", () => {
 
     const noStatus = copy(policy);
     noStatus.spec!.matchConstraints!.resourceRules![0]!.resources = ["nodefences"];
-    assert.match(problems(noStatus, binding), /does not match CREATE of nodefences\/status\.stockade\.io/);
-    assert.match(problems(noStatus, binding), /does not match UPDATE of nodefences\/status\.stockade\.io/);
+    assert.equal(
+      problems(noStatus, binding),
+      `ValidatingAdmissionPolicy ${ADMISSION_POLICY} does not match UPDATE of nodefences/status.stockade.io: kubectl apply -f manifests/06-admission-policy.yaml (Kubernetes 1.30 or newer)`,
+    );
     const noCreate = copy(policy);
     noCreate.spec!.matchConstraints!.resourceRules![0]!.operations = ["UPDATE"];
     assert.match(problems(noCreate, binding), /does not match CREATE of nodefences\.stockade\.io/);
     const wildcard = copy(policy);
     wildcard.spec!.matchConstraints!.resourceRules = [{ apiGroups: ["*"], apiVersions: ["*"], operations: ["*"], resources: ["*/*"] }];
+    assert.doesNotMatch(problems(wildcard, binding), /does not match/);
+    // "*" is every resource but no subresource; "nodefences/*" every subresource of nodefences.
+    wildcard.spec!.matchConstraints!.resourceRules = [{ apiGroups: [GROUP], apiVersions: ["*"], operations: ["*"], resources: ["*"] }];
+    assert.match(problems(wildcard, binding), /does not match UPDATE of nodefences\/status/);
+    wildcard.spec!.matchConstraints!.resourceRules![0]!.resources = ["*", "nodefences/*"];
     assert.doesNotMatch(problems(wildcard, binding), /does not match/);
 
     const noConfirm = copy(policy);
