@@ -40,7 +40,9 @@ process.on("SIGINT", () => void shutdown(0));
 process.on("SIGTERM", () => void shutdown(0));
 
 try {
-  step("installed the stockade.io CRDs; FenceAgent lab-ipmi (native IPMI, one Secret per node's BMC password)");
+  step(
+    "installed the stockade.io CRDs, their admission policy (only the operator writes a fence's status) and FenceAgent lab-ipmi (native IPMI, one Secret per node's BMC password)",
+  );
   // The embedded default policy: fast detection for a demo (a production policy waits longer).
   await bed.policy("default", { guards: { maxUnhealthyNodes: 1, maxConcurrentFences: 1 } });
   step(

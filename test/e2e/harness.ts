@@ -91,6 +91,8 @@ export class Bed {
       },
       { timeoutMs: 60_000, intervalMs: 250 },
     );
+    // Who may write a NodeFence's status or confirm a manual fence: every bed runs with the bundle's policy.
+    await this.kubectl("apply", "-f", join(repoRoot, "manifests/06-admission-policy.yaml"));
     await this.kubectl("create", "namespace", SECRETS_NS);
     await lab.waitForDefaultServiceAccount(NS);
     for (const n of lab.nodes()) {

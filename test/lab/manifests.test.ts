@@ -2,7 +2,9 @@
 // server-side dry runs accept it and the examples, the Deployment's pods pass Pod Security "restricted";
 // and its RBAC is proven sufficient and minimal: the operator runs as the bundle's ServiceAccount through
 // a crash, a release, an unfence and a second fence of the same node, and the apiserver's audit log shows
-// no request of it forbidden and every (group, resource, verb) granted used.
+// no request of it forbidden and every (group, resource, verb) granted used. A custom verb (attest) is never a
+// request, so the audit log cannot show it used: it is proven needed by taking it away and seeing the
+// operator's status write refused by the admission policy, and sufficient by giving it back.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -10,21 +12,34 @@ import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { AppsV1Api, loadAllYaml, StorageV1Api, type KubernetesObject, type V1PolicyRule } from "@kubernetes/client-node";
+import {
+  AppsV1Api,
+  KubeConfig,
+  loadAllYaml,
+  StorageV1Api,
+  type KubernetesObject,
+  type V1PolicyRule,
+  type V1RoleRef,
+  type RbacV1Subject,
+} from "@kubernetes/client-node";
 import { Lab } from "../../lab/lab.ts";
 import { repoRoot } from "../../lab/bins.ts";
 import { waitFor } from "../../lab/health.ts";
 import { paths } from "../../lab/state.ts";
 import { Bed, SECRETS_NS } from "../e2e/harness.ts";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
+import { ADMISSION_POLICY, ATTEST_VERB } from "../../src/kube/admission-check.ts";
+import { errorMessage, Kube, statusCode } from "../../src/kube/api.ts";
 
 const run = promisify(execFile);
 const MANIFESTS = join(repoRoot, "manifests");
 const EXAMPLES = join(MANIFESTS, "examples");
 const OPERATOR_USER = "system:serviceaccount:stockade-system:stockade";
+/** The verbs a request can carry; any other verb in a role is checked by an admission policy's authorizer. */
+const REST_VERBS = new Set(["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]);
 
 /** Every object of the YAML files directly in dir (what `kubectl apply -f dir` applies). */
-function objectsIn(dir: string): (KubernetesObject & { rules?: V1PolicyRule[] })[] {
+function objectsIn(dir: string): (KubernetesObject & { rules?: V1PolicyRule[]; roleRef?: V1RoleRef; subjects?: RbacV1Subject[] })[] {
   return readdirSync(dir)
     .filter((f) => /\.ya?ml$/.test(f))
     .sort()
@@ -135,10 +150,23 @@ interface Grant {
   names: string[] | undefined;
 }
 
+/** What the bundle grants the operator's ServiceAccount: the rules of the roles bound to it (not the roles for people). */
 function grantsOf(objects: ReturnType<typeof objectsIn>): Grant[] {
+  const bound = new Set(
+    objects
+      .filter((b) => b.kind === "ClusterRoleBinding" || b.kind === "RoleBinding")
+      .filter((b) =>
+        b.subjects?.some((s) => s.kind === "ServiceAccount" && `system:serviceaccount:${s.namespace}:${s.name}` === OPERATOR_USER),
+      )
+      .map(
+        (b) =>
+          `${b.roleRef?.kind}/${b.kind === "RoleBinding" && b.roleRef?.kind === "Role" ? b.metadata?.namespace : ""}/${b.roleRef?.name}`,
+      ),
+  );
   const out: Grant[] = [];
   for (const o of objects) {
     if (o.kind !== "ClusterRole" && o.kind !== "Role") continue;
+    if (!bound.has(`${o.kind}/${o.kind === "Role" ? o.metadata?.namespace : ""}/${o.metadata?.name}`)) continue;
     const namespace = o.kind === "Role" ? o.metadata?.namespace : undefined;
     for (const r of o.rules ?? [])
       for (const group of r.apiGroups ?? [])
@@ -261,10 +289,13 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
           (g.namespace === undefined || e.objectRef?.namespace === g.namespace) &&
           (g.names === undefined || g.names.includes(e.objectRef?.name ?? "")),
       ).length;
-    const table = grants.map((g) => `${String(uses(g)).padStart(6)}  ${show(g)}`);
+    // A verb that is not a REST verb is never requested: an admission policy asks the authorizer for it.
+    const requested = grants.filter((g) => REST_VERBS.has(g.verb));
+    const custom = grants.filter((g) => !REST_VERBS.has(g.verb));
+    const table = requested.map((g) => `${String(uses(g)).padStart(6)}  ${show(g)}`);
     console.log(`requests by ${OPERATOR_USER} since ${t0.toISOString()}, per grant:\n${table.join("\n")}`);
     assert.deepEqual(
-      grants.filter((g) => uses(g) === 0).map(show),
+      requested.filter((g) => uses(g) === 0).map(show),
       [],
       "granted but never used: remove the grant, or make the scenario exercise it",
     );
@@ -281,5 +312,49 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
       [...new Set(audit.filter((e) => e.objectRef && !covered(e)).map((e) => `${e.verb} ${groupOf(e) || "core"} ${resourceOf(e)}`))],
       [],
     );
+
+    // The custom verbs: each must be proven needed here, since the audit log cannot show it used.
+    assert.deepEqual(custom.map(show), [`stockade.io nodefences ${ATTEST_VERB}`], "a custom verb without a proof below");
+    // attest — manifests/06-admission-policy.yaml checks it on every write to nodefences/status. The operator's
+    // own status write (Kube.replaceStatus of the fence's current status) is allowed with the bundle's RBAC,
+    // refused by the policy once the ClusterRole lacks the verb, and allowed again when it is back.
+    const kc = new KubeConfig();
+    kc.loadFromFile(kubeconfig);
+    const operator = new Kube(kc);
+    const writeStatus = async (): Promise<unknown> => {
+      try {
+        await operator.replaceStatus("nodefences", (await bed.getFence(node))!);
+        return undefined;
+      } catch (e) {
+        return e;
+      }
+    };
+    assert.equal(await writeStatus(), undefined);
+    const role = objectsIn(MANIFESTS).find((o) => o.kind === "ClusterRole" && o.metadata?.name === "stockade")!;
+    const withoutAttest = join(bed.lab.dir, "clusterrole-without-attest.json");
+    writeFileSync(
+      withoutAttest,
+      JSON.stringify({
+        ...role,
+        rules: role.rules!.map((r) => ({ ...r, verbs: r.verbs.filter((v) => v !== ATTEST_VERB) })).filter((r) => r.verbs.length),
+      }),
+    );
+    const removed = await kubectl(bed.lab, "apply", "-f", withoutAttest);
+    assert.equal(removed.code, 0, removed.stderr);
+    const refused = await waitFor(
+      "the operator's status write refused without attest",
+      async () => {
+        const e = await writeStatus();
+        return statusCode(e) === 403 ? errorMessage(e) : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
+    assert.match(refused, new RegExp(`ValidatingAdmissionPolicy '${ADMISSION_POLICY}'.*needs the RBAC verb "${ATTEST_VERB}"`));
+    const restored = await kubectl(bed.lab, "apply", "-f", join(MANIFESTS, "02-rbac.yaml"));
+    assert.equal(restored.code, 0, restored.stderr);
+    await waitFor("the operator's status write allowed again", async () => (await writeStatus()) === undefined, {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+    });
   });
 });

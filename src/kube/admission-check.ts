@@ -1,0 +1,129 @@
+// Is the admission policy that guards NodeFences in force? Without it RBAC alone decides, and `update` on
+// nodefences/status (forge a fence's evidence) or `patch` on nodefences (confirm a manual fence) is enough to
+// make Stockade force-delete the pods of a node that may still run them. The operator cannot enforce this
+// itself — the apiserver does (manifests/06-admission-policy.yaml) — but it can say loudly when it is missing.
+// Pure part: admissionPolicyProblems. Imperative part: checkAdmissionPolicy (two GETs).
+import {
+  AdmissionregistrationV1Api,
+  type KubeConfig,
+  type V1ValidatingAdmissionPolicy,
+  type V1ValidatingAdmissionPolicyBinding,
+} from "@kubernetes/client-node";
+import { GROUP } from "../api/v1alpha1.ts";
+import { errorMessage, isNotFound, statusCode } from "./api.ts";
+
+/** The ValidatingAdmissionPolicy and its binding, as manifests/06-admission-policy.yaml names them. */
+export const ADMISSION_POLICY = "stockade-nodefence-authority";
+export const ADMISSION_BINDING = "stockade-nodefence-authority";
+/** Custom RBAC verbs on nodefences.stockade.io that the policy asks the authorizer for. */
+export const ATTEST_VERB = "attest";
+export const CONFIRM_VERB = "confirm";
+
+const INSTALL = "kubectl apply -f manifests/06-admission-policy.yaml (Kubernetes 1.30 or newer)";
+const RISK =
+  "without it, whoever may update nodefences/status can forge a fence's evidence and whoever may patch nodefences can " +
+  "confirm a manual fence, and either makes Stockade force-delete the pods of a node that may still run them";
+
+// A rule's resource pattern against "resource[/subresource]": "*" is every resource but no subresource,
+// "pods/*" every subresource of pods, "*/status" every status subresource, "*/*" everything.
+function resourceMatches(pattern: string, resource: string): boolean {
+  if (pattern === "*/*") return true;
+  const [pr, ps = ""] = pattern.split("/");
+  const [rr, rs = ""] = resource.split("/");
+  return (pr === "*" || pr === rr) && (ps === "*" ? rs !== "" : ps === rs);
+}
+
+/**
+ * What keeps the installed policy and binding from guarding NodeFences as the bundle intends, one actionable
+ * sentence each; [] when they are in force. undefined = not found.
+ */
+export function admissionPolicyProblems(
+  policy: V1ValidatingAdmissionPolicy | undefined,
+  binding: V1ValidatingAdmissionPolicyBinding | undefined,
+): string[] {
+  const out: string[] = [];
+  if (!policy) out.push(`ValidatingAdmissionPolicy ${ADMISSION_POLICY} is not installed: ${RISK}. Install it: ${INSTALL}`);
+  if (!binding)
+    out.push(
+      `ValidatingAdmissionPolicyBinding ${ADMISSION_BINDING} is not installed, so the policy is not enforced: ${RISK}. Install it: ${INSTALL}`,
+    );
+  if (binding) {
+    const spec = binding.spec ?? {};
+    if (spec.policyName !== ADMISSION_POLICY)
+      out.push(
+        `ValidatingAdmissionPolicyBinding ${ADMISSION_BINDING} binds policy "${spec.policyName ?? ""}", not ${ADMISSION_POLICY}: ${INSTALL}`,
+      );
+    if (!(spec.validationActions ?? []).includes("Deny"))
+      out.push(
+        `ValidatingAdmissionPolicyBinding ${ADMISSION_BINDING} has validationActions [${(spec.validationActions ?? []).join(", ")}] without Deny: violations are let through: ${INSTALL}`,
+      );
+    const m = spec.matchResources;
+    if (m && (m.excludeResourceRules?.length || m.objectSelector?.matchLabels || m.objectSelector?.matchExpressions?.length))
+      out.push(`ValidatingAdmissionPolicyBinding ${ADMISSION_BINDING} narrows what the policy applies to (matchResources): ${INSTALL}`);
+  }
+  if (policy) {
+    const spec = policy.spec ?? {};
+    if (spec.failurePolicy === "Ignore")
+      out.push(
+        `ValidatingAdmissionPolicy ${ADMISSION_POLICY} has failurePolicy Ignore: an error evaluating it lets a write through: ${INSTALL}`,
+      );
+    const rules = spec.matchConstraints?.resourceRules ?? [];
+    // A NodeFence may carry the confirmation from its CREATE on; its status is only ever written by UPDATE.
+    const needed: [string, string][] = [
+      ["nodefences", "CREATE"],
+      ["nodefences", "UPDATE"],
+      ["nodefences/status", "UPDATE"],
+    ];
+    for (const [resource, op] of needed) {
+      const covered = rules.some(
+        (r) =>
+          (r.apiGroups ?? []).some((g) => g === GROUP || g === "*") &&
+          (r.resources ?? []).some((x) => resourceMatches(x, resource)) &&
+          (r.operations ?? []).some((o) => o === op || o === "*"),
+      );
+      if (!covered) out.push(`ValidatingAdmissionPolicy ${ADMISSION_POLICY} does not match ${op} of ${resource}.${GROUP}: ${INSTALL}`);
+    }
+    const expressions = (spec.validations ?? []).map((v) => v.expression).join("\n");
+    for (const verb of [ATTEST_VERB, CONFIRM_VERB])
+      if (!expressions.includes(`check('${verb}')`))
+        out.push(
+          `ValidatingAdmissionPolicy ${ADMISSION_POLICY} does not check the RBAC verb "${verb}": it is not the bundle's policy: ${INSTALL}`,
+        );
+    const warnings = policy.status?.typeChecking?.expressionWarnings ?? [];
+    for (const w of warnings)
+      out.push(`ValidatingAdmissionPolicy ${ADMISSION_POLICY}: the apiserver's type check warns at ${w.fieldRef}: ${w.warning}`);
+  }
+  return out;
+}
+
+/**
+ * Reads the policy and its binding and returns admissionPolicyProblems; a read that fails (other than 404)
+ * is itself a problem, so the caller always has something to log. Needs `get` on both objects:
+ * admissionregistration.k8s.io validatingadmissionpolicies and validatingadmissionpolicybindings, resourceNames
+ * [stockade-nodefence-authority].
+ */
+export async function checkAdmissionPolicy(kc: KubeConfig): Promise<string[]> {
+  const api = kc.makeApiClient(AdmissionregistrationV1Api);
+  const failures: string[] = [];
+  const read = async <T>(kind: string, name: string, get: () => Promise<T>): Promise<T | undefined | null> => {
+    try {
+      return await get();
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      failures.push(
+        statusCode(err) === 403
+          ? `cannot check that ${kind} ${name} is installed: the operator may not read it (grant get on it; manifests/02-rbac.yaml)`
+          : `cannot check that ${kind} ${name} is installed: ${errorMessage(err)}`,
+      );
+      return null;
+    }
+  };
+  const policy = await read("ValidatingAdmissionPolicy", ADMISSION_POLICY, () =>
+    api.readValidatingAdmissionPolicy({ name: ADMISSION_POLICY }),
+  );
+  const binding = await read("ValidatingAdmissionPolicyBinding", ADMISSION_BINDING, () =>
+    api.readValidatingAdmissionPolicyBinding({ name: ADMISSION_BINDING }),
+  );
+  if (policy === null || binding === null) return failures;
+  return admissionPolicyProblems(policy, binding);
+}
