@@ -22,6 +22,7 @@ import type {
   NodeFenceStatusNodeSnapshot,
   NodeFenceStatusPolicySnapshot,
 } from "../api/v1alpha1.ts";
+import { CONFIRMED_OFF_ANNOTATION } from "../agents/manual.ts";
 import { isFinished, isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
 import { orderPodsForRelease } from "./priority.ts";
@@ -30,10 +31,8 @@ import { matchesSelector, policyForNode } from "./selectors.ts";
 export const FENCED_TAINT = "stockade.io/fenced";
 export const OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service";
 export const FINALIZER = "stockade.io/node-cleanup";
-/** The manual agent's confirmation; its value must be the node's name. */
-export const CONFIRMED_OFF_ANNOTATION = "stockade.io/confirmed-off";
 export const NODE_RESTRICTION_PREFIX = "node-restriction.kubernetes.io/";
-export { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
+export { CONFIRMED_OFF_ANNOTATION, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
 /** Retry of a failed round: 30 s, doubling, at most 10 min. */
 export const RETRY_BASE_SECONDS = 30;
 export const RETRY_MAX_SECONDS = 600;

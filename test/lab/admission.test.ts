@@ -275,14 +275,23 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
     await patch(as.confirmer!, "admission-confirmed", { spec: { reason: "confirmed by dc-ops" } });
   });
 
-  test("the operator's ServiceAccount, with the bundle's RBAC, writes status; nothing else of it needs confirm", async () => {
+  test("the operator's ServiceAccount, with the bundle's RBAC, writes status, may withdraw a confirmation but never give one", async () => {
     const f = await operatorKube.getNodeFence("admission-confirmed");
     assert.ok(f);
     const written = await operatorKube.replaceStatus("nodefences", { ...f, status: { phase: "Pending", policy: "default" } });
     assert.equal(written.status?.phase, "Pending");
-    // It may not confirm: that is a person's word.
+    // It may not confirm: that is a person's word. Its patch (finalizers) is refused by the policy here.
     const r = await refusal(annotate(operatorKube.custom, node, node));
-    assert.equal(r?.code, 403, "the operator has no patch on nodefences at all");
+    assert.equal(r?.code, 403, JSON.stringify(r));
+    assert.match(r.message, /needs the RBAC verb "confirm"/);
+    // It may withdraw one a heartbeat proved wrong (reenter): removing the annotation can only delay a release.
+    const confirmed = (await operatorKube.getNodeFence("admission-confirmed"))!;
+    const withdrawn = await operatorKube.patchNodeFenceMetadata(confirmed, { annotations: { [CONFIRMED_OFF_ANNOTATION]: null } });
+    assert.equal(withdrawn.metadata?.annotations?.[CONFIRMED_OFF_ANNOTATION], undefined);
+    // And it keeps its finalizer on the objects it manages.
+    const finalized = await operatorKube.patchNodeFenceMetadata(withdrawn, { finalizers: ["stockade.io/node-cleanup"] });
+    assert.deepEqual(finalized.metadata?.finalizers, ["stockade.io/node-cleanup"]);
+    await operatorKube.patchNodeFenceMetadata(finalized, { finalizers: [] });
   });
 
   test("a node's own identity (system:node:<name>) can write nothing on a NodeFence", async () => {
