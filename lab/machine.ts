@@ -41,10 +41,10 @@ export function machineStatus(s: LabState, name: string): MachineStatus {
   };
 }
 
-async function startKubelet(s: LabState, name: string, source: string): Promise<string> {
+/** Starts the node's kwok: a new boot (new bootID) unless `bootID` says it is the same boot. */
+async function startKubelet(s: LabState, name: string, source: string, bootID: string = randomUUID()): Promise<string> {
   const spec = nodeSpec(s, name);
   const p = paths(s.dir).node(name);
-  const bootID = randomUUID();
   // A restarted kubelet renews its own lease at once; kwok's lease holder is per process, so the dead
   // process's lease would block the new one until it expires. The old process is gone: release it.
   await apiRequest(s, "DELETE", `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${name}`).catch(() => undefined);
@@ -68,7 +68,7 @@ async function startKubelet(s: LabState, name: string, source: string): Promise<
     p.bootKick,
     startDetached({ cmd: s.nodeBin, args: [join(repoRoot, "lab/boot-kick.ts"), s.dir, name, bootID], logFile: p.kwokLog }),
   );
-  appendEvent(s.dir, { kind: "boot", node: name, detail: { bootID, pid: ref.pid, source } });
+  if (source !== "resume") appendEvent(s.dir, { kind: "boot", node: name, detail: { bootID, pid: ref.pid, source } });
   return bootID;
 }
 
@@ -134,6 +134,13 @@ export function heal(s: LabState, name: string): Promise<void> {
     const ref = readRef(p.kubelet);
     if (isAlive(ref)) {
       signal(ref, "SIGCONT");
+      // kwok v0.8, resumed after a SIGSTOP, renews its node Lease once and never again (seen here: the node
+      // goes silent a second time, which a real kubelet would not do). Same boot, same workload: restart it
+      // with the same bootID, as a kubelet restarted within the boot.
+      const bootID = readText(p.bootId) ?? randomUUID();
+      await stop(ref, 0);
+      await stop(readRef(p.bootKick), 0);
+      await startKubelet(s, name, "resume", bootID);
       appendEvent(s.dir, { kind: "heal", node: name, detail: { resumed: true } });
     } else {
       appendEvent(s.dir, { kind: "heal", node: name, detail: { rebooted: true } });
