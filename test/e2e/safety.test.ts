@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AdmissionregistrationV1Api, type V1Toleration } from "@kubernetes/client-node";
 import { Bed, NS } from "./harness.ts";
+import { waitFor } from "../../lab/health.ts";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
 
 /** Pods that wait an hour for their node (no eviction by the taint manager): the kubelet of a new boot restarts them. */
@@ -164,16 +165,23 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
     await bed.kubectl("label", "pod", "stubborn-0", "refuse-status=yes");
     const other = bed.lab.nodes().find((n) => n !== stubborn.node)!;
     const victim = await single("victim", undefined, { "kubernetes.io/hostname": other });
-    // Both nodes go silent; the first pod's NodeDown patch is refused on every try.
     await bed.kubectl("delete", "nodefence", stubborn.node, victim.node, "--ignore-not-found");
+    // The first node goes silent: its pod's NodeDown write is refused, and goes on being refused…
     await bed.lab.partition(stubborn.node);
+    await waitFor(
+      "the NodeDown write of stubborn-0 refused",
+      async () => /writing pod default\/stubborn-0 failed/.test(bed.operatorLogs()) || undefined,
+      {
+        timeoutMs: 60_000,
+      },
+    );
+    // …and only then does the second node die: every later pass of the fleet decision meets the refusal first.
     await bed.lab.crash(victim.node);
     const f = await bed.waitForFence(victim.node, (x) => x.status?.phase === "Released", "Released", 60_000);
     assert.ok(
       f.status?.releases?.some((r) => r.kind === "Pod" && r.uid === victim.uid),
       JSON.stringify(f.status?.releases),
     );
-    assert.match(bed.operatorLogs(), /writing pod default\/stubborn-0 failed/);
     await admission.deleteValidatingAdmissionPolicyBinding({ name: "refuse-pod-status" });
     await admission.deleteValidatingAdmissionPolicy({ name: "refuse-pod-status" });
   });
@@ -209,7 +217,11 @@ describe("e2e: a node that comes back (items 4 and 5)", () => {
     await bed.lab.partition(node); // frozen kubelet: same boot, the workload presumed alive
     await bed.waitForFence(node, (f) => (f.status?.attempts ?? []).some((a) => a.outcome === "InProgress"), "has an attempt in progress");
     await bed.lab.heal(node); // the partition ends: it heartbeats again…
-    await bed.lab.setBmcReachable(node, true); // …and the BMC answers again: a blind retry would now power it off
+    // …the try in flight fails against the silent BMC (ipmitool gives up after 2 × 2 s), and then the BMC answers
+    // again: a retry that does not look at the node first would now power the healthy machine off. (A try already
+    // in flight when the BMC comes back could still land: a command sent cannot be recalled, docs/safety.md §4.)
+    await sleep(4500);
+    await bed.lab.setBmcReachable(node, true);
     const f = await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "cancelled");
     assert.equal(reasonOf(f), "NodeRecovered");
     await sleep(5000);
