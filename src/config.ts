@@ -36,7 +36,7 @@ Flags (environment variable in brackets):
   --leader-election-namespace NS  namespace of that Lease [POD_NAMESPACE] (default stockade-system)
   --log-level LEVEL               trace, debug, info, warn or error [STOCKADE_LOG_LEVEL] (default info)
   --fence-workers N               NodeFences worked on at once, 1-64 [STOCKADE_FENCE_WORKERS] (default 4)
-  --watch-stale-seconds N         restart a watch silent this long, 10-3600 [STOCKADE_WATCH_STALE_SECONDS] (default 120)
+  --watch-stale-seconds N         drop and relist a watch without an event or reconnect this long, 10-3600 [STOCKADE_WATCH_STALE_SECONDS] (default 120)
   --leader-elect-lease-duration-seconds N  a standby takes the Lease over after seeing it unrenewed this long [STOCKADE_LEADER_ELECT_LEASE_DURATION_SECONDS] (default 15)
   --leader-elect-renew-deadline-seconds N  a leader that could not renew for this long stops and exits; less than the lease duration [STOCKADE_LEADER_ELECT_RENEW_DEADLINE_SECONDS] (default 10)
   --leader-elect-retry-period-seconds N    how often the Lease is renewed or tried [STOCKADE_LEADER_ELECT_RETRY_PERIOD_SECONDS] (default 2)
