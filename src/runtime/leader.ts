@@ -151,8 +151,11 @@ export class LeaderElector implements Leadership {
    * gives the Lease up (holder cleared) so a successor need not wait for it to expire.
    */
   async release(): Promise<void> {
-    const wasLeading = await this.halt();
-    if (!wasLeading) return;
+    // Not after leadership was lost: work started before the loss may still be running; let the Lease expire.
+    const active = this.state === "leading" || this.state === "following";
+    await this.halt();
+    // Also when an acquisition answered while we were stopping: the record names us either way.
+    if (!active || this.holder !== this.o.identity) return;
     try {
       const lease = await this.read();
       if (lease?.spec?.holderIdentity === this.o.identity) {
@@ -172,15 +175,13 @@ export class LeaderElector implements Leadership {
     await this.halt();
   }
 
-  /** Stops the loop and leadership (assertLeading refuses from now on); resolves whether we were leading. */
-  private async halt(): Promise<boolean> {
-    const wasLeading = this.state === "leading";
+  /** Stops the loop and leadership (assertLeading refuses from now on) and waits for a request in flight. */
+  private async halt(): Promise<void> {
     if (this.state === "following" || this.state === "leading") this.state = "stopped";
     clearTimeout(this.tickTimer);
     clearTimeout(this.expiryTimer);
     this.tickTimer = undefined;
     await this.ticking;
-    return wasLeading;
   }
 
   private requestBudgetMs(): number {
@@ -225,6 +226,8 @@ export class LeaderElector implements Leadership {
   private async tryAcquireOrRenew(): Promise<void> {
     const lease = await this.read();
     if (this.state !== "following" && this.state !== "leading") return;
+    // Deleted under us: another replica may be creating it right now.
+    if (!lease && this.leading) return this.lose("the Lease was deleted");
     const now = this.now();
     const record = lease ? recordOf(lease) : undefined;
     if (record) {
