@@ -15,7 +15,7 @@ import { FLEET_KEY, NodeHealthController } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
 import { Kube } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
-import { DeadlineKubeConfig, RequestTimeoutError, deadlineSignal, describeRequest, withRequestTimeout } from "./kube/deadline.ts";
+import { withRequestDeadline, withRequestTimeout } from "./kube/deadline.ts";
 import { Metrics } from "./metrics.ts";
 import { Controller, enqueueFrom } from "./runtime/controller.ts";
 import { EventRecorder } from "./runtime/events.ts";
@@ -79,10 +79,7 @@ export class Operator {
       elector
         ? Math.min(requestTimeoutMs, Math.max(0, elector.remainingMs()) + timing.leaseDurationMs - timing.renewDeadlineMs)
         : requestTimeoutMs;
-    const writes = new DeadlineKubeConfig(kc, (ctx) => {
-      const ms = ctx.getHttpMethod() === "GET" ? requestTimeoutMs : writeMs();
-      return deadlineSignal(ms, () => new RequestTimeoutError(describeRequest(ctx), ms));
-    });
+    const writes = withRequestDeadline(kc, (ctx) => (ctx.getHttpMethod() === "GET" ? requestTimeoutMs : writeMs()));
     const reads = withRequestTimeout(kc, requestTimeoutMs);
     this.kube = new Kube(writes);
     this.caches = new Caches(reads, {

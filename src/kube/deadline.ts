@@ -19,7 +19,7 @@ export class RequestTimeoutError extends Error {
 }
 
 /** Method and path of a request, for messages (no query: it may carry selectors, never secrets, but stays short). */
-export function describeRequest(ctx: RequestContext): string {
+function describeRequest(ctx: RequestContext): string {
   try {
     return `${ctx.getHttpMethod()} ${new URL(ctx.getUrl()).pathname}`;
   } catch {
@@ -28,7 +28,7 @@ export function describeRequest(ctx: RequestContext): string {
 }
 
 /** An AbortSignal that aborts after ms with `reason()`; its timer never keeps the process alive. */
-export function deadlineSignal(ms: number, reason: () => Error): AbortSignal {
+function deadlineSignal(ms: number, reason: () => Error): AbortSignal {
   const c = new AbortController();
   setTimeout(() => c.abort(reason()), Math.max(0, ms)).unref();
   return c.signal;
@@ -52,7 +52,15 @@ export class DeadlineKubeConfig extends KubeConfig {
   }
 }
 
+/** A copy of kc in which every API request (not watches) fails with RequestTimeoutError after msFor(request) ms. */
+export function withRequestDeadline(kc: KubeConfig, msFor: (ctx: RequestContext) => number): KubeConfig {
+  return new DeadlineKubeConfig(kc, (ctx) => {
+    const ms = Math.max(0, msFor(ctx));
+    return deadlineSignal(ms, () => new RequestTimeoutError(describeRequest(ctx), ms));
+  });
+}
+
 /** A copy of kc in which every API request (not watches) fails with RequestTimeoutError after ms. */
 export function withRequestTimeout(kc: KubeConfig, ms: number): KubeConfig {
-  return new DeadlineKubeConfig(kc, (ctx) => deadlineSignal(ms, () => new RequestTimeoutError(describeRequest(ctx), ms)));
+  return withRequestDeadline(kc, () => ms);
 }

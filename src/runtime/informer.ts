@@ -37,7 +37,7 @@ type Handler<T> = (obj: T) => void;
 type WatchEnd = { kind: "closed" } | { kind: "gone" } | { kind: "failed"; err: unknown };
 
 /** A watch that stayed up this long has proven healthy: the next failure starts the backoff over. */
-export const HEALTHY_AFTER_MS = 10_000;
+const HEALTHY_AFTER_MS = 10_000;
 
 const now = () => performance.now();
 const keyOf = (o: KubernetesObject) => `${o.metadata?.namespace ?? ""}/${o.metadata?.name ?? ""}`;

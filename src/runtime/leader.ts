@@ -20,7 +20,7 @@
 // The epoch is the Lease's leaseTransitions when this replica acquired it; every acquisition bumps it.
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from "@kubernetes/client-node";
 import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
-import { DeadlineKubeConfig, RequestTimeoutError, deadlineSignal, describeRequest } from "../kube/deadline.ts";
+import { withRequestDeadline } from "../kube/deadline.ts";
 import type { Log } from "./controller.ts";
 import {
   DEFAULT_TIMING,
@@ -105,11 +105,7 @@ export class LeaderElector implements Leadership {
     if (problem) throw new Error(`leader election: ${problem}`);
     this.now = o.now ?? systemNow;
     // Every request of the elector carries a deadline: while leading, the end of leadership; else renewDeadline.
-    const kc = new DeadlineKubeConfig(o.kc, (ctx) => {
-      const ms = Math.max(0, this.requestBudgetMs());
-      return deadlineSignal(ms, () => new RequestTimeoutError(describeRequest(ctx), ms));
-    });
-    this.api = kc.makeApiClient(CoordinationV1Api);
+    this.api = withRequestDeadline(o.kc, () => this.requestBudgetMs()).makeApiClient(CoordinationV1Api);
   }
 
   get leading(): boolean {
