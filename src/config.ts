@@ -2,6 +2,7 @@
 // starts, so a typo stops the operator with a message instead of running it half-configured.
 import { hostname } from "node:os";
 import { parseArgs } from "node:util";
+import { timingProblem } from "./runtime/leader-timing.ts";
 
 export interface Config {
   kubeconfig: string | undefined;
@@ -13,6 +14,13 @@ export interface Config {
   fenceWorkers: number;
   watchStaleSeconds: number;
   instanceId: string;
+  /** Deadline of every API request (not watches). */
+  apiRequestTimeoutSeconds: number;
+  /** On SIGTERM, how long work in flight may take before the process exits without releasing the Lease. */
+  shutdownGraceSeconds: number;
+  leaseDurationSeconds: number;
+  renewDeadlineSeconds: number;
+  retryPeriodSeconds: number;
 }
 
 export const USAGE = `Usage: npm start -- [flags]   (or: node dist/main.js [flags])
@@ -28,8 +36,13 @@ Flags (environment variable in brackets):
   --leader-election-namespace NS  namespace of that Lease [POD_NAMESPACE] (default stockade-system)
   --log-level LEVEL               trace, debug, info, warn or error [STOCKADE_LOG_LEVEL] (default info)
   --fence-workers N               NodeFences worked on at once, 1-64 [STOCKADE_FENCE_WORKERS] (default 4)
-  --watch-stale-seconds N         restart a watch silent this long, 10-3600 [STOCKADE_WATCH_STALE_SECONDS] (default 120)
-  --instance-id ID                reported in Events [POD_NAME] (default: the hostname)
+  --watch-stale-seconds N         drop and relist a watch without an event or reconnect this long, 10-3600 [STOCKADE_WATCH_STALE_SECONDS] (default 120)
+  --leader-elect-lease-duration-seconds N  a standby takes the Lease over after seeing it unrenewed this long [STOCKADE_LEADER_ELECT_LEASE_DURATION_SECONDS] (default 15)
+  --leader-elect-renew-deadline-seconds N  a leader that could not renew for this long stops and exits; less than the lease duration [STOCKADE_LEADER_ELECT_RENEW_DEADLINE_SECONDS] (default 10)
+  --leader-elect-retry-period-seconds N    how often the Lease is renewed or tried [STOCKADE_LEADER_ELECT_RETRY_PERIOD_SECONDS] (default 2)
+  --api-request-timeout-seconds N deadline of every API request except watches, 1-600 [STOCKADE_API_REQUEST_TIMEOUT_SECONDS] (default 30)
+  --shutdown-grace-seconds N      on SIGTERM, time for work in flight to finish before the Lease is released, 0-3600 [STOCKADE_SHUTDOWN_GRACE_SECONDS] (default 30)
+  --instance-id ID                reported in Events; with a random suffix, the leader-election identity [POD_NAME] (default: the hostname)
   -h, --help                      print this help
 `;
 
@@ -81,6 +94,11 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
         "fence-workers": { type: "string" },
         "watch-stale-seconds": { type: "string" },
         "instance-id": { type: "string" },
+        "leader-elect-lease-duration-seconds": { type: "string" },
+        "leader-elect-renew-deadline-seconds": { type: "string" },
+        "leader-elect-retry-period-seconds": { type: "string" },
+        "api-request-timeout-seconds": { type: "string" },
+        "shutdown-grace-seconds": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -93,6 +111,17 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
   if (!(levels as readonly string[]).includes(level))
     throw new ConfigError(`invalid --log-level "${level}": expected one of ${levels.join(", ")}`);
   const kubeconfig = values.kubeconfig ?? env.KUBECONFIG ?? undefined;
+  const seconds = (flag: keyof typeof values, envName: string, dflt: string, min: number, max: number) =>
+    int(`--${flag}`, (values[flag] as string | undefined) ?? env[envName] ?? dflt, min, max);
+  const leaseDurationSeconds = seconds("leader-elect-lease-duration-seconds", "STOCKADE_LEADER_ELECT_LEASE_DURATION_SECONDS", "15", 2, 600);
+  const renewDeadlineSeconds = seconds("leader-elect-renew-deadline-seconds", "STOCKADE_LEADER_ELECT_RENEW_DEADLINE_SECONDS", "10", 1, 600);
+  const retryPeriodSeconds = seconds("leader-elect-retry-period-seconds", "STOCKADE_LEADER_ELECT_RETRY_PERIOD_SECONDS", "2", 1, 600);
+  const problem = timingProblem({
+    leaseDurationMs: leaseDurationSeconds * 1000,
+    renewDeadlineMs: renewDeadlineSeconds * 1000,
+    retryPeriodMs: retryPeriodSeconds * 1000,
+  });
+  if (problem) throw new ConfigError(`invalid --leader-elect-* timings: ${problem}`);
   return {
     kubeconfig: kubeconfig || undefined,
     healthBindAddress: bindAddress(
@@ -112,5 +141,10 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
     fenceWorkers: int("--fence-workers", values["fence-workers"] ?? env.STOCKADE_FENCE_WORKERS ?? "4", 1, 64),
     watchStaleSeconds: int("--watch-stale-seconds", values["watch-stale-seconds"] ?? env.STOCKADE_WATCH_STALE_SECONDS ?? "120", 10, 3600),
     instanceId: values["instance-id"] ?? env.POD_NAME ?? hostname(),
+    apiRequestTimeoutSeconds: seconds("api-request-timeout-seconds", "STOCKADE_API_REQUEST_TIMEOUT_SECONDS", "30", 1, 600),
+    shutdownGraceSeconds: seconds("shutdown-grace-seconds", "STOCKADE_SHUTDOWN_GRACE_SECONDS", "30", 0, 3600),
+    leaseDurationSeconds,
+    renewDeadlineSeconds,
+    retryPeriodSeconds,
   };
 }

@@ -5,6 +5,7 @@ import { pino } from "pino";
 import { GROUP, VERSION } from "./api/v1alpha1.ts";
 import { ConfigError, parseConfig, USAGE } from "./config.ts";
 import { errorMessage, isNotFound, Kube } from "./kube/api.ts";
+import { withRequestTimeout } from "./kube/deadline.ts";
 import { Operator } from "./operator.ts";
 
 async function main(): Promise<number> {
@@ -36,7 +37,12 @@ async function main(): Promise<number> {
   }
   const server = kc.getCurrentCluster()?.server;
   try {
-    await new Kube(kc).custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences", limit: 1 });
+    await new Kube(withRequestTimeout(kc, cfg.apiRequestTimeoutSeconds * 1000)).custom.listClusterCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural: "nodefences",
+      limit: 1,
+    });
   } catch (err) {
     const msg = isNotFound(err)
       ? `the Stockade CRDs are not installed in the cluster at ${server}: kubectl apply -f crds/`
@@ -51,14 +57,16 @@ async function main(): Promise<number> {
       process.exit(1);
     },
   });
-  await op.start();
-  await new Promise<void>((resolve) => {
+  const signalled = new Promise<void>((resolve) => {
     process.once("SIGTERM", resolve);
     process.once("SIGINT", resolve);
   });
-  log.info("stopping");
-  await op.stop();
-  return 0;
+  await Promise.race([op.start(), signalled]);
+  await signalled;
+  // No new work; the work in flight finishes (the Lease still renewed), then the Lease is released.
+  const drained = await op.stop();
+  log.info({ drained }, drained ? "stopped" : "stopped with work still in flight");
+  return drained ? 0 : 1;
 }
 
 process.exit(await main());

@@ -1,5 +1,8 @@
 // Wires the operator together: caches, the controllers, leader election, metrics and the health
-// endpoints. Every replica keeps its caches warm; only the leader runs controllers.
+// endpoints. Every replica keeps its caches warm; only the leader runs controllers, and only once every
+// cache has synced. Every API request has a deadline (kube/deadline.ts). On stop (SIGTERM) it takes no
+// new work, lets the work in flight finish while still renewing the Lease, and only then releases it.
+import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { KubeConfig } from "@kubernetes/client-node";
@@ -12,13 +15,17 @@ import { FLEET_KEY, NodeHealthController } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
 import { Kube } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
+import { withRequestDeadline, withRequestTimeout } from "./kube/deadline.ts";
 import { Metrics } from "./metrics.ts";
 import { Controller, enqueueFrom } from "./runtime/controller.ts";
 import { EventRecorder } from "./runtime/events.ts";
-import { LeaderElector } from "./runtime/leader.ts";
+import { InFlight } from "./runtime/in-flight.ts";
+import { LeaderElector, SoleLeadership, type Leadership } from "./runtime/leader.ts";
 import { WorkQueue } from "./runtime/work-queue.ts";
 
 export const LEADER_LEASE = "stockade-operator";
+
+const errorText = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
 export interface OperatorHooks {
   /** Called when leadership is lost: the process must stop acting (main exits). */
@@ -33,21 +40,55 @@ export class Operator {
   private readonly fleet: Controller;
   private readonly health: NodeHealthController;
   private readonly elector: LeaderElector | undefined;
+  private readonly sole: SoleLeadership | undefined;
+  /** Background work controllers registered (deps.inflight); stop() waits for it before releasing the Lease. */
+  readonly inflight = new InFlight();
   private servers: Server[] = [];
   private running = false;
+  private stopping: Promise<boolean> | undefined;
   private readonly log: Logger;
   private readonly cfg: Config;
 
   constructor(kc: KubeConfig, cfg: Config, log: Logger, hooks: OperatorHooks = {}, clock: () => DateTime = () => DateTime.now()) {
     this.log = log;
     this.cfg = cfg;
-    this.kube = new Kube(kc);
-    this.caches = new Caches(kc, {
+    const requestTimeoutMs = cfg.apiRequestTimeoutSeconds * 1000;
+    const timing = {
+      leaseDurationMs: cfg.leaseDurationSeconds * 1000,
+      renewDeadlineMs: cfg.renewDeadlineSeconds * 1000,
+      retryPeriodMs: cfg.retryPeriodSeconds * 1000,
+    };
+    if (cfg.leaderElect) {
+      this.elector = new LeaderElector({
+        kc,
+        namespace: cfg.leaderElectionNamespace,
+        name: LEADER_LEASE,
+        // Unique per process (client-go does the same): two processes with one identity would both lead.
+        identity: `${cfg.instanceId}_${randomBytes(4).toString("hex")}`,
+        timing,
+        log,
+        onStartedLeading: () => this.runControllers(),
+        onStoppedLeading: () => hooks.onLostLeadership?.(),
+      });
+    } else this.sole = new SoleLeadership();
+    const leadership: Leadership = this.elector ?? this.sole!;
+    // Reads: the request timeout. Writes (the controllers' Kube): also no later than another replica could
+    // take over, so that a write of a leader cut off from the API is abandoned rather than landing late.
+    const elector = this.elector;
+    const writeMs = () =>
+      elector
+        ? Math.min(requestTimeoutMs, Math.max(0, elector.remainingMs()) + timing.leaseDurationMs - timing.renewDeadlineMs)
+        : requestTimeoutMs;
+    const writes = withRequestDeadline(kc, (ctx) => (ctx.getHttpMethod() === "GET" ? requestTimeoutMs : writeMs()));
+    const reads = withRequestTimeout(kc, requestTimeoutMs);
+    this.kube = new Kube(writes);
+    this.caches = new Caches(reads, {
       staleAfterMs: cfg.watchStaleSeconds * 1000,
-      onError: (path, err, ms) => log.warn({ watch: path, err: String(err), restartInMs: ms }, `watch on ${path} failed; restarting`),
+      onError: (path, err, ms) =>
+        log.warn({ watch: path, err: errorText(err), restartInMs: ms }, `watch on ${path} failed; restarting in ${ms} ms`),
     });
-    const events = new EventRecorder({ kc, log, instance: cfg.instanceId });
-    const deps = { kube: this.kube, caches: this.caches, events, log, clock, metrics: this.metrics };
+    const events = new EventRecorder({ kc: writes, log, instance: cfg.instanceId });
+    const deps = { kube: this.kube, caches: this.caches, events, log, clock, metrics: this.metrics, leadership, inflight: this.inflight };
     this.health = new NodeHealthController(deps);
     const fence = new NodeFenceController(deps);
     const agent = new FenceAgentController(deps);
@@ -74,23 +115,16 @@ export class Operator {
     enqueueFrom(c.agents, fences.queue, allFences);
     enqueueFrom(c.agents, agents.queue, (a) => a.metadata?.name);
     enqueueFrom(c.policies, agents.queue, () => c.agents.list().map((a) => a.metadata?.name ?? ""));
-
-    if (cfg.leaderElect) {
-      this.elector = new LeaderElector({
-        kc,
-        namespace: cfg.leaderElectionNamespace,
-        name: LEADER_LEASE,
-        identity: cfg.instanceId,
-        log,
-        onStartedLeading: () => this.runControllers(),
-        onStoppedLeading: () => hooks.onLostLeadership?.(),
-      });
-    }
   }
 
-  /** Ready: caches synced and leadership known (we lead, or we know who does). */
+  /** Ready: caches synced and leadership known (we lead, or we know who does), and not stopping. */
   get ready(): boolean {
-    return this.caches.synced && (this.elector ? this.elector.known : this.running);
+    return !this.stopping && this.caches.synced && (this.elector ? this.elector.known : this.running);
+  }
+
+  /** The leader epoch (0 without leader election). */
+  get epoch(): number {
+    return this.elector?.epoch ?? 0;
   }
 
   get leading(): boolean {
@@ -102,14 +136,23 @@ export class Operator {
       this.servers.push(await this.serve("health", this.cfg.healthBindAddress, (p) => this.healthEndpoint(p)));
     if (this.cfg.metricsBindAddress)
       this.servers.push(await this.serve("metrics", this.cfg.metricsBindAddress, (p) => this.metricsEndpoint(p)));
+    // Controllers act on what the caches show: an object missing from a cache that has not synced yet
+    // would look deleted. Nothing runs, and leadership is not even sought, before every cache has synced.
+    const waiting = setInterval(
+      () => this.log.info({ unsynced: this.caches.unsynced() }, `waiting for caches to sync: ${this.caches.unsynced().join(", ")}`),
+      10_000,
+    );
+    waiting.unref();
     await this.caches.start();
+    clearInterval(waiting);
+    if (this.stopping) return;
     this.log.info({ nodes: this.caches.nodes.list().length, fences: this.caches.fences.list().length }, "caches synced");
     if (this.elector) this.elector.start();
     else this.runControllers();
   }
 
   private runControllers(): void {
-    if (this.running) return;
+    if (this.running || this.stopping) return;
     this.running = true;
     for (const c of this.controllers) c.start();
     this.fleet.queue.add(FLEET_KEY);
@@ -118,11 +161,42 @@ export class Operator {
     this.log.info({ leaderElection: !!this.elector }, "controllers running");
   }
 
-  async stop(): Promise<void> {
-    await this.elector?.stop();
+  /**
+   * Stops (SIGTERM): no new work; the reconciles in progress and the background work controllers
+   * registered (deps.inflight) may finish within --shutdown-grace-seconds while the Lease is still
+   * renewed; then the Lease is released. Work still running after the grace period keeps the Lease from
+   * being released (it expires on its own once the process has exited). Resolves whether all work finished.
+   */
+  stop(): Promise<boolean> {
+    this.stopping ??= this.shutDown();
+    return this.stopping;
+  }
+
+  private async shutDown(): Promise<boolean> {
+    const graceMs = this.cfg.shutdownGraceSeconds * 1000;
+    const busy = this.inflight.size;
+    this.log.info(
+      { graceSeconds: this.cfg.shutdownGraceSeconds, backgroundWork: busy },
+      "stopping: taking no new work, finishing the work in flight",
+    );
+    const work = Promise.all([...this.controllers.map((c) => c.stop()), this.inflight.drain()]).then(() => true);
+    let timer: NodeJS.Timeout | undefined;
+    const drained = await Promise.race([work, new Promise<false>((r) => (timer = setTimeout(() => r(false), graceMs)))]);
+    clearTimeout(timer);
+    if (this.elector) {
+      if (drained) await this.elector.release();
+      else {
+        this.log.warn(
+          { graceSeconds: this.cfg.shutdownGraceSeconds, backgroundWork: this.inflight.size },
+          `work still in flight after ${this.cfg.shutdownGraceSeconds} s: exiting without releasing the leader Lease (it expires ${this.cfg.leaseDurationSeconds} s after the last renewal)`,
+        );
+        await this.elector.abandon();
+      }
+    }
+    this.sole?.stop();
     this.caches.stop();
-    await Promise.all(this.controllers.map((c) => c.stop()));
     await Promise.all(this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+    return drained;
   }
 
   /** Where the health (index 0) and metrics (index 1) endpoints listen, port 0 resolved. */
@@ -135,10 +209,15 @@ export class Operator {
 
   private async healthEndpoint(path: string): Promise<[number, string, string]> {
     if (path === "/healthz") return [200, "text/plain", "ok\n"];
-    if (path === "/readyz")
-      return this.ready
-        ? [200, "text/plain", "ok\n"]
-        : [503, "text/plain", this.caches.synced ? "leadership not known yet\n" : "caches not synced\n"];
+    if (path === "/readyz") {
+      if (this.ready) return [200, "text/plain", "ok\n"];
+      const why = this.stopping
+        ? "stopping"
+        : !this.caches.synced
+          ? `caches not synced: ${this.caches.unsynced().join(", ")}`
+          : "leadership not known yet";
+      return [503, "text/plain", `${why}\n`];
+    }
     return [404, "text/plain", "not found\n"];
   }
 

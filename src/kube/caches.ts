@@ -1,5 +1,6 @@
-// The operator's view of the cluster: one informer per kind it reads, all started before any
-// controller runs. Staleness of the watches that carry heartbeats feeds the storm guard.
+// The operator's view of the cluster: one informer per kind it reads, all synced (first list in the
+// cache) before any controller runs. Staleness of the watches that carry heartbeats feeds the storm guard.
+// Give it a KubeConfig whose requests have deadlines (kube/deadline.ts): a list must not hang forever.
 import {
   CoordinationV1Api,
   CoreV1Api,
@@ -34,7 +35,7 @@ export class Caches {
   readonly policies: Informer<FencingPolicy>;
   readonly agents: Informer<FenceAgent>;
   readonly fences: Informer<NodeFence>;
-  private readonly all: Informer<KubernetesObject>[];
+  private readonly all: [string, Informer<KubernetesObject>][];
 
   constructor(kc: KubeConfig, o: CacheOptions = {}) {
     const core = kc.makeApiClient(CoreV1Api);
@@ -60,37 +61,43 @@ export class Caches {
     this.policies = crd<FencingPolicy>("fencingpolicies");
     this.agents = crd<FenceAgent>("fenceagents");
     this.fences = crd<NodeFence>("nodefences");
-    this.all = [
-      this.nodes,
-      this.leases,
-      this.pods,
-      this.pvcs,
-      this.pdbs,
-      this.volumeAttachments,
-      this.policies,
-      this.agents,
-      this.fences,
-    ] as never;
+    this.all = Object.entries({
+      nodes: this.nodes,
+      leases: this.leases,
+      pods: this.pods,
+      persistentvolumeclaims: this.pvcs,
+      poddisruptionbudgets: this.pdbs,
+      volumeattachments: this.volumeAttachments,
+      fencingpolicies: this.policies,
+      fenceagents: this.agents,
+      nodefences: this.fences,
+    }) as never;
   }
 
+  /** Starts every informer; resolves once every one has its first list in the cache (or they are stopped). */
   async start(): Promise<void> {
-    await Promise.all(this.all.map((i) => i.start()));
+    await Promise.all(this.all.map(([, i]) => i.start()));
   }
 
   stop(): void {
-    for (const i of this.all) i.stop();
+    for (const [, i] of this.all) i.stop();
   }
 
   get synced(): boolean {
-    return this.all.every((i) => i.hasSynced);
+    return this.all.every(([, i]) => i.hasSynced);
   }
 
-  /** Seconds the heartbeat-carrying watches (Nodes, Leases) may be behind. */
-  heartbeatStalenessSeconds(now = Date.now()): number {
-    return Math.max(this.nodes.staleForMs(now), this.leases.staleForMs(now)) / 1000;
+  /** The caches whose first list has not completed yet, by resource (e.g. "pods"). */
+  unsynced(): string[] {
+    return this.all.filter(([, i]) => !i.hasSynced).map(([name]) => name);
+  }
+
+  /** Seconds the heartbeat-carrying watches (Nodes, Leases) may be behind: the time since the later of them last proved current. */
+  heartbeatStalenessSeconds(): number {
+    return Math.max(this.nodes.staleForMs(), this.leases.staleForMs()) / 1000;
   }
 
   restarts(): number {
-    return this.all.reduce((n, i) => n + i.restarts, 0);
+    return this.all.reduce((n, [, i]) => n + i.restarts, 0);
   }
 }

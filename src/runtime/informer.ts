@@ -1,8 +1,22 @@
-// A shared informer that keeps going: client-node's ListWatch (list, then watch from the list's
-// resourceVersion; relist on 410; re-watch after its 30 s inactivity timeout) stops for good on any
-// other error, e.g. while the apiserver restarts. This restarts it with capped exponential backoff and
-// a watchdog that forces a relist when the watch has been silent for too long (a half-open connection).
-import { ListWatch, Watch, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
+// A shared informer that keeps going and knows how fresh it is: list, then watch from the list's
+// resourceVersion (with bookmarks), keeping a cache and calling handlers for every add, update and
+// delete; re-watch when a watch ends, relist on 410 Gone, and back off on errors.
+//
+// Its own loop rather than client-node's ListWatch, which emits `connect` at the *start* of every
+// attempt (so "activity" never stopped and the backoff never grew: ~4 restarts a second per informer
+// against a refused watch), stops for good on errors, and cannot abort a watch whose connect hangs.
+//
+// Freshness (`staleForMs`, which feeds the storm guard): only proof that the view is current counts —
+// a successful list, an event (bookmarks included) delivered by the watch, or the apiserver answering
+// a watch request with 200 (from then on it streams everything after our resourceVersion). A request
+// sent, refused or hanging is no proof, so a dead watch makes the staleness grow. A watch silent for
+// staleAfterMs (a half-open connection) is abandoned and the informer relists.
+//
+// Backoff after failures: initialMs, doubled each failure up to maxMs; reset only once the watch has
+// proven healthy (an event delivered, or a watch that stayed up HEALTHY_AFTER_MS). A successful list
+// alone does not reset it: RBAC that allows list but not watch must not become a relist storm.
+import { performance } from "node:perf_hooks";
+import { Watch, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
 
 export interface InformerOptions<T extends KubernetesObject> {
   kc: KubeConfig;
@@ -11,106 +25,246 @@ export interface InformerOptions<T extends KubernetesObject> {
   list: () => Promise<KubernetesListObject<T>>;
   labelSelector?: string;
   fieldSelector?: string;
-  /** Silence (no event, no reconnect) after which the watch is torn down and relisted. Default 120 s. */
+  /** Time without proof of freshness after which the watch is abandoned and the informer relists. Default 120 s. */
   staleAfterMs?: number;
   /** Backoff of restarts after errors: first delay and cap. Defaults 250 ms and 30 s. */
   backoff?: { initialMs: number; maxMs: number };
   onError?: (err: unknown, restartInMs: number) => void;
 }
 
+type Verb = "add" | "update" | "delete";
 type Handler<T> = (obj: T) => void;
+type WatchEnd = { kind: "closed" } | { kind: "gone" } | { kind: "failed"; err: unknown };
+
+/** A watch that stayed up this long has proven healthy: the next failure starts the backoff over. */
+const HEALTHY_AFTER_MS = 10_000;
+
+const now = () => performance.now();
+const keyOf = (o: KubernetesObject) => `${o.metadata?.namespace ?? ""}/${o.metadata?.name ?? ""}`;
+const statusOf = (err: unknown) =>
+  (err as { statusCode?: number; code?: number } | undefined)?.statusCode ?? (err as { code?: unknown })?.code;
 
 export class Informer<T extends KubernetesObject> {
-  private readonly lw: ListWatch<T>;
+  readonly path: string;
   private readonly o: Required<Pick<InformerOptions<T>, "staleAfterMs" | "backoff">> & InformerOptions<T>;
-  private stopped = true;
+  private readonly watcher: Watch;
+  private readonly objects = new Map<string, T>();
+  private readonly handlers: Record<Verb, Handler<T>[]> = { add: [], update: [], delete: [] };
+  private resourceVersion = "";
+  /** Generation of the loop; stop() and a forced relist bump it, and every callback of an older one is ignored. */
+  private gen = 0;
+  private running = false;
+  private phase: "listing" | "watching" | "waiting" = "waiting";
+  private current: AbortController | undefined;
+  private wake: (() => void) | undefined;
   private delayMs = 0;
-  private restartTimer: NodeJS.Timeout | undefined;
+  private lastProof = now();
+  private lastKick = now();
   private watchdog: NodeJS.Timeout | undefined;
-  private lastActivity = Date.now();
   private synced = false;
+  private syncWaiters: (() => void)[] = [];
   /** How many times the informer was restarted after an error or a stale watch. */
   restarts = 0;
 
   constructor(o: InformerOptions<T>) {
     this.o = { staleAfterMs: 120_000, backoff: { initialMs: 250, maxMs: 30_000 }, ...o };
-    this.lw = new ListWatch<T>(o.path, new Watch(o.kc), o.list, false, o.labelSelector, o.fieldSelector);
-    const touch = () => (this.lastActivity = Date.now());
-    this.lw.on("connect", () => {
-      touch();
-      this.delayMs = 0;
-    });
-    for (const verb of ["add", "update", "delete"] as const) this.lw.on(verb, touch);
-    this.lw.on("error", (err) => this.scheduleRestart(err));
+    this.path = o.path;
+    this.watcher = new Watch(o.kc);
   }
 
-  on(verb: "add" | "update" | "delete", fn: Handler<T>): void {
-    this.lw.on(verb, fn);
+  on(verb: Verb, fn: Handler<T>): void {
+    this.handlers[verb].push(fn);
   }
 
-  /** Milliseconds since this informer last saw an event or (re)connected; how stale its view may be. */
-  staleForMs(now = Date.now()): number {
-    return now - this.lastActivity;
+  /** Milliseconds since the last proof that this informer's view was current (monotonic clock). */
+  staleForMs(): number {
+    return now() - this.lastProof;
   }
 
+  /** The first list has completed: the cache holds the whole collection. */
   get hasSynced(): boolean {
     return this.synced;
   }
 
-  /** Starts listing and watching; resolves once the first list is in the cache. */
-  async start(): Promise<void> {
-    this.stopped = false;
-    this.watchdog ??= setInterval(() => this.checkStale(), Math.min(this.o.staleAfterMs / 4, 10_000));
-    this.watchdog.unref();
-    await this.run();
+  /** Starts listing and watching; resolves once the first list is in the cache (or the informer is stopped). */
+  start(): Promise<void> {
+    if (!this.running) {
+      this.running = true;
+      this.lastProof = this.lastKick = now();
+      this.watchdog = setInterval(() => this.checkStale(), Math.min(this.o.staleAfterMs / 4, 5_000));
+      this.watchdog.unref();
+      void this.loop(++this.gen);
+    }
+    return this.waitForSync();
+  }
+
+  waitForSync(): Promise<void> {
+    return this.synced || !this.running ? Promise.resolve() : new Promise((resolve) => this.syncWaiters.push(resolve));
   }
 
   stop(): void {
-    this.stopped = true;
-    clearTimeout(this.restartTimer);
+    this.running = false;
+    this.gen++;
     clearInterval(this.watchdog);
     this.watchdog = undefined;
-    void this.lw.stop();
+    this.current?.abort();
+    this.current = undefined;
+    this.wake?.();
+    for (const w of this.syncWaiters.splice(0)) w();
   }
 
   list(namespace?: string): readonly T[] {
-    return this.lw.list(namespace);
+    const all = [...this.objects.values()];
+    return namespace === undefined ? all : all.filter((o) => (o.metadata?.namespace ?? "") === namespace);
   }
 
   get(name: string, namespace?: string): T | undefined {
-    return this.lw.get(name, namespace);
+    return this.objects.get(`${namespace ?? ""}/${name}`);
   }
 
-  private async run(): Promise<void> {
-    try {
-      await this.lw.start();
-      this.lastActivity = Date.now();
-      // ListWatch reports a failed list through the error callback and still resolves.
-      if (!this.restartTimer) this.synced = true;
-    } catch (err) {
-      this.scheduleRestart(err);
-    }
+  private proof(): void {
+    this.lastProof = now();
   }
 
-  private scheduleRestart(err: unknown): void {
-    if (this.stopped || this.restartTimer) return;
-    this.delayMs = this.delayMs ? Math.min(this.delayMs * 2, this.o.backoff.maxMs) : this.o.backoff.initialMs;
-    this.o.onError?.(err, this.delayMs);
-    this.restartTimer = setTimeout(() => {
-      this.restartTimer = undefined;
-      if (this.stopped) return;
-      this.restarts++;
-      void this.run();
-    }, this.delayMs);
-  }
-
-  private checkStale(): void {
-    if (this.stopped || this.restartTimer) return;
-    if (Date.now() - this.lastActivity > this.o.staleAfterMs) {
-      this.lastActivity = Date.now();
-      void this.lw.stop().then(() => {
-        this.scheduleRestart(new Error(`watch on ${this.o.path} silent for ${this.o.staleAfterMs} ms`));
+  private async loop(gen: number): Promise<void> {
+    while (gen === this.gen) {
+      let failure: unknown;
+      let failed = false;
+      if (!this.resourceVersion) {
+        this.phase = "listing";
+        try {
+          const list = await this.o.list();
+          if (gen !== this.gen) return;
+          this.replace(list);
+        } catch (err) {
+          [failure, failed] = [err, true];
+        }
+      }
+      if (!failed) {
+        if (gen !== this.gen) return;
+        this.phase = "watching";
+        const end = await this.watchOnce(gen);
+        if (gen !== this.gen) return;
+        if (end.kind === "gone") this.resourceVersion = ""; // too old: relist at once
+        if (end.kind !== "failed") continue;
+        failure = end.err;
+      }
+      if (gen !== this.gen) return;
+      this.phase = "waiting";
+      this.delayMs = this.delayMs ? Math.min(this.delayMs * 2, this.o.backoff.maxMs) : this.o.backoff.initialMs;
+      this.o.onError?.(failure, this.delayMs);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, this.delayMs);
+        this.wake = () => (clearTimeout(t), resolve());
       });
+      this.wake = undefined;
+      if (gen === this.gen) this.restarts++;
     }
+  }
+
+  /** Replaces the cache with a list's items, calling handlers for what changed. */
+  private replace(list: KubernetesListObject<T>): void {
+    const fresh = new Map((list.items ?? []).map((o) => [keyOf(o), o] as const));
+    for (const [k, old] of this.objects) {
+      if (fresh.has(k)) continue;
+      this.objects.delete(k);
+      this.emit("delete", old);
+    }
+    for (const o of fresh.values()) this.upsert(o);
+    this.resourceVersion = list.metadata?.resourceVersion ?? "";
+    this.proof();
+    if (!this.synced) {
+      this.synced = true;
+      for (const w of this.syncWaiters.splice(0)) w();
+    }
+  }
+
+  private upsert(o: T): void {
+    const k = keyOf(o);
+    const old = this.objects.get(k);
+    this.objects.set(k, o);
+    if (!old) this.emit("add", o);
+    else if (old.metadata?.resourceVersion !== o.metadata?.resourceVersion) this.emit("update", o);
+  }
+
+  private emit(verb: Verb, o: T): void {
+    for (const fn of this.handlers[verb]) fn(o);
+  }
+
+  /** One watch request, from resourceVersion until it ends; resolves how it ended. */
+  private watchOnce(gen: number): Promise<WatchEnd> {
+    return new Promise((resolve) => {
+      let ended = false;
+      let establishedAt: number | undefined;
+      let events = 0;
+      let errorEvent: { code?: number; message?: string } | undefined;
+      const done = (err: unknown) => {
+        if (ended) return;
+        ended = true;
+        if (gen === this.gen) this.current = undefined;
+        const upFor = establishedAt === undefined ? 0 : now() - establishedAt;
+        if (upFor >= HEALTHY_AFTER_MS) this.delayMs = 0;
+        if (errorEvent?.code === 410 || statusOf(err) === 410) return resolve({ kind: "gone" });
+        if (errorEvent)
+          return resolve({ kind: "failed", err: new Error(`watch on ${this.path}: ${errorEvent.message ?? `error ${errorEvent.code}`}`) });
+        // Closed by the server, or client-node's 30 s inactivity timeout on an established watch: re-watch.
+        // A watch that never got a 200, or was closed at once without a single event, is a failure.
+        const quietTimeout = (err as Error | undefined)?.name === "TimeoutError";
+        if (establishedAt !== undefined && (!err || quietTimeout) && (events > 0 || upFor >= 1_000)) return resolve({ kind: "closed" });
+        resolve({ kind: "failed", err: err ?? new Error(`watch on ${this.path} closed at once`) });
+      };
+      const onEvent = (type: string, obj: T & { code?: number; message?: string }) => {
+        if (gen !== this.gen || ended) return;
+        if (type === "ERROR") {
+          errorEvent = obj;
+          this.current?.abort();
+          return;
+        }
+        if (type === "ADDED" || type === "MODIFIED") this.upsert(obj);
+        else if (type === "DELETED") {
+          this.objects.delete(keyOf(obj));
+          this.emit("delete", obj);
+        }
+        this.resourceVersion = obj.metadata?.resourceVersion || this.resourceVersion;
+        events++;
+        this.delayMs = 0;
+        this.proof();
+      };
+      const params = {
+        resourceVersion: this.resourceVersion,
+        allowWatchBookmarks: true,
+        labelSelector: this.o.labelSelector,
+        fieldSelector: this.o.fieldSelector,
+      };
+      this.watcher.watch(this.path, params, onEvent, done).then(
+        (ctl) => {
+          if (gen !== this.gen) return ctl.abort(); // abandoned (stopped, or relisted by the watchdog) while connecting
+          if (ended) return;
+          this.current = ctl;
+          establishedAt = now(); // the apiserver answered 200: from here it streams everything after our resourceVersion
+          this.proof();
+        },
+        (err: unknown) => done(err),
+      );
+    });
+  }
+
+  /**
+   * The watchdog: a watch (connecting or established) without proof of freshness for staleAfterMs is
+   * abandoned and the informer relists. Not while listing or backing off: those already know the view is
+   * not current, and a list has its own deadline (the caches' clients give every request one).
+   */
+  private checkStale(): void {
+    if (!this.running || this.phase !== "watching") return;
+    const t = now();
+    if (t - this.lastProof <= this.o.staleAfterMs || t - this.lastKick <= this.o.staleAfterMs) return;
+    this.lastKick = t;
+    const err = new Error(`watch on ${this.path} silent for ${Math.round((t - this.lastProof) / 1000)} s; relisting`);
+    this.current?.abort();
+    this.current = undefined;
+    this.resourceVersion = "";
+    this.restarts++;
+    this.o.onError?.(err, 0);
+    void this.loop(++this.gen);
   }
 }

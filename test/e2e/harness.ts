@@ -12,6 +12,8 @@ import { Lab } from "../../lab/lab.ts";
 import { Recorder } from "../../lab/recorder.ts";
 import { waitFor } from "../../lab/health.ts";
 import { repoRoot } from "../../lab/bins.ts";
+import { createPki, writeKubeconfig } from "../../lab/pki.ts";
+import { paths } from "../../lab/state.ts";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../../src/api/v1alpha1.ts";
 import { checkInvariant } from "./invariant.ts";
 
@@ -26,6 +28,7 @@ export class Bed {
   readonly apps: AppsV1Api;
   operator: ChildProcess | undefined;
   readonly operators: ChildProcess[] = [];
+  private readonly opLogs = new Map<ChildProcess, string>();
   private opRuns = 0;
 
   private constructor(lab: Lab, rec: Recorder) {
@@ -222,6 +225,7 @@ export class Bed {
     );
     this.operator = child;
     this.operators.push(child);
+    this.opLogs.set(child, log);
     const marker = o.leaderElect ? "caches synced" : "controllers running";
     let text = "";
     const ready = new Promise<void>((resolve, reject) => {
@@ -240,6 +244,27 @@ export class Bed {
       new Promise((_, rej) => setTimeout(() => rej(new Error(`operator not ready in 30 s:\n${text.slice(-3000)}`)), 30_000).unref()),
     ]);
     return child;
+  }
+
+  /**
+   * A kubeconfig for an operator replica with a client certificate of its own (user `user`, group
+   * system:masters), so the apiserver's audit log tells replicas apart; `server` may be a TcpProxy.
+   */
+  operatorKubeconfig(user: string, server = this.lab.state.apiserverUrl): string {
+    const pki = createPki(paths(this.lab.dir).pki, [{ name: user, cn: user, groups: ["system:masters"] }]);
+    const file = join(this.lab.dir, `${user}.kubeconfig`);
+    writeKubeconfig(file, { server, caCert: pki.caCert, ...pki.client(user), user });
+    return file;
+  }
+
+  /** One replica's log lines (pino JSON), parsed. */
+  operatorLog(c: ChildProcess): { time: number; msg: string; [k: string]: unknown }[] {
+    const file = this.opLogs.get(c);
+    if (!file) return [];
+    return readFileSync(file, "utf8")
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l) as { time: number; msg: string });
   }
 
   operatorLogs(): string {

@@ -14,6 +14,11 @@ test("defaults, and flags win over environment variables", () => {
     fenceWorkers: 4,
     watchStaleSeconds: 120,
     instanceId: "stockade-0",
+    apiRequestTimeoutSeconds: 30,
+    shutdownGraceSeconds: 30,
+    leaseDurationSeconds: 15,
+    renewDeadlineSeconds: 10,
+    retryPeriodSeconds: 2,
   });
   const f = parseConfig(["--log-level", "debug", "--fence-workers=8", "--health-bind-address", "127.0.0.1:0"], {
     STOCKADE_LOG_LEVEL: "warn",
@@ -23,6 +28,14 @@ test("defaults, and flags win over environment variables", () => {
   assert.deepEqual(f.healthBindAddress, { host: "127.0.0.1", port: 0 });
   assert.equal(parseConfig(["--health-bind-address", "0"], {})!.healthBindAddress, undefined);
   assert.equal(parseConfig(["--help"], {}), undefined);
+  const t = parseConfig(["--leader-elect-lease-duration-seconds", "30", "--api-request-timeout-seconds=5"], {
+    STOCKADE_LEADER_ELECT_RENEW_DEADLINE_SECONDS: "20",
+    STOCKADE_SHUTDOWN_GRACE_SECONDS: "0",
+  })!;
+  assert.deepEqual(
+    [t.leaseDurationSeconds, t.renewDeadlineSeconds, t.retryPeriodSeconds, t.apiRequestTimeoutSeconds, t.shutdownGraceSeconds],
+    [30, 20, 2, 5, 0],
+  );
 });
 
 test("bad input is refused with a message naming the flag and what is expected", () => {
@@ -39,6 +52,14 @@ test("bad input is refused with a message naming the flag and what is expected",
     [["--leader-elect", "yes"], {}, /invalid --leader-elect "yes": expected true or false/],
     [[], { POD_NAMESPACE: "Bad_NS" }, /invalid --leader-election-namespace "Bad_NS"/],
     [["--metrics-bind-address", "x"], {}, /invalid --metrics-bind-address "x"/],
+    [["--api-request-timeout-seconds", "0"], {}, /invalid --api-request-timeout-seconds "0": expected a whole number from 1 to 600/],
+    [[], { STOCKADE_SHUTDOWN_GRACE_SECONDS: "-1" }, /invalid --shutdown-grace-seconds "-1"/],
+    [
+      ["--leader-elect-renew-deadline-seconds", "15"],
+      {},
+      /invalid --leader-elect-\* timings: the lease duration \(15 s\) must be longer than the renew deadline \(15 s\)/,
+    ],
+    [["--leader-elect-retry-period-seconds", "4"], {}, /the renew deadline \(10 s\) must be at least 3 × the retry period \(4 s\)/],
   ];
   for (const [argv, env, msg] of cases)
     assert.throws(

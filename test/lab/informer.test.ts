@@ -1,0 +1,194 @@
+// The informer against watches that fail the ways production watches fail: refused by the apiserver
+// (RBAC allows list but not watch), refused by the network (connections reset), and silently dead (a
+// half-open connection that drops every byte). In each, restarts must back off instead of storming,
+// and the informer's staleness must grow while it cannot see the cluster (it feeds the storm guard);
+// a quiet but healthy watch must stay fresh. And API requests get deadlines that watches do not.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1ConfigMap } from "@kubernetes/client-node";
+import { Lab } from "../../lab/lab.ts";
+import { waitFor } from "../../lab/health.ts";
+import { createPki, writeKubeconfig } from "../../lab/pki.ts";
+import { paths } from "../../lab/state.ts";
+import { TcpProxy } from "../../lab/tcp-proxy.ts";
+import { Informer } from "../../src/runtime/informer.ts";
+import { RequestTimeoutError, withRequestTimeout } from "../../src/kube/deadline.ts";
+
+const NS = "informer";
+const path = `/api/v1/namespaces/${NS}/configmaps`;
+
+describe("informer: refused and dead watches", () => {
+  let lab: Lab;
+  let proxy: TcpProxy;
+  let viaProxy: KubeConfig;
+  before(async () => {
+    lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), "stockade-informer-")), nodes: 1 });
+    await lab.core.createNamespace({ body: { metadata: { name: NS } } });
+    proxy = await new TcpProxy("127.0.0.1", lab.state.ports.apiserver).start();
+    viaProxy = new KubeConfig();
+    viaProxy.loadFromFile(lab.writeKubeconfig(join(lab.dir, "via-proxy.kubeconfig"), proxy.url));
+  });
+  after(async () => {
+    await proxy?.stop();
+    await lab?.down();
+  });
+
+  /** Runs for `ms`, sampling the informer's staleness; returns the restarts and errors seen meanwhile. */
+  async function observe(inf: Informer<V1ConfigMap>, errors: number[], ms: number) {
+    const [restarts0, errors0] = [inf.restarts, errors.length];
+    let maxStaleMs = 0;
+    for (const end = Date.now() + ms; Date.now() < end;) {
+      maxStaleMs = Math.max(maxStaleMs, inf.staleForMs());
+      await sleep(250);
+    }
+    return { restarts: inf.restarts - restarts0, delays: errors.slice(errors0), maxStaleMs };
+  }
+
+  const report = (what: string, r: { restarts: number; delays: number[]; maxStaleMs: number }, seconds: number) =>
+    console.log(
+      `${what}: ${r.restarts} restarts and ${r.delays.length} warnings in ${seconds} s (${(r.restarts / seconds).toFixed(2)} restarts/s), ` +
+        `backoff ${r.delays.join(",")} ms, staleness up to ${(r.maxStaleMs / 1000).toFixed(1)} s`,
+    );
+
+  const growing = (delays: number[]) => delays.every((d, i) => i === 0 || d >= delays[i - 1]!);
+
+  test("a quiet, healthy watch stays fresh: no restarts, staleness under the storm guard's 60 s", async () => {
+    const errors: number[] = [];
+    const inf = new Informer<V1ConfigMap>({
+      kc: lab.kc,
+      path,
+      list: () => lab.core.listNamespacedConfigMap({ namespace: NS }),
+      onError: (_e, ms) => errors.push(ms),
+    });
+    await inf.start();
+    const r = await observe(inf, errors, 70_000); // nothing changes: client-node re-watches every 30 s of silence
+    inf.stop();
+    report("quiet watch", r, 70);
+    assert.equal(r.restarts, 0);
+    assert.deepEqual(r.delays, []);
+    assert.ok(r.maxStaleMs < 35_000, `staleness up to ${r.maxStaleMs} ms`);
+  });
+
+  test(
+    "API requests through a half-open connection fail at their deadline; a watch through the same config is not cut",
+    { timeout: 60_000 },
+    async () => {
+      const timed = withRequestTimeout(viaProxy, 2_000);
+      const core = timed.makeApiClient(CoreV1Api);
+      const inf = new Informer<V1ConfigMap>({ kc: timed, path, list: () => core.listNamespacedConfigMap({ namespace: NS }) });
+      await inf.start();
+      await sleep(4_000);
+      await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "past-the-deadline" } } });
+      await waitFor("the watch to deliver past-the-deadline", () => !!inf.get("past-the-deadline", NS), { timeoutMs: 10_000 });
+      assert.equal(inf.restarts, 0, "the watch outlived the request deadline");
+      inf.stop();
+
+      proxy.blackhole();
+      const t0 = performance.now();
+      const err = await core.readNamespace({ name: NS }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      const took = performance.now() - t0;
+      proxy.restore();
+      assert.ok(err instanceof RequestTimeoutError, `rejected with ${String(err)}`);
+      assert.match(err.message, /no answer from the Kubernetes API within 2 s \(GET \/api\/v1\/namespaces\/informer\)/);
+      assert.ok(took >= 1_900 && took < 5_000, `failed after ${took} ms`);
+    },
+  );
+
+  test("list allowed, watch forbidden by RBAC: restarts back off (a successful list does not reset the backoff)", async () => {
+    const pki = createPki(paths(lab.dir).pki, [{ name: "list-only", cn: "stockade-list-only", groups: [] }]);
+    const file = join(lab.dir, "list-only.kubeconfig");
+    writeKubeconfig(file, { server: lab.state.apiserverUrl, caCert: pki.caCert, ...pki.client("list-only"), user: "stockade-list-only" });
+    const rbac = lab.kc.makeApiClient(RbacAuthorizationV1Api);
+    await rbac.createClusterRole({
+      body: { metadata: { name: "list-only" }, rules: [{ apiGroups: [""], resources: ["configmaps"], verbs: ["list"] }] },
+    });
+    await rbac.createClusterRoleBinding({
+      body: {
+        metadata: { name: "list-only" },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "list-only" },
+        subjects: [{ apiGroup: "rbac.authorization.k8s.io", kind: "User", name: "stockade-list-only" }],
+      },
+    });
+    const kc = new KubeConfig();
+    kc.loadFromFile(file);
+    const core = kc.makeApiClient(CoreV1Api);
+    await waitFor("RBAC to allow the list", async () => !!(await core.listNamespacedConfigMap({ namespace: NS })));
+    const errors: number[] = [];
+    const inf = new Informer<V1ConfigMap>({
+      kc,
+      path,
+      list: () => core.listNamespacedConfigMap({ namespace: NS }),
+      onError: (_e, ms) => errors.push(ms),
+    });
+    await inf.start();
+    const r = await observe(inf, errors, 30_000);
+    inf.stop();
+    report("watch forbidden", r, 30);
+    assert.ok(inf.hasSynced, "the list itself worked");
+    // 250 ms doubling: 0.25+0.5+1+2+4+8+16 s = 31.75 s, so at most 7 restarts in 30 s (the bug: ~4 a second).
+    assert.ok(r.restarts <= 7, `${r.restarts} restarts in 30 s`);
+    assert.ok(growing(r.delays) && Math.max(...r.delays) >= 8000, `backoff grows: ${r.delays.join(",")}`);
+  });
+
+  test("connections reset (the proxy cuts them): restarts back off, staleness grows, and it recovers", async () => {
+    const core = viaProxy.makeApiClient(CoreV1Api);
+    const errors: number[] = [];
+    const inf = new Informer<V1ConfigMap>({
+      kc: viaProxy,
+      path,
+      list: () => core.listNamespacedConfigMap({ namespace: NS }),
+      onError: (_e, ms) => errors.push(ms),
+    });
+    await inf.start();
+    await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "before-cut" } } });
+    await waitFor("the informer to see before-cut", () => !!inf.get("before-cut", NS));
+    proxy.cut();
+    const r = await observe(inf, errors, 30_000);
+    report("connections reset", r, 30);
+    proxy.restore();
+    await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "after-cut" } } });
+    await waitFor("the informer to recover and see after-cut", () => !!inf.get("after-cut", NS), { timeoutMs: 45_000 });
+    const staleAfter = inf.staleForMs();
+    inf.stop();
+    assert.ok(r.restarts <= 7, `${r.restarts} restarts in 30 s`);
+    assert.ok(growing(r.delays) && Math.max(...r.delays) >= 8000, `backoff grows: ${r.delays.join(",")}`);
+    assert.ok(r.maxStaleMs >= 25_000, `staleness grows while the watch is dead (max ${r.maxStaleMs} ms)`);
+    assert.ok(staleAfter < 5_000, `fresh again after recovery (${staleAfter} ms)`);
+  });
+
+  test("a half-open connection (the proxy drops every byte): staleness grows, the watchdog relists", async () => {
+    const timed = withRequestTimeout(viaProxy, 3_000);
+    const core = timed.makeApiClient(CoreV1Api);
+    let lists = 0;
+    const errors: number[] = [];
+    const inf = new Informer<V1ConfigMap>({
+      kc: timed,
+      path,
+      list: () => (lists++, core.listNamespacedConfigMap({ namespace: NS })),
+      staleAfterMs: 5_000,
+      onError: (_e, ms) => errors.push(ms),
+    });
+    await inf.start();
+    await waitFor("the informer to be synced", () => inf.hasSynced);
+    const listsBefore = lists;
+    proxy.blackhole();
+    await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "during-blackhole" } } });
+    const r = await observe(inf, errors, 20_000);
+    report("half-open", r, 20);
+    proxy.restore();
+    await waitFor("the informer to see during-blackhole", () => !!inf.get("during-blackhole", NS), { timeoutMs: 45_000 });
+    const staleAfter = inf.staleForMs();
+    inf.stop();
+    assert.ok(r.maxStaleMs >= 15_000, `staleness grows while the connection is dead (max ${r.maxStaleMs} ms)`);
+    assert.ok(lists > listsBefore, "the silent watch was relisted");
+    assert.ok(r.restarts <= 8, `${r.restarts} restarts in 20 s`);
+    assert.ok(staleAfter < 5_000, `fresh again after recovery (${staleAfter} ms)`);
+  });
+});
