@@ -48,6 +48,11 @@ export class Metrics {
     registers: [this.registry],
   });
   readonly leader = new Gauge({ name: "stockade_leader", help: "1 while this replica is the leader", registers: [this.registry] });
+  readonly admissionPolicy = new Gauge({
+    name: "stockade_admission_policy_in_force",
+    help: "1 when the admission policy that guards NodeFence status and confirmations is installed and bound (checked every 10 min)",
+    registers: [this.registry],
+  });
   readonly watchRestarts = new Gauge({
     name: "stockade_watch_restarts",
     help: "Watches restarted after an error or a stale stream, since start",

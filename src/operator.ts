@@ -13,6 +13,7 @@ import { FenceAgentController } from "./controllers/fence-agent.ts";
 import { NodeFenceController } from "./controllers/node-fence.ts";
 import { FLEET_KEY, NodeHealthController } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
+import { ADMISSION_POLICY, checkAdmissionPolicy } from "./kube/admission-check.ts";
 import { Kube } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
 import { withRequestDeadline, withRequestTimeout } from "./kube/deadline.ts";
@@ -24,6 +25,8 @@ import { LeaderElector, SoleLeadership, type Leadership } from "./runtime/leader
 import { WorkQueue } from "./runtime/work-queue.ts";
 
 export const LEADER_LEASE = "stockade-operator";
+/** How often the admission policy is checked to be in force. */
+const ADMISSION_CHECK_MS = 10 * 60_000;
 
 const errorText = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -44,6 +47,8 @@ export class Operator {
   /** Background work controllers registered (deps.inflight); stop() waits for it before releasing the Lease. */
   readonly inflight = new InFlight();
   private servers: Server[] = [];
+  private admissionTimer: NodeJS.Timeout | undefined;
+  private admissionProblems: string | undefined;
   private running = false;
   private stopping: Promise<boolean> | undefined;
   private readonly log: Logger;
@@ -69,6 +74,8 @@ export class Operator {
         log,
         onStartedLeading: () => this.runControllers(),
         onStoppedLeading: () => hooks.onLostLeadership?.(),
+        // Epochs never go backwards, even when the Lease is deleted and created again (caches are synced first).
+        minEpoch: () => Math.max(-1, ...this.caches.fences.list().map((f) => f.status?.leaderEpoch ?? 0)) + 1,
       });
     } else this.sole = new SoleLeadership();
     const leadership: Leadership = this.elector ?? this.sole!;
@@ -147,8 +154,31 @@ export class Operator {
     clearInterval(waiting);
     if (this.stopping) return;
     this.log.info({ nodes: this.caches.nodes.list().length, fences: this.caches.fences.list().length }, "caches synced");
+    void this.checkAdmission();
+    this.admissionTimer = setInterval(() => void this.checkAdmission(), ADMISSION_CHECK_MS);
+    this.admissionTimer.unref();
     if (this.elector) this.elector.start();
     else this.runControllers();
+  }
+
+  /**
+   * Without the admission policy, RBAC alone lets whoever may write nodefences/status forge a fence's evidence
+   * (docs/safety.md §2): say so, loudly and once per change, and export it.
+   */
+  private async checkAdmission(): Promise<void> {
+    const problems = await checkAdmissionPolicy(this.kube.kc).catch((err: unknown) => [
+      `cannot check the admission policy: ${errorText(err)}`,
+    ]);
+    this.metrics.admissionPolicy.set(problems.length ? 0 : 1);
+    const text = problems.join("; ");
+    if (text === this.admissionProblems) return;
+    this.admissionProblems = text;
+    if (problems.length)
+      this.log.error(
+        { problems },
+        `the admission policy ${ADMISSION_POLICY} is not in force: anyone with update on nodefences/status can forge a fence's evidence and anyone with patch on nodefences can confirm a manual fence (manifests/06-admission-policy.yaml): ${text}`,
+      );
+    else this.log.info(`the admission policy ${ADMISSION_POLICY} is in force`);
   }
 
   private runControllers(): void {
@@ -173,6 +203,7 @@ export class Operator {
   }
 
   private async shutDown(): Promise<boolean> {
+    clearInterval(this.admissionTimer);
     const graceMs = this.cfg.shutdownGraceSeconds * 1000;
     const busy = this.inflight.size;
     this.log.info(

@@ -19,9 +19,12 @@ export class AgentOperations {
   private readonly byFence = new Map<string, Map<number, Entry>>();
   private readonly inFlight = new Set<Promise<void>>();
   private readonly onDone: (name: string) => void;
+  private readonly onStart: (work: Promise<void>) => void;
 
-  constructor(onDone: (name: string) => void) {
+  /** onDone: an operation ended (by fence name); onStart: every operation's promise, e.g. for shutdown to wait for. */
+  constructor(onDone: (name: string) => void, onStart: (work: Promise<void>) => void = () => {}) {
     this.onDone = onDone;
+    this.onStart = onStart;
   }
 
   /** Runs `work` for attempt `index` of the NodeFence `uid` (named `name`); a throw becomes Failed. Idempotent per attempt. */
@@ -43,6 +46,7 @@ export class AgentOperations {
     })();
     this.inFlight.add(p);
     void p.finally(() => this.inFlight.delete(p));
+    this.onStart(p);
   }
 
   /** The operations of one NodeFence, by attempt index. */

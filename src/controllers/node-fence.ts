@@ -30,7 +30,8 @@ import { errorMessage, isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import type { EventRecorder } from "../runtime/events.ts";
-import { NotLeaderError, SOLE_LEADER, type Leadership } from "../runtime/leader.ts";
+import type { InFlight } from "../runtime/in-flight.ts";
+import { NotLeaderError, SOLE_LEADER, SoleLeadership, type Leadership } from "../runtime/leader.ts";
 import type { Metrics } from "../metrics.ts";
 import { AgentOperations } from "./agent-operations.ts";
 
@@ -44,6 +45,8 @@ export interface NodeFenceDeps {
   clock: () => DateTime;
   metrics?: Metrics;
   leadership?: Leadership;
+  /** Background work shutdown waits for before the leader Lease is released (runtime/in-flight.ts). */
+  inflight?: InFlight;
 }
 
 type Status = NodeFenceStatus;
@@ -61,7 +64,28 @@ export class NodeFenceController {
   constructor(d: NodeFenceDeps) {
     this.d = d;
     this.leadership = d.leadership ?? SOLE_LEADER;
-    this.operations = new AgentOperations((name) => this.enqueue(name));
+    // An operation that ends during shutdown has its outcome written at once (the queue no longer runs), so the
+    // next leader finds it recorded rather than Interrupted; drain waits for that write too.
+    this.operations = new AgentOperations(
+      (name) => {
+        if (this.d.inflight?.stopping) void this.d.inflight.track(this.recordFinished(name));
+        else this.enqueue(name);
+      },
+      (work) => void this.d.inflight?.track(work),
+    );
+  }
+
+  /** Writes the outcome of a finished agent operation, and nothing else (shutdown). */
+  private async recordFinished(name: string): Promise<void> {
+    try {
+      const fence = await this.d.kube.getNodeFence(name);
+      if (!fence) return;
+      const [node, lease] = await Promise.all([this.d.kube.readNode(fence.spec.nodeName), this.d.kube.readLease(fence.spec.nodeName)]);
+      const step = nextStep(this.observe(fence, node, lease));
+      if (step.kind === "recordOutcome") await this.perform(fence, node, lease, step);
+    } catch (err) {
+      this.d.log.warn({ nodeFence: name, err: errorMessage(err) }, `could not record the outcome of ${name}'s agent operation on shutdown`);
+    }
   }
 
   private now(): string {
@@ -107,13 +131,15 @@ export class NodeFenceController {
    */
   private async write(fence: NodeFence, change: (s: Status) => Status): Promise<NodeFence> {
     const epoch = this.leadership.epoch;
-    if ((fence.status?.leaderEpoch ?? 0) > epoch)
+    const elected = !(this.leadership instanceof SoleLeadership) && this.leadership !== SOLE_LEADER;
+    if (elected && (fence.status?.leaderEpoch ?? 0) > epoch)
       throw new NotLeaderError(
-        `NodeFence ${fence.metadata?.name} was last written by leader epoch ${fence.status?.leaderEpoch}, newer than ours (${epoch})`,
+        `NodeFence ${fence.metadata?.name} was last written by leader epoch ${fence.status?.leaderEpoch}, newer than ours (${epoch}): another replica leads`,
       );
     const status = change(structuredClone(fence.status ?? {}));
     status.observedGeneration = fence.metadata?.generation;
-    status.leaderEpoch = epoch;
+    // Without leader election there is no epoch to compare: the one recorded stays.
+    if (elected) status.leaderEpoch = epoch;
     return await this.d.kube.replaceStatus("nodefences", { ...fence, status });
   }
 
@@ -456,8 +482,9 @@ export class NodeFenceController {
     const name = fence.metadata?.name ?? "";
     const agentName = agent.metadata?.name ?? "";
     const index = fence.status?.attempts?.length ?? 0;
-    // Leadership before writing: a stale leader must not even start an attempt.
+    // Leadership before writing: a stale leader must not even start an attempt; nor a replica shutting down.
     this.leadership.assertLeading(`power ${op} of ${nodeName}`);
+    if (this.d.inflight?.stopping) throw new NotLeaderError(`shutting down: not starting power ${op} of ${nodeName}`);
     const current = await this.write(fence, (s) => {
       s.attempts = [
         ...(s.attempts ?? []),

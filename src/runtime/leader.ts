@@ -52,6 +52,9 @@ export interface Leadership {
   readonly epoch: number;
 }
 
+/** A Leadership that never refuses: for code run outside an operator (tests, tools). */
+export const SOLE_LEADER: Leadership = { assertLeading: () => {}, epoch: 0 };
+
 /** Without leader election: the only replica, leading while the operator runs. */
 export class SoleLeadership implements Leadership {
   readonly epoch = 0;
@@ -66,23 +69,6 @@ export class SoleLeadership implements Leadership {
   }
 }
 
-export class NotLeaderError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "NotLeaderError";
-  }
-}
-
-export interface Leadership {
-  /** Throws NotLeaderError unless this replica surely holds the Lease right now. Called right before every destructive call. */
-  assertLeading(action: string): void;
-  /** The leader epoch: the Lease's leaseTransitions when this replica acquired it (0 without leader election). */
-  readonly epoch: number;
-}
-
-/** Without leader election: the one replica leads while it runs. */
-export const SOLE_LEADER: Leadership = { assertLeading: () => {}, epoch: 0 };
-
 export interface LeaderElectionOptions {
   kc: KubeConfig;
   namespace: string;
@@ -96,6 +82,11 @@ export interface LeaderElectionOptions {
   onStoppedLeading: () => void;
   /** Clock, for tests; default performance.now() and Date.now(). */
   now?: () => Instant;
+  /**
+   * The lowest epoch this replica may take (e.g. one more than any epoch recorded in NodeFence statuses): a Lease
+   * deleted and created again restarts leaseTransitions at 0, and epochs must never go backwards.
+   */
+  minEpoch?: () => number;
 }
 
 type State = "following" | "leading" | "lost" | "stopped";
@@ -266,14 +257,14 @@ export class LeaderElector implements Leadership {
               leaseDurationSeconds: seconds,
               acquireTime: wall,
               renewTime: wall,
-              leaseTransitions: 0,
+              leaseTransitions: this.o.minEpoch?.() ?? 0,
             },
           },
         });
-        return this.won(sentAt, 0);
+        return this.won(sentAt, this.o.minEpoch?.() ?? 0);
       }
       const spec = lease!.spec ?? {};
-      const transitions = d.kind === "renew" ? (spec.leaseTransitions ?? 0) : d.transitions;
+      const transitions = d.kind === "renew" ? (spec.leaseTransitions ?? 0) : Math.max(d.transitions, this.o.minEpoch?.() ?? 0);
       const body: V1Lease = {
         ...lease,
         spec: {
