@@ -98,6 +98,12 @@ describe("the rule", () => {
   });
 });
 
+test("docs/api.md names every refused option", () => {
+  const docs = readFileSync(join(import.meta.dirname, "../../docs/api.md"), "utf8");
+  const missing = Object.keys(REFUSED_PARAMETERS).filter((n) => /^[a-z_]+$/.test(n) && !docs.includes(`\`${n}\``));
+  assert.deepEqual(missing, []);
+});
+
 const installed = existsSync("/usr/sbin/fence_ipmilan");
 describe("generated from the installed agents", { skip: !installed && "fence-agents is not installed (/usr/sbin/fence_ipmilan)" }, () => {
   test("every installed agent: the issue's options are refused wherever declared; the committed lists and CRD match the generator", async () => {
