@@ -172,8 +172,9 @@ function names(l: Lists) {
   return {
     allowed: sorted([...l.allowed, ...IPMI_PARAMETERS]).filter((n) => IDENT.test(n)),
     secretOnly: sorted([...l.secretOnly, ...IPMI_SECRET_ONLY]),
-    dangerous: Object.keys(l.refused).filter((n) => IDENT.test(n)),
-    deprecated: Object.keys(l.deprecated).filter((n) => IDENT.test(n)),
+    dangerous: Object.keys(l.refused).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
+    // ipmi's own "port" is fence agents' deprecated alias of plug: per agent, the spec-level rule refuses it.
+    deprecated: Object.keys(l.deprecated).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
     ipmi: IPMI_PARAMETERS,
     ipmiPlain,
   };

@@ -81,8 +81,14 @@ const moreValid: (FenceAgent | FencingPolicy)[] = [
     metadata: { name: "ok-ipmi-per-node-credentials" },
     spec: {
       type: "ipmi",
+      // ipmi's "port" is also fence agents' deprecated alias of plug: fine here, in every map.
+      parameters: { port: "623" },
+      nodeTemplates: { port: '{{ labels["node-restriction.kubernetes.io/bmc-port"] }}' },
       nodes: {
-        "node-1": { parameters: { address: "10.0.0.1" }, credentialsSecretRef: { namespace: "stockade-system", name: "bmc-node-1" } },
+        "node-1": {
+          parameters: { address: "10.0.0.1", port: "6230" },
+          credentialsSecretRef: { namespace: "stockade-system", name: "bmc-node-1" },
+        },
         "node-2": { credentialsSecretRef: { namespace: "stockade-system", name: "bmc-node-2" } },
       },
     },
