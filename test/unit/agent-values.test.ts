@@ -8,7 +8,7 @@ import { credentialProblem, hostProblem, normalizeHost, plainProblem, portProble
 import { ipmiDriver, ipmiRules } from "../../src/agents/ipmi.ts";
 import { rulesFromMetadata } from "../../src/agents/fence-agent.ts";
 import { parseMetadata } from "../../src/agents/fence-metadata.ts";
-import { runOperation } from "../../src/agents/run.ts";
+import { redact, runOperation } from "../../src/agents/run.ts";
 
 const INJECTION = "127.0.0.1 -p 9999 -L USER";
 const fixture = (agent: string) => readFileSync(join(import.meta.dirname, "../fixtures/fence-agents", `${agent}.xml`), "utf8");
@@ -106,6 +106,15 @@ describe("fence agents: values by the type their metadata declares", () => {
     assert.match(p(ipmilan, { delay: "5s" }), /delay must be a whole number of seconds/);
     assert.match(p(ipmilan, { hexadecimal_kg: "zz" }), /hexadecimal_kg must be 1-40 hexadecimal digits/);
     assert.match(p(ipmilan, { username: "a b" }), /username must be 1-64 letters/);
+  });
+
+  test("the new credential kinds are scrubbed from messages like passwords", () => {
+    const m = redact("community public-ro, kg 00ff11, snmp pw s3cr3t", {
+      community: "public-ro",
+      hexadecimal_kg: "00ff11",
+      snmp_priv_passwd: "s3cr3t",
+    });
+    assert.equal(m, "community ***, kg ***, snmp pw ***");
   });
 
   test("required options from the metadata", () => {
