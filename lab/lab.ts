@@ -159,14 +159,14 @@ export class Lab implements FaultDriver {
           "kubernetes.io/arch": "amd64",
           "topology.kubernetes.io/zone": node.zone,
           type: "kwok",
+          // Where this node's BMC answers, for FenceAgent templates: under node-restriction.kubernetes.io/, which a
+          // node's own kubelet may not set (an annotation it could, and point fencing at another machine).
+          "node-restriction.kubernetes.io/bmc-host": node.bmc.address,
+          "node-restriction.kubernetes.io/bmc-port": String(node.bmc.port),
         },
         annotations: {
           "kwok.x-k8s.io/node": "fake",
           "node.alpha.kubernetes.io/ttl": "0",
-          // Where this node's BMC answers; a FenceAgent's per-node template can read it.
-          "lab.stockade.io/bmc-address": `${node.bmc.address}:${node.bmc.port}`,
-          "lab.stockade.io/bmc-host": node.bmc.address,
-          "lab.stockade.io/bmc-port": String(node.bmc.port),
         },
       },
       spec: {},

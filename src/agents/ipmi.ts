@@ -1,6 +1,7 @@
 // Native IPMI 2.0 through ipmitool. The password travels in the child's environment (-E), never in argv,
 // where any local user could read it with ps.
-import { AgentError, type AgentContext, type AgentDriver, type PowerState } from "./types.ts";
+import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState } from "./types.ts";
+import { credentialProblem, hostProblem, normalizeHost, portProblem, usernameProblem } from "./values.ts";
 import { ChildAborted, runChild, type ChildResult } from "./child.ts";
 import { excerpt, redact } from "./redact.ts";
 
@@ -13,6 +14,12 @@ export const IPMITOOL_RETRIES = 1;
 export const IPMITOOL_TIMEOUT_SECONDS = 2;
 
 const DEFAULTS = { port: "623", cipher: "3", interface: "lanplus", privilege: "ADMINISTRATOR" } as const;
+// Also the source of the CRD's ipmi allow-list (tools/gen-fence-agent-rules.ts).
+/** Every parameter the ipmi type takes; a credentials Secret may supply only username and password. */
+export const IPMI_PARAMETERS = ["address", "port", "username", "password", "cipher", "interface", "privilege"];
+export const IPMI_CREDENTIALS = ["username", "password"];
+/** Never in the spec. */
+export const IPMI_SECRET_ONLY = ["password"];
 const INTERFACES = ["lan", "lanplus"];
 const PRIVILEGES = ["CALLBACK", "USER", "OPERATOR", "ADMINISTRATOR", "OEM"];
 
@@ -35,7 +42,7 @@ interface Target {
   privilege: string;
 }
 
-function target(p: Record<string, string>): Target {
+function fields(p: Record<string, string>): Target {
   return {
     address: p.address ?? "",
     port: p.port || DEFAULTS.port,
@@ -47,26 +54,56 @@ function target(p: Record<string, string>): Target {
   };
 }
 
-function validate(parameters: Record<string, string>): string[] {
-  const t = target(parameters);
+function check(parameters: Record<string, string>): string[] {
   const problems: string[] = [];
-  if (!t.address) problems.push("parameter address (the BMC's host name or IP) is missing: set it in parameters, nodeTemplates or nodes");
+  for (const k of Object.keys(parameters))
+    if (!IPMI_PARAMETERS.includes(k))
+      problems.push(`parameter ${k} is not an ipmi parameter: ipmi takes ${IPMI_PARAMETERS.join(", ")} (docs/api.md)`);
+  const t = fields(parameters);
+  const bad = (name: string, problem: string | undefined, value: string) => {
+    if (problem) problems.push(`parameter ${name} ${problem}, not ${JSON.stringify(value)}`);
+  };
+  if (!t.address)
+    problems.push(
+      "parameter address (the BMC's host name or IP) is missing: set it in spec.nodes.<node>.parameters, or in nodeTemplates from a node-restriction.kubernetes.io/ label",
+    );
+  else bad("address", hostProblem(t.address), t.address);
   if (!t.username) problems.push("parameter username is missing: set it in parameters or in the credentials Secret");
+  else bad("username", usernameProblem(t.username), t.username);
   if (!t.password) problems.push("parameter password is missing: put a password key in the Secret named by credentialsSecretRef");
-  if (!/^\d+$/.test(t.port) || Number(t.port) < 1 || Number(t.port) > 65535)
-    problems.push(`parameter port must be 1-65535, not "${t.port}"`);
-  if (!/^\d+$/.test(t.cipher) || Number(t.cipher) > 17)
-    problems.push(`parameter cipher must be an IPMI cipher suite number 0-17, not "${t.cipher}"`);
-  if (!INTERFACES.includes(t.interface)) problems.push(`parameter interface must be one of ${INTERFACES.join(", ")}, not "${t.interface}"`);
-  if (!PRIVILEGES.includes(t.privilege)) problems.push(`parameter privilege must be one of ${PRIVILEGES.join(", ")}, not "${t.privilege}"`);
-  if (t.address.startsWith("-") || t.username.startsWith("-")) problems.push("parameters address and username must not start with '-'");
+  else if (credentialProblem(t.password)) problems.push(`parameter password ${credentialProblem(t.password)}`);
+  bad("port", portProblem(t.port), t.port);
+  if (!/^\d{1,2}$/.test(t.cipher) || Number(t.cipher) > 17)
+    problems.push(`parameter cipher must be an IPMI cipher suite number 0-17, not ${JSON.stringify(t.cipher)}`);
+  if (!INTERFACES.includes(t.interface))
+    problems.push(`parameter interface must be one of ${INTERFACES.join(", ")}, not ${JSON.stringify(t.interface)}`);
+  if (!PRIVILEGES.includes(t.privilege))
+    problems.push(`parameter privilege must be one of ${PRIVILEGES.join(", ")}, not ${JSON.stringify(t.privilege)}`);
   return problems;
 }
 
+/** What the ipmi type accepts; its target is the BMC (address and port): one BMC controls one machine. */
+export const ipmiRules: ParameterRules = {
+  subject: "ipmi",
+  verdict: (name) => {
+    if (!IPMI_PARAMETERS.includes(name)) return undefined;
+    if (IPMI_SECRET_ONLY.includes(name)) return { kind: "credential", secretOnly: true };
+    if (IPMI_CREDENTIALS.includes(name)) return { kind: "credential", secretOnly: false };
+    return { kind: "allowed" };
+  },
+  credentials: IPMI_CREDENTIALS,
+  check,
+  target: (p) => {
+    const t = fields(p);
+    if (!t.address || hostProblem(t.address)) return undefined;
+    return { device: `${normalizeHost(t.address)}:${Number(t.port) || t.port}`, outlets: [] };
+  },
+};
+
 async function ipmitool(ctx: AgentContext, command: string[]): Promise<ChildResult & { where: string }> {
-  const problems = validate(ctx.parameters);
+  const problems = check(ctx.parameters);
   if (problems.length > 0) throw new AgentError("Config", problems.join("; "));
-  const t = target(ctx.parameters);
+  const t = fields(ctx.parameters);
   const where = `BMC ${t.address}:${t.port}`;
   // prettier-ignore
   const args = [
@@ -126,7 +163,7 @@ export function classifyIpmitoolFailure(
 
 async function run(ctx: AgentContext, command: string[], ok: RegExp): Promise<RegExpExecArray> {
   const r = await ipmitool(ctx, command);
-  const t = target(ctx.parameters);
+  const t = fields(ctx.parameters);
   const scrub = (e: AgentError) => new AgentError(e.kind, redact(e.message, ctx.parameters));
   if (r.code !== 0) throw scrub(classifyIpmitoolFailure(r, r.where, t));
   const m = ok.exec(r.stdout);
@@ -142,7 +179,7 @@ async function run(ctx: AgentContext, command: string[], ok: RegExp): Promise<Re
 
 export const ipmiDriver: AgentDriver = {
   type: "ipmi",
-  validate,
+  validate: check,
   async power(ctx, action) {
     await run(ctx, ["chassis", "power", action], action === "off" ? /Chassis Power Control: Down\/Off/i : /Chassis Power Control: Up\/On/i);
   },

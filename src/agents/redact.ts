@@ -1,7 +1,8 @@
 // Credentials reach agents as ordinary parameters, so every text that leaves a driver or the runner is
 // scrubbed of their values before it can land in a status, an Event or a log line.
 
-const CREDENTIAL_KEY = /pass|secret|token|key/i;
+// "community" is an SNMP agent's password; "hexadecimal_kg" an IPMI v2 key.
+const CREDENTIAL_KEY = /pass|secret|token|key|community|_kg$/i;
 
 export function isCredentialKey(key: string): boolean {
   return CREDENTIAL_KEY.test(key);
@@ -9,7 +10,7 @@ export function isCredentialKey(key: string): boolean {
 
 /**
  * Replaces credential values in `message` with `***`. Given parameters, the credentials are the values of
- * keys matching /pass|secret|token|key/i; given a list (e.g. every value of the credentials Secret), all of it.
+ * keys matching /pass|secret|token|key|community|_kg$/i; given a list (e.g. every value of the credentials Secret), all of it.
  */
 export function redact(message: string, secrets: Record<string, string> | readonly string[]): string {
   const values = (

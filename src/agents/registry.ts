@@ -1,6 +1,6 @@
-import { AgentError, type AgentDriver } from "./types.ts";
-import { ipmiDriver } from "./ipmi.ts";
-import { FenceAgentDriver } from "./fence-agent.ts";
+import { AgentError, type AgentDriver, type ParameterRules } from "./types.ts";
+import { ipmiDriver, ipmiRules } from "./ipmi.ts";
+import { FenceAgentDriver, fenceAgentRules, loadFenceAgentRules } from "./fence-agent.ts";
 import { manualDriver } from "./manual.ts";
 
 export const AGENT_TYPES = ["ipmi", "fenceAgent", "manual"] as const;
@@ -18,4 +18,30 @@ export function driverFor(type: string, agent?: string): AgentDriver {
     default:
       throw new AgentError("Config", `unknown agent type "${type}": this operator supports ${AGENT_TYPES.join(", ")}`);
   }
+}
+
+/**
+ * Which parameters a FenceAgent's type takes and from where; undefined for manual (which takes none that matter).
+ * For fenceAgent it reads the installed agent's metadata (cached per executable). Throws a Config AgentError when
+ * the type is unknown or the agent missing.
+ */
+export function rulesFor(spec: { type: string; agent?: string }): ParameterRules | undefined {
+  switch (spec.type) {
+    case "ipmi":
+      return ipmiRules;
+    case "manual":
+      return undefined;
+    case "fenceAgent":
+      driverFor(spec.type, spec.agent); // name checks
+      return fenceAgentRules(spec.agent!);
+    default:
+      throw new AgentError("Config", `unknown agent type "${spec.type}": this operator supports ${AGENT_TYPES.join(", ")}`);
+  }
+}
+
+/** rulesFor without blocking: reads a fence agent's metadata asynchronously (then rulesFor hits the cache). */
+export async function loadRules(spec: { type: string; agent?: string }): Promise<ParameterRules | undefined> {
+  if (spec.type !== "fenceAgent") return rulesFor(spec);
+  driverFor(spec.type, spec.agent);
+  return loadFenceAgentRules(spec.agent!);
 }

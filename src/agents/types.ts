@@ -48,3 +48,34 @@ export class AgentError extends Error {
 export function isPermanent(e: unknown): boolean {
   return e instanceof AgentError && (e.kind === "Config" || e.kind === "AuthFailed" || e.kind === "Cancelled");
 }
+
+/**
+ * The machine a node's parameters point an agent at: a device (BMC, PDU, hypervisor...) and, for devices that
+ * control several machines, the outlets or plugs. Two nodes that share one fence each other's machine.
+ */
+export interface FencingTarget {
+  /** Normalised device identity, e.g. "10.0.0.7:623" or "pdu-a.example.com:23 switch=2". */
+  device: string;
+  /** Outlets, plugs or machine ids on the device; empty when the device is the machine itself. */
+  outlets: string[];
+}
+
+/**
+ * Which parameters an agent type takes and how each may be set; every check here is pure (a fence agent's
+ * rules are built from its metadata, read once per executable).
+ */
+export interface ParameterRules {
+  /** "ipmi" or the fence agent's name, for messages. */
+  readonly subject: string;
+  /** How parameter `name` may be set; undefined when the agent does not take it. */
+  verdict(name: string): ParameterVerdict | undefined;
+  /** The credentials a Secret may supply (for messages). */
+  readonly credentials: readonly string[];
+  /** Problems with fully resolved parameters (names, values by type, required ones), as actionable messages. */
+  check(parameters: Record<string, string>): string[];
+  /** The machine these parameters fence, or undefined when they do not say (then no duplicate check applies). */
+  target(parameters: Record<string, string>): FencingTarget | undefined;
+}
+
+/** allowed: the spec may set it; credential: a Secret may supply it (secretOnly: never the spec); refused: never. */
+export type ParameterVerdict = { kind: "allowed" } | { kind: "credential"; secretOnly: boolean } | { kind: "refused"; reason: string };

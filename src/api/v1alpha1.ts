@@ -36,14 +36,18 @@ export interface FenceAgentSpec {
    */
   agent?: string;
   /**
-   * Parameters shared by every node, name to value (for ipmi: address, port, username, cipher, interface, privilege).
-   * Never a credential: passwords come from credentialsSecretRef.
+   * Parameters shared by every node, name to value (for ipmi: address, port, username, cipher, interface, privilege;
+   * for a fence agent: its options, as its -o metadata names them). Never a credential: those come from
+   * credentialsSecretRef. Options that run programs or name files on the operator's host, and deprecated aliases, are
+   * refused (docs/api.md).
    * @default {}
    */
   parameters?: Record<string, string>;
   /**
-   * Per-node parameters computed from the Node object, parameter name to template. A template may use {{ name }},
-   * {{ providerID }}, {{ labels["key"] }} and {{ annotations["key"] }}.
+   * Per-node parameters computed from the Node object, parameter name to template. A template may use only what a
+   * node's own kubelet cannot write: {{ name }}, {{ providerID }} and
+   * {{ labels["node-restriction.kubernetes.io/<key>"] }} (NodeRestriction refuses those labels from kubelets).
+   * Annotations and other labels are refused: a compromised node could set them to point Stockade at another machine.
    * @default {}
    */
   nodeTemplates?: Record<string, string>;
@@ -54,8 +58,9 @@ export interface FenceAgentSpec {
    */
   nodes?: Record<string, FenceAgentSpecNodes>;
   /**
-   * The Secret holding the credentials shared by every node (for ipmi: password, and optionally username); every key
-   * becomes a parameter. Required for ipmi unless every spec.nodes entry has its own.
+   * The Secret holding the credentials shared by every node. It may hold only credential parameters (for ipmi:
+   * password, and optionally username; for a fence agent: password, username and the like, e.g. snmp_priv_passwd); any
+   * other key, or a key the spec also sets, is an error. Required for ipmi unless every spec.nodes entry has its own.
    */
   credentialsSecretRef?: FenceAgentSpecCredentialsSecretRef;
   /**
@@ -77,18 +82,22 @@ export interface FenceAgentSpec {
 
 /** The parameters and credentials of one node. */
 export interface FenceAgentSpecNodes {
-  /** Parameters for this node, name to value. Never a credential. */
+  /**
+   * Parameters for this node, name to value: where its BMC or outlet is (address, port; ip, ipport, plug...). Never a
+   * credential. At most 16, of at most 256 characters each (so that the apiserver can afford to check up to 5000
+   * nodes).
+   */
   parameters?: Record<string, string>;
   /**
-   * The Secret holding this node's credentials; every key becomes a parameter. Overrides the shared
-   * credentialsSecretRef.
+   * The Secret holding this node's credentials: each key is a credential parameter (for ipmi: password, username).
+   * Overrides the shared credentialsSecretRef.
    */
   credentialsSecretRef?: FenceAgentSpecNodesCredentialsSecretRef;
 }
 
 /**
- * The Secret holding this node's credentials; every key becomes a parameter. Overrides the shared
- * credentialsSecretRef.
+ * The Secret holding this node's credentials: each key is a credential parameter (for ipmi: password, username).
+ * Overrides the shared credentialsSecretRef.
  */
 export interface FenceAgentSpecNodesCredentialsSecretRef {
   /** Namespace of the Secret. */
@@ -98,8 +107,9 @@ export interface FenceAgentSpecNodesCredentialsSecretRef {
 }
 
 /**
- * The Secret holding the credentials shared by every node (for ipmi: password, and optionally username); every key
- * becomes a parameter. Required for ipmi unless every spec.nodes entry has its own.
+ * The Secret holding the credentials shared by every node. It may hold only credential parameters (for ipmi: password,
+ * and optionally username; for a fence agent: password, username and the like, e.g. snmp_priv_passwd); any other key,
+ * or a key the spec also sets, is an error. Required for ipmi unless every spec.nodes entry has its own.
  */
 export interface FenceAgentSpecCredentialsSecretRef {
   /** Namespace of the Secret. */
@@ -112,7 +122,10 @@ export interface FenceAgentSpecCredentialsSecretRef {
 export interface FenceAgentStatus {
   /** The metadata.generation the status was computed from. */
   observedGeneration?: number;
-  /** Ready: the spec is usable (agent found, Secrets readable). */
+  /**
+   * Ready: the spec is usable for every node its policies give it (agent found, parameters valid, Secrets readable, no
+   * two nodes resolving to the same machine).
+   */
   conditions?: FenceAgentStatusConditions[];
 }
 

@@ -107,7 +107,7 @@ export async function check(c: Cluster, o: CheckOptions, write: (s: string) => v
         const key = secretKey(ref);
         if (!secrets.has(key)) secrets.set(key, await c.secret(ref.namespace, ref.name));
       }
-    const r = checkAgent(a, covered, secrets);
+    const r = checkAgent(a, covered, secrets, nodes);
     if (!r.ok) failures++;
     const type = a.spec.type === "fenceAgent" ? `fenceAgent ${a.spec.agent ?? "?"}` : a.spec.type;
     agentRows.push([a.metadata?.name ?? "", type, r.ok ? "OK" : "FAILED", `${r.reason}: ${r.message}`]);

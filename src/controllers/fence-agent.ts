@@ -4,6 +4,7 @@ import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FenceAgent } from "../api/v1alpha1.ts";
 import { secretKey, secretRefsFor } from "../agents/parameters.ts";
+import { loadRules } from "../agents/registry.ts";
 import { checkAgent, nodesForAgent, type AgentCheck } from "../decide/agent-check.ts";
 import { isNotFound, statusCode, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -29,7 +30,11 @@ export class FenceAgentController {
     const { caches, kube } = this.d;
     const agent = caches.agents.get(name);
     if (!agent) return;
-    const nodes = nodesForAgent(agent, caches.policies.list(), caches.nodes.list());
+    const allNodes = caches.nodes.list();
+    const nodes = nodesForAgent(agent, caches.policies.list(), allNodes);
+    // Reads a fence agent's metadata without blocking (checkAgent and the fencing path then hit the cache);
+    // a failure is reported by checkAgent.
+    await loadRules(agent.spec).catch(() => undefined);
     const secrets = new Map<string, Record<string, string> | undefined>();
     const forbidden: string[] = [];
     for (const n of nodes)
@@ -51,7 +56,7 @@ export class FenceAgentController {
           message: `the operator may not read Secret ${forbidden.join(", ")}: keep credentials in the operator's namespace, or grant its ServiceAccount get on secrets there (a Role and RoleBinding)`,
           nodes: [],
         }
-      : checkAgent(agent, nodes, secrets);
+      : checkAgent(agent, nodes, secrets, allNodes);
     const gen = agent.metadata?.generation;
     const before = findCondition(agent.status?.conditions as Condition[] | undefined, "Ready");
     const conditions = setCondition(

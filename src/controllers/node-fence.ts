@@ -10,7 +10,8 @@ import { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FenceAgent, type NodeFence, type NodeFenceStatus } from "../api/v1alpha1.ts";
 import { resolveParameters, secretRefsFor } from "../agents/parameters.ts";
-import { driverFor } from "../agents/registry.ts";
+import { driverFor, loadRules } from "../agents/registry.ts";
+import { checkUniqueTarget } from "../agents/targets.ts";
 import { fenceOff, redact, runOperation } from "../agents/run.ts";
 import { AgentError } from "../agents/types.ts";
 import {
@@ -502,9 +503,13 @@ export class NodeFenceController {
     this.operations.start(current.metadata?.uid ?? "", name, index, async (signal) => {
       let secretValues: string[] = [];
       try {
+        const rules = await loadRules(agent.spec);
+        // No node chooses its own executioner: an agent that would reach the machine of another node too is not run.
+        const unique = checkUniqueTarget(agentName, agent.spec, target, this.d.caches.nodes.list(), rules);
+        if (!unique.ok) throw new AgentError("Config", unique.message);
         const secrets = await this.readSecrets(agent, nodeName);
         secretValues = [...secrets.values()].flatMap((m) => Object.values(m));
-        const resolved = resolveParameters(agent.spec, target, secrets);
+        const resolved = resolveParameters(agent.spec, target, secrets, rules);
         if ("errors" in resolved) throw new AgentError("Config", `FenceAgent ${agentName}: ${resolved.errors.join("; ")}`);
         const driver = driverFor(agent.spec.type, agent.spec.agent);
         const ctx = { node: nodeName, parameters: resolved.parameters, annotations: {} };

@@ -1,15 +1,19 @@
 // Whether a FenceAgent can fence the nodes its policies give it, checked before any fence needs it:
-// the driver exists, every node's parameters resolve (templates, node map, Secret keys) and the
-// driver accepts them. Pure: the caller fetches the Secrets (missing ones are reported by name).
+// the driver exists, every node's parameters resolve (templates, node map, Secret keys), the driver
+// accepts them, and no two nodes resolve to the same machine. Pure given the agent's rules (a fence
+// agent's metadata is read once per executable; the controller loads it first without blocking); the
+// caller fetches the Secrets (missing ones are reported by name).
 import type { V1Node } from "@kubernetes/client-node";
 import type { FenceAgent, FencingPolicy } from "../api/v1alpha1.ts";
 import { resolveParameters, secretKey, secretRefsFor } from "../agents/parameters.ts";
-import { driverFor } from "../agents/registry.ts";
+import { driverFor, rulesFor } from "../agents/registry.ts";
+import { duplicateTargets } from "../agents/targets.ts";
+import type { ParameterRules } from "../agents/types.ts";
 import { matchesSelector } from "./selectors.ts";
 
 export interface AgentCheck {
   ok: boolean;
-  reason: "Valid" | "Unused" | "InvalidConfiguration" | "SecretNotFound" | "SecretForbidden";
+  reason: "Valid" | "Unused" | "InvalidConfiguration" | "SecretNotFound" | "SecretForbidden" | "DuplicateTarget";
   message: string;
   nodes: string[];
 }
@@ -21,15 +25,23 @@ export function nodesForAgent(agent: FenceAgent, policies: readonly FencingPolic
   return nodes.filter((n) => users.some((p) => matchesSelector(n.metadata?.labels, p.spec.nodeSelector)));
 }
 
+/**
+ * `nodes` are those the policies give this agent; `allNodes` (default: `nodes`) every Node the operator knows,
+ * for the duplicate-target check: a node outside any policy that resolves to the same machine still makes the
+ * mapping ambiguous.
+ */
 export function checkAgent(
   agent: FenceAgent,
   nodes: readonly V1Node[],
   secrets: ReadonlyMap<string, Record<string, string> | undefined>,
+  allNodes: readonly V1Node[] = nodes,
 ): AgentCheck {
   const names = nodes.map((n) => n.metadata?.name ?? "");
   let driver;
+  let rules: ParameterRules | undefined;
   try {
     driver = driverFor(agent.spec.type, agent.spec.agent);
+    rules = rulesFor(agent.spec);
   } catch (err) {
     return { ok: false, reason: "InvalidConfiguration", message: (err as Error).message, nodes: names };
   }
@@ -43,7 +55,7 @@ export function checkAgent(
     for (const r of absent) missing.add(secretKey(r));
     if (absent.length) continue;
     const have = new Map(refs.map((r) => [secretKey(r), secrets.get(secretKey(r)) ?? {}] as const));
-    const r = resolveParameters(agent.spec, n, have);
+    const r = resolveParameters(agent.spec, n, have, rules ?? null);
     if ("errors" in r) errors.push(...r.errors);
     else errors.push(...driver.validate(r.parameters).map((e) => `node ${name}: ${e}`));
   }
@@ -57,6 +69,20 @@ export function checkAgent(
   if (errors.length) {
     const more = errors.length > 5 ? ` (and ${errors.length - 5} more)` : "";
     return { ok: false, reason: "InvalidConfiguration", message: errors.slice(0, 5).join("; ") + more, nodes: names };
+  }
+  const covered = new Set(names);
+  const dups = duplicateTargets(agent.spec, allNodes, rules).filter((g) => g.nodes.some((n) => covered.has(n)));
+  if (dups.length) {
+    const shown = dups.slice(0, 5).map((g) => `${g.nodes.join(", ")} all resolve to ${g.target}`);
+    const more = dups.length > 5 ? ` (and ${dups.length - 5} more groups)` : "";
+    return {
+      ok: false,
+      reason: "DuplicateTarget",
+      message:
+        `nodes that would be fenced through the same machine: ${shown.join("; ")}${more}. ` +
+        `Fencing one of them could power off another's machine; give each node its own address (or plug) in spec.nodes or a node-restriction.kubernetes.io/ label`,
+      nodes: names,
+    };
   }
   return { ok: true, reason: "Valid", message: `parameters resolve for ${names.length} node(s)`, nodes: names };
 }

@@ -92,7 +92,10 @@ describe("e2e: fence_ipmilan, failures and escalation", () => {
       spec: {
         type: "ipmi",
         parameters: { username: "admin", cipher: "3" },
-        nodeTemplates: { address: '{{ annotations["lab.stockade.io/bmc-host"] }}', port: '{{ annotations["lab.stockade.io/bmc-port"] }}' },
+        nodeTemplates: {
+          address: '{{ labels["node-restriction.kubernetes.io/bmc-host"] }}',
+          port: '{{ labels["node-restriction.kubernetes.io/bmc-port"] }}',
+        },
         credentialsSecretRef: { namespace: SECRETS_NS, name: "bmc-wrong" },
         timeoutSeconds: 10,
         retries: 2,

@@ -106,13 +106,20 @@ export class Bed {
       });
     }
     const perNode = Object.fromEntries(lab.nodes().map((n) => [n, { credentialsSecretRef: { namespace: SECRETS_NS, name: `bmc-${n}` } }]));
+    // The BMC addresses come only from administrator-owned sources: the node map here, the lab's
+    // node-restriction.kubernetes.io/ labels for lab-fence-ipmilan (a kubelet may not set those).
+    const withAddress = Object.fromEntries(
+      lab.nodes().map((n) => {
+        const ep = lab.bmcEndpoint(n);
+        return [n, { ...perNode[n], parameters: { address: ep.address, port: String(ep.port) } }];
+      }),
+    );
     await this.create("fenceagents", {
       metadata: { name: "lab-ipmi" },
       spec: {
         type: "ipmi",
         parameters: { username: "admin", cipher: "3" },
-        nodeTemplates: { address: '{{ annotations["lab.stockade.io/bmc-host"] }}', port: '{{ annotations["lab.stockade.io/bmc-port"] }}' },
-        nodes: perNode,
+        nodes: withAddress,
         timeoutSeconds: 20,
         retries: 1,
       },
@@ -123,7 +130,10 @@ export class Bed {
         type: "fenceAgent",
         agent: "fence_ipmilan",
         parameters: { username: "admin", lanplus: "1", cipher: "3" },
-        nodeTemplates: { ip: '{{ annotations["lab.stockade.io/bmc-host"] }}', ipport: '{{ annotations["lab.stockade.io/bmc-port"] }}' },
+        nodeTemplates: {
+          ip: '{{ labels["node-restriction.kubernetes.io/bmc-host"] }}',
+          ipport: '{{ labels["node-restriction.kubernetes.io/bmc-port"] }}',
+        },
         nodes: perNode,
         timeoutSeconds: 30,
         retries: 1,

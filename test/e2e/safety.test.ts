@@ -186,6 +186,34 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
     await admission.deleteValidatingAdmissionPolicy({ name: "refuse-pod-status" });
   });
 
+  test("item 7: an agent that resolves two nodes to one BMC is never run for either: no machine is powered off", async () => {
+    const [a, b] = bed.lab.nodes().filter((n) => bed.lab.machine(n).power === "on");
+    const ep = bed.lab.bmcEndpoint(a!);
+    const to = (n: string) => ({
+      parameters: { address: ep.address, port: String(ep.port) }, // b's entry names a's BMC: a copy-paste slip
+      credentialsSecretRef: { namespace: "stockade-system", name: `bmc-${n}` },
+    });
+    await bed.create("fenceagents", {
+      metadata: { name: "dup-ipmi" },
+      spec: { type: "ipmi", parameters: { username: "admin", cipher: "3" }, nodes: { [a!]: to(a!), [b!]: to(b!) }, timeoutSeconds: 10 },
+    });
+    await bed.create("fencingpolicies", {
+      metadata: { name: "dup" },
+      spec: { nodeSelector: { matchLabels: { "stockade.io/dup": "yes" } }, escalation: [{ agents: [{ name: "dup-ipmi" }] }] },
+    });
+    await bed.kubectl("label", "node", b!, "stockade.io/dup=yes");
+    await bed.kubectl("delete", "nodefence", b!, "--ignore-not-found");
+    const t0 = Date.now();
+    await bed.create("nodefences", { metadata: { name: b! }, spec: { nodeName: b!, policy: "dup", reason: "suspect" } });
+    const f = await bed.waitForFence(b!, (x) => x.status?.phase === "Failed", "Failed");
+    assert.match(f.status?.attempts?.[0]?.message ?? "", new RegExp(`resolves node ${b} and ${a} to the same machine`));
+    assert.deepEqual(powerOffsSince(a!, t0), [], "a's machine was not powered off in b's name");
+    assert.deepEqual(powerOffsSince(b!, t0), []);
+    const agent = await bed.agent("dup-ipmi");
+    assert.equal(agent.status?.conditions?.find((c) => c.type === "Ready")?.reason, "DuplicateTarget");
+    await bed.kubectl("delete", "nodefence", b!);
+  });
+
   test("no credential reaches the operator's logs", () => {
     assert.deepEqual(bed.leakedSecrets(), []);
   });

@@ -1,14 +1,20 @@
 // The fence agents against real peers: OpenIPMI ipmi_sim BMCs whose power control really powers the
-// simulated machines, driven by ipmitool directly and by Debian's fence_ipmilan.
+// simulated machines, driven by ipmitool directly and by Debian's fence_ipmilan (with its parameters resolved
+// from the lab's real Node objects and checked against its real metadata). Also what a node's own kubelet may
+// write on its Node under NodeRestriction, on the lab's real apiserver: the facts docs/api.md relies on.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { ApiException, CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { Lab } from "../../lab/lab.ts";
+import { createPki, writeKubeconfig } from "../../lab/pki.ts";
+import { paths } from "../../lab/state.ts";
 import { driverFor } from "../../src/agents/registry.ts";
+import { resolveParameters, type FenceAgentSpec } from "../../src/agents/parameters.ts";
 import { fenceOff, runOperation, type RunContext, type RunOptions } from "../../src/agents/run.ts";
 import { CONFIRMED_OFF_ANNOTATION } from "../../src/agents/manual.ts";
 
@@ -46,11 +52,29 @@ describe("fence agents against simulated BMCs", { timeout: 120_000 }, () => {
       parameters: { address: b1.address, port: String(b1.port), username: b1.username, password: pw1 },
       annotations: {},
     };
-    fenceCtx = {
-      node: "node-2",
-      parameters: { ip: b2.address, ipport: String(b2.port), username: b2.username, password: pw2, lanplus: "1", cipher: "3" },
-      annotations: {},
+    // As the operator does: fence_ipmilan's parameters from a FenceAgent spec over the real Node (the lab labels
+    // each Node with its BMC under node-restriction.kubernetes.io/) and the credentials Secret.
+    const spec: FenceAgentSpec = {
+      type: "fenceAgent",
+      agent: "fence_ipmilan",
+      parameters: { username: b2.username, lanplus: "1", cipher: "3" },
+      nodeTemplates: {
+        ip: '{{ labels["node-restriction.kubernetes.io/bmc-host"] }}',
+        ipport: '{{ labels["node-restriction.kubernetes.io/bmc-port"] }}',
+      },
+      credentialsSecretRef: { namespace: "stockade-system", name: "bmc" },
     };
+    const resolved = resolveParameters(spec, await lab.node("node-2"), new Map([["stockade-system/bmc", { password: `${pw2}\n` }]]));
+    assert.ok("parameters" in resolved, JSON.stringify(resolved));
+    assert.deepEqual(resolved.parameters, {
+      ip: b2.address,
+      ipport: String(b2.port),
+      username: b2.username,
+      password: pw2,
+      lanplus: "1",
+      cipher: "3",
+    });
+    fenceCtx = { node: "node-2", parameters: resolved.parameters, annotations: {} };
   });
   after(async () => {
     await lab?.setBmcReachable("node-1", true).catch(() => {});
@@ -156,6 +180,101 @@ describe("fence agents against simulated BMCs", { timeout: 120_000 }, () => {
       await lab.setBmcReachable("node-1", true);
     }
     assert.equal((await runOperation(driverFor("ipmi"), ipmiCtx, "status", opts)).power, "on", "the BMC answers again");
+  });
+
+  test("the reproduced injection: fence_ipmilan passes ip=127.0.0.1 -p 9999 -L USER to ipmitool as flags; Stockade refuses it", async () => {
+    const injected = "127.0.0.1 -p 9999 -L USER";
+    // The installed agent by hand, as the issue reproduced it: the flags reach ipmitool's command line.
+    const input = [
+      "action=status",
+      `ip=${injected}`,
+      "username=admin",
+      "password=x",
+      "lanplus=1",
+      "cipher=3",
+      "verbose=1",
+      "ipmitool_timeout=1",
+      "",
+    ];
+    // Its first command line is logged at once; do not wait for its retries against nothing.
+    const raw = spawnSync("/usr/sbin/fence_ipmilan", [], {
+      input: input.join("\n"),
+      encoding: "utf8",
+      timeout: 6000,
+      killSignal: "SIGKILL",
+    });
+    assert.match(raw.stderr, /Executing: \S*ipmitool -I lanplus -H 127\.0\.0\.1 -p 9999 -L USER -p 623/, raw.stderr);
+    // Through Stockade: refused before anything runs.
+    const fa = driverFor("fenceAgent", "fence_ipmilan");
+    const ctx = { ...fenceCtx, parameters: { ...fenceCtx.parameters, ip: injected } };
+    assert.match(fa.validate(ctx.parameters).join(), /parameter ip contains whitespace/);
+    const r = await runOperation(fa, ctx, "status", opts);
+    assert.deepEqual([r.outcome, r.tries], ["Failed", 0]);
+    const dangerous: Record<string, string>[] = [
+      { ipmitool_path: "/bin/sh" },
+      { passwd_script: "id" },
+      { sudo_path: "/bin/sh" },
+      { debug_file: "/tmp/x" },
+    ];
+    for (const bad of dangerous) {
+      const m = fa.validate({ ...fenceCtx.parameters, ...bad }).join();
+      assert.match(m, /runs a program or a shell command|names a file/, JSON.stringify(bad));
+    }
+  });
+
+  test("NodeRestriction: a kubelet may write its Node's annotations and ordinary labels, not node-restriction.kubernetes.io/ labels, nor delete the Node; providerID only once", async () => {
+    const pki = createPki(paths(lab.dir).pki, [{ name: "kubelet-node-1", cn: "system:node:node-1", groups: ["system:nodes"] }]);
+    const file = join(lab.dir, "kubelet-node-1.kubeconfig");
+    writeKubeconfig(file, {
+      server: lab.kc.getCurrentCluster()!.server,
+      caCert: pki.caCert,
+      ...pki.client("kubelet-node-1"),
+      user: "system:node:node-1",
+    });
+    const kc = new KubeConfig();
+    kc.loadFromFile(file);
+    const kubelet = kc.makeApiClient(CoreV1Api);
+    const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+    const patch = (name: string, body: object) => kubelet.patchNode({ name, body }, merge);
+    const refused = async (p: Promise<unknown>, what: string): Promise<string> => {
+      try {
+        await p;
+      } catch (e) {
+        if (e instanceof ApiException) return `${e.code} ${String(e.body)}`;
+        throw e;
+      }
+      assert.fail(`${what} was allowed`);
+    };
+    // Allowed: exactly what a template must therefore never read.
+    await patch("node-1", { metadata: { annotations: { "bmc.example.com/address": "10.6.6.6" } } });
+    await patch("node-1", { metadata: { labels: { "bmc.example.com/address": "10.6.6.6" } } });
+    const n1 = await lab.node("node-1");
+    assert.equal(n1.metadata?.annotations?.["bmc.example.com/address"], "10.6.6.6");
+    assert.equal(n1.metadata?.labels?.["bmc.example.com/address"], "10.6.6.6");
+    // Refused: the labels templates may read, set by the lab (an administrator) at creation.
+    const own = await refused(
+      patch("node-1", { metadata: { labels: { "node-restriction.kubernetes.io/bmc-port": "1" } } }),
+      "changing a node-restriction label",
+    );
+    assert.match(own, /^403 .*is not allowed to modify labels: node-restriction\.kubernetes\.io\/bmc-port/);
+    const removed = await refused(
+      patch("node-1", { metadata: { labels: { "node-restriction.kubernetes.io/bmc-host": null } } }),
+      "removing one",
+    );
+    assert.match(removed, /^403 .*node-restriction\.kubernetes\.io\/bmc-host/);
+    assert.match(await refused(patch("node-2", { metadata: { annotations: { x: "y" } } }), "another Node"), /^403 /);
+    assert.match(await refused(kubelet.deleteNode({ name: "node-1" }), "deleting its own Node"), /^403 /);
+    // providerID: the kubelet may set it while empty (the nuance docs/api.md notes), then nobody may change it.
+    await patch("node-1", { spec: { providerID: "kwok://node-1" } });
+    const again = await refused(patch("node-1", { spec: { providerID: "kwok://node-2" } }), "changing providerID");
+    assert.match(again, /^422 .*node updates may not change providerID except from \\"\\" to valid/);
+    await lab.core.patchNode(
+      {
+        name: "node-1",
+        body: { metadata: { annotations: { "bmc.example.com/address": null }, labels: { "bmc.example.com/address": null } } },
+      },
+      merge,
+    );
   });
 
   test("manual: status is unknown until the NodeFence carries the confirmation for this node", async () => {

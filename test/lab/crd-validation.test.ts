@@ -65,7 +65,10 @@ const moreValid: (FenceAgent | FencingPolicy)[] = [
       type: "fenceAgent",
       agent: "fence_ipmilan",
       parameters: { ip: "10.0.0.1", username: "admin", lanplus: "1", cipher: "3" },
-      nodeTemplates: { ipport: '{{ annotations["lab.stockade.io/bmc-port"] }}' },
+      nodeTemplates: {
+        ipport: '{{ labels["node-restriction.kubernetes.io/bmc-port"] }}',
+        ip: '{{ labels["bmc.node-restriction.kubernetes.io/host"] }}',
+      },
       credentialsSecretRef: { namespace: "stockade-system", name: "bmc" },
       timeoutSeconds: 600,
       retries: 0,
@@ -78,10 +81,40 @@ const moreValid: (FenceAgent | FencingPolicy)[] = [
     metadata: { name: "ok-ipmi-per-node-credentials" },
     spec: {
       type: "ipmi",
+      // ipmi's "port" is also fence agents' deprecated alias of plug: fine here, in every map.
+      parameters: { port: "623" },
+      nodeTemplates: { port: '{{ labels["node-restriction.kubernetes.io/bmc-port"] }}' },
       nodes: {
-        "node-1": { parameters: { address: "10.0.0.1" }, credentialsSecretRef: { namespace: "stockade-system", name: "bmc-node-1" } },
+        "node-1": {
+          parameters: { address: "10.0.0.1", port: "6230" },
+          credentialsSecretRef: { namespace: "stockade-system", name: "bmc-node-1" },
+        },
         "node-2": { credentialsSecretRef: { namespace: "stockade-system", name: "bmc-node-2" } },
       },
+    },
+  },
+  {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "FenceAgent",
+    metadata: { name: "ok-pdu-plugs-and-spaced-select" },
+    spec: {
+      type: "fenceAgent",
+      agent: "fence_drac5",
+      parameters: { drac_version: "DRAC CMC", ssh: "1", command_prompt: "admin1->" },
+      nodeTemplates: { plug: "{{ name }}", ip: "drac-{{ providerID }}.example.com" },
+      nodes: { "node-1": { parameters: { ip: "10.0.0.9", ipport: "22" } } },
+      credentialsSecretRef: { namespace: "stockade-system", name: "drac" },
+    },
+  },
+  {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "FenceAgent",
+    metadata: { name: "ok-azure-camel-case-names" },
+    spec: {
+      type: "fenceAgent",
+      agent: "fence_azure_arm",
+      parameters: { resourceGroup: "rg-1", subscriptionId: "0000-1111", tenantId: "t" },
+      nodeTemplates: { plug: "{{ name }}" },
     },
   },
   ...([3, "0%", "100%", "7%"] as const).map((maxUnhealthyNodes, i): FencingPolicy => ({
@@ -217,6 +250,59 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
       if (!message.includes(expect)) wrong.push(`${file}: expected a message containing\n  ${expect}\ngot\n  ${message}`);
     }
     assert.deepEqual(wrong, []);
+  });
+
+  test("every option that runs a command or names a file is refused in each parameter map, saying why", async () => {
+    const named = [
+      "passwd_script",
+      "password_script",
+      "ipmitool_path",
+      "ssh_path",
+      "sudo_path",
+      "identity_file",
+      "ssh_options",
+      "debug_file",
+    ];
+    const wrong: string[] = [];
+    for (const [i, option] of named.entries()) {
+      const maps = {
+        "spec.parameters": { parameters: { [option]: "/tmp/x" } },
+        "spec.nodeTemplates": { nodeTemplates: { [option]: "/tmp/x" } },
+        "spec.nodes[*].parameters": { nodes: { "node-1": { parameters: { [option]: "/tmp/x" } } } },
+      };
+      for (const [j, [field, spec]] of Object.entries(maps).entries()) {
+        const obj: FenceAgent = {
+          apiVersion: `${GROUP}/${VERSION}`,
+          kind: "FenceAgent",
+          metadata: { name: `bad-option-${i}-${j}` },
+          spec: { type: "fenceAgent", agent: "fence_ilo_ssh", ...spec },
+        };
+        const message = await refusal(create(obj), `${option} in ${field}`);
+        if (
+          !message.includes(`${field} must not contain`) ||
+          !message.includes(option) ||
+          !message.includes("run commands or name files on the operator's host")
+        )
+          wrong.push(`${option} in ${field}: ${message}`);
+      }
+    }
+    assert.deepEqual(wrong, []);
+  });
+
+  test("a FenceAgent for 5000 nodes passes the generated rules within the apiserver's CEL cost limits", async () => {
+    const nodes = Object.fromEntries(
+      Array.from({ length: 5000 }, (_, i) => [
+        `node-${i}`,
+        { parameters: { ip: `10.${i >> 16}.${(i >> 8) & 255}.${i & 255}`, ipport: "623" } },
+      ]),
+    );
+    const big: FenceAgent = {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: "FenceAgent",
+      metadata: { name: "ok-5000-nodes" },
+      spec: { type: "fenceAgent", agent: "fence_ipmilan", parameters: { username: "admin", lanplus: "1", cipher: "3" }, nodes },
+    };
+    await create(big).catch((err: unknown) => assert.fail(`refused: ${apiError(err).slice(0, 500)}`));
   });
 
   test("a NodeFence's nodeName and origin cannot change; its other fields can", async () => {

@@ -1,0 +1,95 @@
+// Two nodes whose parameters point one agent at the same machine (same BMC; same PDU and outlet; same
+// hypervisor and VM...) are an error: powering "node-1" off would stop whatever machine that device drives,
+// maybe node-2's, and a status query would answer for it. Pure given the agent's rules; no Secret is needed,
+// since a Secret may hold only credentials, which never name a machine.
+import type { V1Node } from "@kubernetes/client-node";
+import type { FencingTarget, ParameterRules } from "./types.ts";
+import { resolveSpecParameters, type FenceAgentSpec } from "./parameters.ts";
+import { rulesFor } from "./registry.ts";
+
+/** The machine `node`'s parameters point the agent at; undefined when they do not resolve or name none. */
+export function targetOf(spec: FenceAgentSpec, node: V1Node, rules: ParameterRules): FencingTarget | undefined {
+  const r = resolveSpecParameters(spec, node, rules);
+  if (r.errors.length > 0) return undefined;
+  return rules.target(r.parameters);
+}
+
+/** Same device, and outlets that overlap (no outlets = the whole device). */
+export function sameMachine(a: FencingTarget, b: FencingTarget): boolean {
+  if (a.device !== b.device) return false;
+  if (a.outlets.length === 0 || b.outlets.length === 0) return true;
+  return a.outlets.some((o) => b.outlets.includes(o));
+}
+
+const describe = (t: FencingTarget) => `${t.device || "(no address)"}${t.outlets.length ? ` plug ${t.outlets.join(",")}` : ""}`;
+
+export type TargetCheck = { ok: true } | { ok: false; reason: "DuplicateTarget"; nodes: string[]; message: string };
+
+/**
+ * Whether `node` is the only Node whose parameters point this agent at its machine. Call it with every Node the
+ * operator knows (not only those a policy selects: a mapping that is ambiguous anywhere is not trusted), right
+ * before running the agent for `node`. Pure given `rules` (default: rulesFor(spec), which reads a fence agent's
+ * metadata once per executable and may throw a Config AgentError).
+ */
+export function checkUniqueTarget(
+  agentName: string,
+  spec: FenceAgentSpec,
+  node: V1Node,
+  nodes: readonly V1Node[],
+  rules: ParameterRules | undefined = rulesFor(spec),
+): TargetCheck {
+  if (!rules) return { ok: true };
+  const name = node.metadata?.name ?? "";
+  const mine = targetOf(spec, node, rules);
+  if (!mine) return { ok: true };
+  const others = nodes
+    .filter((n) => (n.metadata?.name ?? "") !== name)
+    .filter((n) => {
+      const t = targetOf(spec, n, rules);
+      return t !== undefined && sameMachine(mine, t);
+    })
+    .map((n) => n.metadata?.name ?? "")
+    .sort();
+  if (others.length === 0) return { ok: true };
+  return {
+    ok: false,
+    reason: "DuplicateTarget",
+    nodes: others,
+    message:
+      `FenceAgent ${agentName} resolves node ${name} and ${others.join(", ")} to the same machine (${describe(mine)}): ` +
+      `fencing ${name} through it could power off another node's machine and confirm the wrong one; ` +
+      `give each node its own address (or plug) in spec.nodes or in a node-restriction.kubernetes.io/ label`,
+  };
+}
+
+/** Every group of two or more nodes that share a machine, for the FenceAgent's Ready condition. */
+export function duplicateTargets(
+  spec: FenceAgentSpec,
+  nodes: readonly V1Node[],
+  rules: ParameterRules | undefined,
+): { target: string; nodes: string[] }[] {
+  if (!rules) return [];
+  // By device first: thousands of nodes, few sharing a device.
+  const byDevice = new Map<string, { name: string; target: FencingTarget }[]>();
+  for (const n of nodes) {
+    const target = targetOf(spec, n, rules);
+    if (!target) continue;
+    const list = byDevice.get(target.device) ?? [];
+    list.push({ name: n.metadata?.name ?? "", target });
+    byDevice.set(target.device, list);
+  }
+  const groups: { target: string; nodes: string[] }[] = [];
+  for (const list of byDevice.values()) {
+    if (list.length < 2) continue;
+    list.sort((a, b) => a.name.localeCompare(b.name));
+    const seen = new Set<string>();
+    for (const a of list) {
+      if (seen.has(a.name)) continue;
+      const same = list.filter((b) => b.name !== a.name && !seen.has(b.name) && sameMachine(a.target, b.target));
+      if (same.length === 0) continue;
+      for (const b of [a, ...same]) seen.add(b.name);
+      groups.push({ target: describe(a.target), nodes: [a.name, ...same.map((b) => b.name)] });
+    }
+  }
+  return groups.sort((a, b) => a.nodes[0]!.localeCompare(b.nodes[0]!));
+}

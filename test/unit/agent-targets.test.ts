@@ -1,0 +1,131 @@
+// Two nodes that resolve to the same fencing target (BMC; PDU and outlet) are an error: the FenceAgent's Ready
+// condition says DuplicateTarget, and checkUniqueTarget refuses to fence either.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { V1Node } from "@kubernetes/client-node";
+import type { FenceAgent } from "../../src/api/v1alpha1.ts";
+import { checkUniqueTarget, duplicateTargets, sameMachine } from "../../src/agents/targets.ts";
+import { ipmiRules } from "../../src/agents/ipmi.ts";
+import { rulesFromMetadata } from "../../src/agents/fence-agent.ts";
+import { parseMetadata } from "../../src/agents/fence-metadata.ts";
+import type { FenceAgentSpec } from "../../src/agents/parameters.ts";
+import { checkAgent } from "../../src/decide/agent-check.ts";
+
+const fixture = (agent: string) => readFileSync(join(import.meta.dirname, "../fixtures/fence-agents", `${agent}.xml`), "utf8");
+const apc = rulesFromMetadata(parseMetadata(fixture("fence_apc")));
+const ipmilan = rulesFromMetadata(parseMetadata(fixture("fence_ipmilan")));
+const n = (name: string, labels: Record<string, string> = {}): V1Node => ({ metadata: { name, labels } });
+const nodes = ["node-1", "node-2", "node-3"].map((x) => n(x));
+
+describe("the target of a node's parameters", () => {
+  test("ipmi: address and port, normalised; the default port counts", () => {
+    assert.deepEqual(ipmiRules.target({ address: "BMC-1.example.com.", port: "0623" }), { device: "bmc-1.example.com:623", outlets: [] });
+    assert.deepEqual(ipmiRules.target({ address: "10.0.0.1" }), ipmiRules.target({ address: "10.0.0.1", port: "623" }));
+    assert.equal(ipmiRules.target({ port: "623" }), undefined, "no address, no target");
+  });
+
+  test("fence agents: ip, ipport (metadata default), plugs split on the separator, qualifiers", () => {
+    assert.deepEqual(ipmilan.target({ ip: "10.0.0.1" }), { device: "10.0.0.1:623", outlets: [] });
+    assert.deepEqual(apc.target({ ip: "pdu", plug: "3,4", switch: "2" }), { device: "pdu:23 switch=2", outlets: ["3", "4"] });
+    assert.deepEqual(apc.target({ ip: "pdu", plug: "3:4", plug_separator: ":" })?.outlets, ["3", "4"]);
+  });
+
+  test("same machine: same device and overlapping outlets, or a whole device", () => {
+    const t = (device: string, ...outlets: string[]) => ({ device, outlets });
+    assert.equal(sameMachine(t("pdu:23", "1"), t("pdu:23", "2")), false, "one PDU, different plugs: fine");
+    assert.equal(sameMachine(t("pdu:23", "1", "2"), t("pdu:23", "2", "3")), true);
+    assert.equal(sameMachine(t("pdu:23"), t("pdu:23", "2")), true, "a whole device covers every outlet");
+    assert.equal(sameMachine(t("pdu:23 switch=1", "1"), t("pdu:23 switch=2", "1")), false);
+  });
+});
+
+describe("checkUniqueTarget (the node-fence controller's check before running an agent)", () => {
+  test("two nodes on one BMC are refused, naming both and saying why", () => {
+    const spec: FenceAgentSpec = {
+      type: "ipmi",
+      nodes: { "node-1": { parameters: { address: "10.0.0.1" } }, "node-2": { parameters: { address: "10.0.0.1", port: "623" } } },
+    };
+    const r = checkUniqueTarget("lab-ipmi", spec, nodes[0]!, nodes, ipmiRules);
+    assert.deepEqual(r.ok ? [] : r.nodes, ["node-2"]);
+    assert.ok(!r.ok);
+    assert.equal(r.reason, "DuplicateTarget");
+    assert.match(r.message, /FenceAgent lab-ipmi resolves node node-1 and node-2 to the same machine \(10\.0\.0\.1:623\)/);
+    assert.match(r.message, /give each node its own address/);
+    assert.deepEqual(
+      checkUniqueTarget("lab-ipmi", spec, nodes[2]!, nodes, ipmiRules),
+      { ok: true },
+      "node-3 has no address: nothing shared",
+    );
+  });
+
+  test("a shared address with no per-node value makes every node a duplicate", () => {
+    const spec: FenceAgentSpec = { type: "fenceAgent", agent: "fence_ipmilan", parameters: { ip: "10.0.0.1" } };
+    const r = checkUniqueTarget("a", spec, nodes[1]!, nodes, ipmilan);
+    assert.deepEqual(r.ok ? [] : r.nodes, ["node-1", "node-3"]);
+  });
+
+  test("one PDU with different plugs is fine; the same plug is not", () => {
+    const spec: FenceAgentSpec = {
+      type: "fenceAgent",
+      agent: "fence_apc",
+      parameters: { ip: "pdu-a" },
+      nodeTemplates: { plug: '{{ labels["node-restriction.kubernetes.io/plug"] }}' },
+    };
+    const pdu = [n("node-1", { "node-restriction.kubernetes.io/plug": "1" }), n("node-2", { "node-restriction.kubernetes.io/plug": "2" })];
+    assert.deepEqual(checkUniqueTarget("pdu", spec, pdu[0]!, pdu, apc), { ok: true });
+    pdu.push(n("node-3", { "node-restriction.kubernetes.io/plug": "2" }));
+    const r = checkUniqueTarget("pdu", spec, pdu[2]!, pdu, apc);
+    assert.ok(!r.ok && r.nodes.join() === "node-2" && /same machine \(pdu-a:23 plug 2\)/.test(r.message));
+  });
+
+  test("spellings of one address are one machine", () => {
+    const spec: FenceAgentSpec = {
+      type: "ipmi",
+      nodes: { "node-1": { parameters: { address: "BMC.example.com" } }, "node-2": { parameters: { address: "bmc.example.com." } } },
+    };
+    assert.equal(checkUniqueTarget("x", spec, nodes[0]!, nodes, ipmiRules).ok, false);
+  });
+
+  test("nodes whose parameters do not resolve are ignored; manual has no target", () => {
+    const spec: FenceAgentSpec = { type: "ipmi", nodeTemplates: { address: '{{ labels["node-restriction.kubernetes.io/bmc"] }}' } };
+    const ns = [n("node-1", { "node-restriction.kubernetes.io/bmc": "10.0.0.1" }), n("node-2")];
+    assert.deepEqual(checkUniqueTarget("x", spec, ns[0]!, ns, ipmiRules), { ok: true });
+    assert.deepEqual(checkUniqueTarget("m", { type: "manual" }, nodes[0]!, nodes), { ok: true });
+  });
+});
+
+describe("duplicateTargets and the FenceAgent's Ready condition", () => {
+  const agent = (spec: FenceAgent["spec"]): FenceAgent => ({
+    apiVersion: "stockade.io/v1alpha1",
+    kind: "FenceAgent",
+    metadata: { name: "a" },
+    spec,
+  });
+  const secrets = new Map([["s/bmc", { password: "pw", username: "admin" }]]);
+
+  test("groups every set of nodes that share a machine", () => {
+    const spec: FenceAgentSpec = {
+      type: "ipmi",
+      nodes: {
+        "node-1": { parameters: { address: "10.0.0.1" } },
+        "node-2": { parameters: { address: "10.0.0.2" } },
+        "node-3": { parameters: { address: "10.0.0.1" } },
+      },
+    };
+    assert.deepEqual(duplicateTargets(spec, nodes, ipmiRules), [{ target: "10.0.0.1:623", nodes: ["node-1", "node-3"] }]);
+  });
+
+  test("checkAgent says DuplicateTarget, counting nodes outside the policies too", () => {
+    const a = agent({
+      type: "ipmi",
+      credentialsSecretRef: { namespace: "s", name: "bmc" },
+      nodes: { "node-1": { parameters: { address: "10.0.0.1" } }, "node-3": { parameters: { address: "10.0.0.1" } } },
+    });
+    const c = checkAgent(a, [nodes[0]!], secrets, nodes);
+    assert.equal(c.reason, "DuplicateTarget");
+    assert.match(c.message, /node-1, node-3 all resolve to 10\.0\.0\.1:623/);
+    assert.equal(checkAgent(a, [nodes[0]!], secrets).reason, "Valid", "without the other Node, nothing is shared");
+  });
+});
