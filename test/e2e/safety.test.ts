@@ -193,6 +193,7 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
       parameters: { address: ep.address, port: String(ep.port) }, // b's entry names a's BMC: a copy-paste slip
       credentialsSecretRef: { namespace: "stockade-system", name: `bmc-${n}` },
     });
+    await bed.kubectl("label", "node", b!, "stockade.io/dup=yes");
     await bed.create("fenceagents", {
       metadata: { name: "dup-ipmi" },
       spec: { type: "ipmi", parameters: { username: "admin", cipher: "3" }, nodes: { [a!]: to(a!), [b!]: to(b!) }, timeoutSeconds: 10 },
@@ -201,7 +202,6 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
       metadata: { name: "dup" },
       spec: { nodeSelector: { matchLabels: { "stockade.io/dup": "yes" } }, escalation: [{ agents: [{ name: "dup-ipmi" }] }] },
     });
-    await bed.kubectl("label", "node", b!, "stockade.io/dup=yes");
     await bed.kubectl("delete", "nodefence", b!, "--ignore-not-found");
     const t0 = Date.now();
     await bed.create("nodefences", { metadata: { name: b! }, spec: { nodeName: b!, policy: "dup", reason: "suspect" } });
@@ -209,8 +209,12 @@ describe("e2e: safety of releases and power-offs (issue 8)", () => {
     assert.match(f.status?.attempts?.[0]?.message ?? "", new RegExp(`resolves node ${b} and ${a} to the same machine`));
     assert.deepEqual(powerOffsSince(a!, t0), [], "a's machine was not powered off in b's name");
     assert.deepEqual(powerOffsSince(b!, t0), []);
-    const agent = await bed.agent("dup-ipmi");
-    assert.equal(agent.status?.conditions?.find((c) => c.type === "Ready")?.reason, "DuplicateTarget");
+    await waitFor(
+      "FenceAgent dup-ipmi Ready=False DuplicateTarget",
+      async () =>
+        (await bed.agent("dup-ipmi")).status?.conditions?.find((c) => c.type === "Ready")?.reason === "DuplicateTarget" || undefined,
+      { timeoutMs: 30_000 },
+    );
     await bed.kubectl("delete", "nodefence", b!);
   });
 
