@@ -156,17 +156,34 @@ describe("operator start-up and configuration errors", () => {
       assert.equal(q.reason, "AgentNotFound");
 
       await custom.deleteClusterCustomObject({ group: "stockade.io", version: "v1alpha1", plural: "nodefences", name: "node-1" });
+      // The finalizer runs (nothing to clean here), then the object is gone.
+      await waitFor("NodeFence node-1 gone", async () => ((await get("node-1").catch(() => undefined)) ? undefined : true));
+      // A NodeFence may not pick a policy that does not select its node: it waits, saying why.
       await create("nodefences", "NodeFence", { metadata: { name: "node-1" }, spec: { nodeName: "node-1", policy: "q" } });
+      const refused = await waitFor("NodeFence node-1 refusing policy q", async () => {
+        const f = await get("node-1");
+        return f.status?.conditions?.find((c) => c.type === "Fenced" && c.reason === "PolicyDoesNotSelectNode") ? f : undefined;
+      });
+      assert.equal(refused.status?.phase, undefined, "never started");
+      const warned = await lab.core.listNamespacedEvent({
+        namespace: "default",
+        fieldSelector: "involvedObject.name=node-1,reason=PolicyDoesNotSelectNode",
+      });
+      assert.ok(warned.items.length >= 1, "a PolicyDoesNotSelectNode Event");
+      // Once the node is selected it starts; the FenceAgent policy q names does not exist: the round fails (and
+      // will be retried: nothing missing is final).
+      await run("kubectl", ["label", "node", "node-1", "nothing=x"], { env: lab.env });
       const noAgent = await waitFor("NodeFence node-1 Failed again", async () => {
         const f = await get("node-1");
         return f.status?.phase === "Failed" ? f : undefined;
       });
       const cond = noAgent.status?.conditions?.find((c) => c.type === "Failed");
-      assert.equal(cond?.reason, "AgentNotFound");
+      assert.equal(cond?.reason, "FencingFailed");
+      assert.match(cond?.message ?? "", /FenceAgent not-there does not exist/);
+      assert.ok(noAgent.status?.nextRetryTime, "a retry is scheduled");
       const metrics = await scrape();
       assert.match(metrics, /^stockade_fences_total\{outcome="Failed",agent=""\} 2$/m);
       assert.match(metrics, /^stockade_fence_attempts_total\{agent="no-secret",type="ipmi",operation="off",outcome="Failed"\} 1$/m);
-      assert.match(cond?.message ?? "", /FenceAgent not-there named by FencingPolicy q does not exist/);
     } finally {
       const exited = once(child, "exit");
       child.kill("SIGTERM");
