@@ -46,8 +46,19 @@ async function startKubelet(s: LabState, name: string, source: string, bootID: s
   const spec = nodeSpec(s, name);
   const p = paths(s.dir).node(name);
   // A restarted kubelet renews its own lease at once; kwok's lease holder is per process, so the dead
-  // process's lease would block the new one until it expires. The old process is gone: release it.
-  await apiRequest(s, "DELETE", `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${name}`).catch(() => undefined);
+  // process's lease would block the new one until it expires. The old process is gone: release it. On a
+  // resume (same boot) the kubelet is alive and renews right away: the release carries that renewal, so the
+  // node never looks silent while the new kwok process starts.
+  const lease = `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${name}`;
+  if (source === "resume")
+    await apiRequest(
+      s,
+      "PATCH",
+      lease,
+      { spec: { holderIdentity: null, renewTime: new Date().toISOString().replace("Z", "000Z") } },
+      "application/merge-patch+json",
+    ).catch(() => undefined);
+  else await apiRequest(s, "DELETE", lease).catch(() => undefined);
   writeFileSync(p.kwokConfig, kwokConfig(s.kwokStages, bootID));
   const ref = startDetached({
     cmd: s.kwok,

@@ -209,7 +209,7 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
     assert.deepEqual(fp.spec, {
       nodeSelector: {},
       guardedPods: { statefulSets: true, readWriteOnceVolumes: true },
-      detection: { heartbeatTimeoutSeconds: 40, fenceAfterSeconds: 60, honorPodTolerations: true },
+      detection: { heartbeatTimeoutSeconds: 40, fenceAfterSeconds: 60, honorPodTolerations: true, minTolerationSeconds: 30 },
       escalation: [{ agents: [{ name: "min-manual" }] }],
       action: "off",
       release: { forceDeletePods: true, deleteVolumeAttachments: true, outOfServiceTaint: false },
