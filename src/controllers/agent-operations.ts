@@ -17,11 +17,10 @@ interface Entry {
 
 export class AgentOperations {
   private readonly byFence = new Map<string, Map<number, Entry>>();
-  private readonly inFlight = new Set<Promise<void>>();
   private readonly onDone: (name: string) => void;
   private readonly onStart: (work: Promise<void>) => void;
 
-  /** onDone: an operation ended (by fence name); onStart: every operation's promise, e.g. for shutdown to wait for. */
+  /** onDone: an operation ended (by fence name); onStart: every operation's promise, for shutdown to wait for (runtime/in-flight.ts). */
   constructor(onDone: (name: string) => void, onStart: (work: Promise<void>) => void = () => {}) {
     this.onDone = onDone;
     this.onStart = onStart;
@@ -44,8 +43,6 @@ export class AgentOperations {
       entry.op = { state: "done", ...result };
       this.onDone(name);
     })();
-    this.inFlight.add(p);
-    void p.finally(() => this.inFlight.delete(p));
     this.onStart(p);
   }
 
@@ -65,14 +62,5 @@ export class AgentOperations {
   abort(uid: string): void {
     for (const e of this.byFence.get(uid)?.values() ?? []) e.abort.abort();
     this.byFence.delete(uid);
-  }
-
-  get running(): number {
-    return this.inFlight.size;
-  }
-
-  /** Waits for every running operation to end (each is bounded by its own deadline). */
-  async drain(): Promise<void> {
-    await Promise.all([...this.inFlight]);
   }
 }

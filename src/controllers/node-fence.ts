@@ -20,6 +20,7 @@ import {
   FENCED_TAINT,
   FINALIZER,
   OUT_OF_SERVICE_TAINT,
+  heartbeatsAgain,
   nextStep,
   targetNode,
   type FenceObservation,
@@ -81,7 +82,7 @@ export class NodeFenceController {
     try {
       const fence = await this.d.kube.getNodeFence(name);
       if (!fence) return;
-      const [node, lease] = await Promise.all([this.d.kube.readNode(fence.spec.nodeName), this.d.kube.readLease(fence.spec.nodeName)]);
+      const [node, lease] = await this.readFresh(fence);
       const step = nextStep(this.observe(fence, node, lease));
       if (step.kind === "recordOutcome") await this.perform(fence, node, lease, step);
     } catch (err) {
@@ -113,8 +114,7 @@ export class NodeFenceController {
   async reconcile(name: string): Promise<{ requeueAfterMs?: number } | void> {
     let fence = await this.d.kube.getNodeFence(name);
     for (let i = 0; i < MAX_STEPS && fence; i++) {
-      // Read fresh, right before deciding: heartbeats, bootID and deletion are what the safety rules compare.
-      const [node, lease] = await Promise.all([this.d.kube.readNode(fence.spec.nodeName), this.d.kube.readLease(fence.spec.nodeName)]);
+      const [node, lease] = await this.readFresh(fence);
       const step = nextStep(this.observe(fence, node, lease));
       if (step.kind === "done") return;
       if (step.kind === "wait") {
@@ -468,12 +468,9 @@ export class NodeFenceController {
       await this.d.kube.setNodeCondition(nodeName, FENCED_CONDITION, null);
   }
 
-  /** Automatic fencing needs sustained silence, re-read from the apiserver right before each power command. */
-  private async stillPartitioned(fence: NodeFence): Promise<string | undefined> {
-    const timeout = fence.status?.policySnapshot?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
-    const { health } = await this.d.kube.freshHealth(fence.spec.nodeName, timeout, this.d.clock());
-    if (!health || health.state === "Partitioned") return undefined;
-    return `the node heartbeats again (last heartbeat ${health.lastHeartbeat?.toUTC().toISO() ?? "never"}, Ready=${health.ready})`;
+  /** The Node and its Lease from the apiserver, never the cache: heartbeats, bootID and deletion are what the safety rules compare. */
+  private readFresh(fence: NodeFence): Promise<[V1Node | undefined, V1Lease | undefined]> {
+    return Promise.all([this.d.kube.readNode(fence.spec.nodeName), this.d.kube.readLease(fence.spec.nodeName)]);
   }
 
   /** Writes the attempt InProgress, then runs the agent in the background; its end re-enqueues the fence. */
@@ -520,7 +517,9 @@ export class NodeFenceController {
             throw new AgentError("Cancelled", (err as Error).message);
           }
           if (o !== "off" || !automatic) return;
-          const why = await this.stillPartitioned(current);
+          // Automatic fencing needs sustained silence, re-read right before each power command.
+          const [n, l] = await this.readFresh(current);
+          const why = heartbeatsAgain({ fence: current, node: n, lease: l, now: this.d.clock() });
           if (why) throw new AgentError("Cancelled", why);
         };
         const opts = {

@@ -165,8 +165,10 @@ export function heartbeatChanges(before: NodeFenceStatusEvidenceHeartbeat, now: 
   return out;
 }
 
+type Fresh = Pick<FenceObservation, "fence" | "node" | "lease" | "now">;
+
 /** The node's health under the fence's snapshot; undefined when the Node does not exist. */
-export function healthOf(o: FenceObservation): NodeHealth | undefined {
+export function healthOf(o: Fresh): NodeHealth | undefined {
   const timeout = o.fence.status?.policySnapshot?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
   return o.node ? assessNode(o.node, o.lease, o.now, timeout) : undefined;
 }
@@ -180,6 +182,12 @@ function describeHealth(h: NodeHealth | undefined): string {
   if (!h) return "the Node does not exist";
   const beat = h.lastHeartbeat ? iso(h.lastHeartbeat) : "never";
   return `last heartbeat ${beat}, Ready=${h.ready}`;
+}
+
+/** Why an automatic fence must not power the node off (it heartbeats again), or undefined while it is partitioned. */
+export function heartbeatsAgain(o: Fresh): string | undefined {
+  const h = healthOf(o);
+  return heartbeats(h) ? `the node heartbeats again (${describeHealth(h)})` : undefined;
 }
 
 /** Guarded pods on the node that still have to be released, highest priority first. */
@@ -430,10 +438,14 @@ function inProgressStep(o: FenceObservation, index: number, health: NodeHealth |
       requeueAfterMs: Math.max(100, Math.min(5_000, deadline.diff(o.now).as("milliseconds"))),
     };
   }
+  return operationStep(o, index, `${a.agent} ${a.operation}`);
+}
+
+/** An InProgress attempt run in the background: record its end, wait for it, or, with no operation here, interrupt it. */
+function operationStep(o: FenceObservation, index: number, what: string): Step {
   const op = o.operations.get(index);
   if (op?.state === "done") return { kind: "recordOutcome", index, outcome: op.outcome, message: op.message };
-  if (op?.state === "running")
-    return { kind: "wait", reason: "AgentRunning", message: `${a.agent} ${a.operation} in progress`, requeueAfterMs: 30_000 };
+  if (op?.state === "running") return { kind: "wait", reason: "AgentRunning", message: `${what} in progress`, requeueAfterMs: 30_000 };
   return { kind: "interrupted", index };
 }
 
@@ -476,12 +488,7 @@ function powerOnStep(o: FenceObservation): Step | undefined {
   const st = o.fence.status ?? {};
   const attempts = attemptsOf(o.fence);
   const busy = attempts.findIndex((a) => a.outcome === "InProgress");
-  if (busy >= 0) {
-    const op = o.operations.get(busy);
-    if (op?.state === "done") return { kind: "recordOutcome", index: busy, outcome: op.outcome, message: op.message };
-    if (op?.state === "running") return { kind: "wait", reason: "AgentRunning", message: "power on in progress", requeueAfterMs: 30_000 };
-    return { kind: "interrupted", index: busy };
-  }
+  if (busy >= 0) return operationStep(o, busy, "power on");
   const level = st.currentLevel ?? 0;
   for (const name of st.policySnapshot?.escalation[level]?.agents ?? []) {
     const agent = o.agents.get(name);

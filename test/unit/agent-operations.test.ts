@@ -1,17 +1,22 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { AgentOperations } from "../../src/controllers/agent-operations.ts";
+import { InFlight } from "../../src/runtime/in-flight.ts";
 
 const tick = () => new Promise((r) => setImmediate(r));
 
 describe("AgentOperations (item 15: agents run outside the workers)", () => {
   test("an operation runs in the background; its end is reported and re-enqueues the fence by name", async () => {
     const done: string[] = [];
-    const ops = new AgentOperations((name) => done.push(name));
+    const inflight = new InFlight();
+    const ops = new AgentOperations(
+      (name) => done.push(name),
+      (p) => void inflight.track(p),
+    );
     let finish!: () => void;
     ops.start("uid-1", "node-1", 0, () => new Promise((r) => (finish = () => r({ outcome: "Succeeded", message: "off" }))));
     assert.deepEqual([...ops.view("uid-1")], [[0, { state: "running" }]]);
-    assert.equal(ops.running, 1);
+    assert.equal(inflight.size, 1);
     finish();
     await tick();
     assert.deepEqual(done, ["node-1"]);
@@ -41,7 +46,11 @@ describe("AgentOperations (item 15: agents run outside the workers)", () => {
   });
 
   test("abort withdraws the operation at once (its signal fires) and forgets it; drain waits for what still runs", async () => {
-    const ops = new AgentOperations(() => {});
+    const inflight = new InFlight();
+    const ops = new AgentOperations(
+      () => {},
+      (p) => void inflight.track(p),
+    );
     let aborted = false;
     ops.start(
       "u",
@@ -57,17 +66,21 @@ describe("AgentOperations (item 15: agents run outside the workers)", () => {
     );
     ops.abort("u");
     assert.equal(ops.view("u").size, 0);
-    await ops.drain();
+    await inflight.drain();
     assert.ok(aborted);
-    assert.equal(ops.running, 0);
+    assert.equal(inflight.size, 0);
   });
 
   test("a throwing operation ends Failed with its message", async () => {
-    const ops = new AgentOperations(() => {});
+    const inflight = new InFlight();
+    const ops = new AgentOperations(
+      () => {},
+      (p) => void inflight.track(p),
+    );
     ops.start("u", "n", 3, async () => {
       throw new Error("boom");
     });
-    await ops.drain();
+    await inflight.drain();
     assert.deepEqual(ops.view("u").get(3), { state: "done", outcome: "Failed", message: "boom" });
   });
 });
