@@ -3,7 +3,7 @@
 // heartbeat lost (the crash) → power off confirmed → old pod released → replacement Running.
 //   node bench/failover.ts [--runs N] [--mode crash|partition]
 import { parseArgs } from "node:util";
-import { Bed, NS } from "../test/e2e/harness.ts";
+import { Bed, NS } from "../lab/bed.ts";
 
 const { values } = parseArgs({ options: { runs: { type: "string", default: "5" }, mode: { type: "string", default: "crash" } } });
 const runs = Number(values.runs);

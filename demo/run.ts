@@ -9,7 +9,7 @@ import { repoRoot } from "../lab/bins.ts";
 import { Lab } from "../lab/lab.ts";
 import { Informer } from "../src/runtime/informer.ts";
 import { GROUP, VERSION, type NodeFence } from "../src/api/v1alpha1.ts";
-import { Bed, NS } from "../test/e2e/harness.ts";
+import { Bed, NS } from "../lab/bed.ts";
 
 const { values } = parseArgs({ options: { once: { type: "boolean", default: false }, nodes: { type: "string", default: "4" } } });
 const nodes = Number(values.nodes);

@@ -9,7 +9,7 @@ import { promisify } from "node:util";
 import { waitFor } from "../../lab/health.ts";
 import { repoRoot } from "../../lab/bins.ts";
 import { GROUP, VERSION, type NodeFence } from "../../src/api/v1alpha1.ts";
-import { Bed, NS } from "../e2e/harness.ts";
+import { Bed, NS } from "../../lab/bed.ts";
 
 const run = promisify(execFile);
 

@@ -26,7 +26,7 @@ import { Lab } from "../../lab/lab.ts";
 import { repoRoot } from "../../lab/bins.ts";
 import { waitFor } from "../../lab/health.ts";
 import { paths } from "../../lab/state.ts";
-import { Bed, SECRETS_NS } from "../e2e/harness.ts";
+import { Bed, SECRETS_NS } from "../../lab/bed.ts";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
 import { ADMISSION_POLICY, ATTEST_VERB } from "../../src/kube/admission-check.ts";
 import { errorMessage, Kube, statusCode } from "../../src/kube/api.ts";

@@ -3,8 +3,8 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { StorageV1Api } from "@kubernetes/client-node";
-import { Bed, NS } from "./harness.ts";
-import type { NodeFence } from "../../src/api/v1alpha1.ts";
+import { Bed, NS } from "../lab/bed.ts";
+import type { NodeFence } from "../src/api/v1alpha1.ts";
 
 const released = (f: NodeFence) => f.status?.phase === "Released";
 

@@ -3,7 +3,7 @@
 // Stockade removes the taint once nothing is left terminating there.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { Bed } from "./harness.ts";
+import { Bed } from "../lab/bed.ts";
 
 describe("e2e: out-of-service taint release mode", () => {
   let bed: Bed;

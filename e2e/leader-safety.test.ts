@@ -12,10 +12,10 @@ import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ChildProcess } from "node:child_process";
 import { CoordinationV1Api } from "@kubernetes/client-node";
-import { Bed, SECRETS_NS } from "./harness.ts";
-import { waitFor } from "../../lab/health.ts";
-import { paths } from "../../lab/state.ts";
-import { TcpProxy } from "../../lab/tcp-proxy.ts";
+import { Bed, SECRETS_NS } from "../lab/bed.ts";
+import { waitFor } from "../lab/health.ts";
+import { paths } from "../lab/state.ts";
+import { TcpProxy } from "../lab/tcp-proxy.ts";
 
 const LEASE_DURATION_MS = 15_000;
 const RENEW_DEADLINE_MS = 10_000;

@@ -3,8 +3,8 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CoordinationV1Api } from "@kubernetes/client-node";
-import { Bed, NS, SECRETS_NS } from "./harness.ts";
-import { waitFor } from "../../lab/health.ts";
+import { Bed, NS, SECRETS_NS } from "../lab/bed.ts";
+import { waitFor } from "../lab/health.ts";
 
 describe("e2e: leader election", () => {
   let bed: Bed;

@@ -2,7 +2,7 @@
 // becomes Running while an earlier instance may still be alive on a node that failed. An instance on
 // a crashed or partitioned node is presumed alive until that machine is powered off or reboots (the
 // lab's own power/boot log); a graceful delete on a healthy node is the kubelet's confirmation.
-import type { TimelineEntry } from "../../lab/recorder.ts";
+import type { TimelineEntry } from "./recorder.ts";
 
 export interface InvariantReport {
   identities: number;

@@ -5,9 +5,9 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AdmissionregistrationV1Api, type V1Toleration } from "@kubernetes/client-node";
-import { Bed, NS } from "./harness.ts";
-import { waitFor } from "../../lab/health.ts";
-import type { NodeFence } from "../../src/api/v1alpha1.ts";
+import { Bed, NS } from "../lab/bed.ts";
+import { waitFor } from "../lab/health.ts";
+import type { NodeFence } from "../src/api/v1alpha1.ts";
 
 /** Pods that wait an hour for their node (no eviction by the taint manager): the kubelet of a new boot restarts them. */
 const STAY: V1Toleration[] = ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"].map((key) => ({

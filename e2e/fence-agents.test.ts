@@ -3,8 +3,8 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
-import { Bed, NS, SECRETS_NS } from "./harness.ts";
-import type { NodeFence } from "../../src/api/v1alpha1.ts";
+import { Bed, NS, SECRETS_NS } from "../lab/bed.ts";
+import type { NodeFence } from "../src/api/v1alpha1.ts";
 
 describe("e2e: fence_ipmilan, failures and escalation", () => {
   let bed: Bed;

@@ -3,9 +3,9 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
-import { Bed, NS } from "./harness.ts";
-import { waitFor } from "../../lab/health.ts";
-import type { NodeFence } from "../../src/api/v1alpha1.ts";
+import { Bed, NS } from "../lab/bed.ts";
+import { waitFor } from "../lab/health.ts";
+import type { NodeFence } from "../src/api/v1alpha1.ts";
 
 describe("e2e: NodeDown and the storm guard", () => {
   let bed: Bed;
