@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the tests need that npm does not install: Debian packages (OpenIPMI's ipmi_sim, ipmitool,
-# ClusterLabs fence-agents, openssl) and the Go-built Kubernetes components (version-keyed cache).
+# ClusterLabs fence-agents, openssl, containerd, runc, CNI plugins, busybox-static, iptables) and the Go-built Kubernetes components (version-keyed cache).
 # Idempotent: a machine that has everything pays a few stat() calls.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -10,6 +10,13 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v ipmi_sim >/dev/null || need+=(openipmi)
 command -v ipmitool >/dev/null || need+=(ipmitool)
 [ -x /usr/sbin/fence_ipmilan ] || need+=(fence-agents)
+# Real-node lab mode: a containerd and a kubelet per node, runc, the CNI plugins, images without a registry
+# (busybox from busybox-static), packet filters for partitions (iptables), a node's own mount namespace (util-linux).
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+[ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ldd /bin/busybox 2>&1 | grep -q "not a dynamic" || need+=(busybox-static)
+command -v iptables >/dev/null || need+=(iptables)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing Debian packages: ${need[*]} — run: sudo apt-get install -y ${need[*]}" >&2

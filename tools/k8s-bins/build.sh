@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the lab's Kubernetes components from the official Go modules with the machine's Go toolchain:
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (one wrapper module, because
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet (one wrapper module, because
 # k8s.io/kubernetes requires its staging modules at v0.0.0), etcd (its own wrapper: its go.mod has
 # replace directives) and kwok (plain `go install`). Nothing prebuilt is downloaded.
 #
@@ -20,10 +20,15 @@ log() { printf '[k8s-bins] %s\n' "$*" >&2; }
 have() { for f in "$@"; do [ -x "$f" ] || return 1; done; }
 elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
 
+K8S_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+
 build_kubernetes() {
-  have "$K8S_DIR"/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl} && return 0
+  # Only what is missing: a cache from before kubelet joined the list keeps its four binaries.
+  local missing=() c
+  for c in "${K8S_COMPONENTS[@]}"; do have "$K8S_DIR/$c" || missing+=("$c"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
   local t0; t0=$(date +%s)
-  log "building Kubernetes v$K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl); a cold build takes a while"
+  log "building Kubernetes v$K8S_VERSION (${missing[*]}); a cold build takes a while"
   local work; work="$(mktemp -d)"; trap 'rm -rf "$work"' RETURN
   local minor_patch="${K8S_VERSION#1.}" staging_ver="v0.${K8S_VERSION#1.}"
   local up; up=$(cd "$work" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
@@ -38,7 +43,7 @@ build_kubernetes() {
     [ -n "$godebug" ] && { echo "$godebug"; echo; }
     echo "require k8s.io/kubernetes v$K8S_VERSION"; echo
     echo "tool ("
-    for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do echo "	k8s.io/kubernetes/cmd/$c"; done
+    for c in "${K8S_COMPONENTS[@]}"; do echo "	k8s.io/kubernetes/cmd/$c"; done
     echo ")"; echo
     echo "replace ("
     for m in $staging k8s.io/sample-cli-plugin k8s.io/sample-controller; do echo "	$m => $m $staging_ver"; done | sort -u
@@ -52,12 +57,14 @@ build_kubernetes() {
  -X k8s.io/client-go/pkg/version.gitVersion=$v -X k8s.io/client-go/pkg/version.gitMajor=1 \
  -X k8s.io/client-go/pkg/version.gitMinor=${minor_patch%%.*}"
   mkdir -p "$work/out"
-  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for c in "${missing[@]}"; do
     log "  go build $c"
     (cd "$work" && go build -trimpath -ldflags "$ld" -o "out/$c" "k8s.io/kubernetes/cmd/$c")
+    [ "$c" = kubectl ] || "$work/out/$c" --version >&2
   done
-  "$work/out/kube-apiserver" --version >&2
-  mkdir -p "$(dirname "$K8S_DIR")" && rm -rf "$K8S_DIR.tmp" && mv "$work/out" "$K8S_DIR.tmp" && mv "$K8S_DIR.tmp" "$K8S_DIR"
+  # Each binary lands whole or not at all (a rename within the directory).
+  mkdir -p "$K8S_DIR"
+  for c in "${missing[@]}"; do cp "$work/out/$c" "$K8S_DIR/.$c.tmp" && mv "$K8S_DIR/.$c.tmp" "$K8S_DIR/$c"; done
   log "Kubernetes v$K8S_VERSION built in $(elapsed "$t0")"
 }
 
