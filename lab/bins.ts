@@ -28,7 +28,7 @@ export function cacheDir(): string {
 }
 
 export interface Bins {
-  kubeDir: string; // kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+  kubeDir: string; // kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet
   etcd: string;
   kwok: string;
   kwokStages: string;
@@ -36,6 +36,7 @@ export interface Bins {
   kubeControllerManager: string;
   kubeScheduler: string;
   kubectl: string;
+  kubelet: string;
 }
 
 export function binPaths(): Bins {
@@ -52,13 +53,14 @@ export function binPaths(): Bins {
     kubeControllerManager: join(kubeDir, "kube-controller-manager"),
     kubeScheduler: join(kubeDir, "kube-scheduler"),
     kubectl: join(kubeDir, "kubectl"),
+    kubelet: join(kubeDir, "kubelet"),
   };
 }
 
 /** Returns the binaries, building any that are missing (progress goes to stderr). */
 export function ensureBins(): Bins {
   const b = binPaths();
-  const all = [b.etcd, b.kwok, b.kubeApiserver, b.kubeControllerManager, b.kubeScheduler, b.kubectl];
+  const all = [b.etcd, b.kwok, b.kubeApiserver, b.kubeControllerManager, b.kubeScheduler, b.kubectl, b.kubelet];
   if (!all.every((f) => existsSync(f))) {
     execFileSync("bash", [buildScript], { stdio: ["ignore", "inherit", "inherit"] });
   }

@@ -3,12 +3,13 @@
 // tests) and kube-scheduler, each health-checked before the next starts.
 import { mkdirSync, writeFileSync, readFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
-import type { Bins } from "./bins.ts";
+import { repoRoot, type Bins } from "./bins.ts";
 import { probe, waitFor } from "./health.ts";
 import { isAlive, readRef, startDetached, stop, writeRef } from "./processes.ts";
 import { paths, type LabState } from "./state.ts";
 
-export const components = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"] as const;
+// etcd-proxy sits between kube-apiserver and etcd so a test can partition the two (lab/forwarder.ts).
+export const components = ["etcd", "etcd-proxy", "kube-apiserver", "kube-controller-manager", "kube-scheduler"] as const;
 export type Component = (typeof components)[number];
 
 export interface Timings {
@@ -51,12 +52,14 @@ function args(s: LabState, c: Component, bins: Bins, t: Timings): { cmd: string;
         ],
       };
     }
+    case "etcd-proxy":
+      return { cmd: s.nodeBin, args: [join(repoRoot, "lab/forwarder.ts"), "127.0.0.1", String(s.ports.etcdProxy), String(s.ports.etcd)] };
     case "kube-apiserver":
       if (!existsSync(join(s.dir, "audit-policy.yaml"))) writeFileSync(join(s.dir, "audit-policy.yaml"), auditPolicy);
       return {
         cmd: bins.kubeApiserver,
         args: [
-          `--etcd-servers=http://127.0.0.1:${s.ports.etcd}`,
+          `--etcd-servers=http://127.0.0.1:${s.ports.etcdProxy}`,
           "--bind-address=127.0.0.1",
           "--advertise-address=127.0.0.1",
           `--secure-port=${s.ports.apiserver}`,
@@ -124,6 +127,8 @@ function healthUrl(s: LabState, c: Component): string {
   switch (c) {
     case "etcd":
       return `http://127.0.0.1:${s.ports.etcd}/health`;
+    case "etcd-proxy":
+      return `http://127.0.0.1:${s.ports.etcdProxy}/health`;
     case "kube-apiserver":
       return `${s.apiserverUrl}/readyz`;
     case "kube-controller-manager":
@@ -145,7 +150,7 @@ export async function healthy(s: LabState, c: Component): Promise<boolean> {
   const p = paths(s.dir);
   const admin = { ca: join(p.pki, "ca.crt"), cert: join(p.pki, "admin.crt"), key: join(p.pki, "admin.key") };
   const r = await probe(healthUrl(s, c), c === "kube-apiserver" ? admin : { ca: admin.ca });
-  return r.status === 200 && (c !== "etcd" || r.body.includes('"health":"true"'));
+  return r.status === 200 && (!c.startsWith("etcd") || r.body.includes('"health":"true"'));
 }
 
 function tail(file: string, lines = 15): string {

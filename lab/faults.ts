@@ -1,6 +1,9 @@
-// The fault operations every lab driver offers, so tests and the demo are written once: this
-// repository's local driver (processes on loopback) implements them today; a kind driver (Docker
-// containers: docker stop / pause / unpause, a BMC emulator per container) can implement the same.
+// The fault operations every lab driver offers, so tests, the chaos suite and the demo are written
+// once. This repository's local driver (lab/lab.ts) implements them for both node kinds: simulated
+// kubelets (kwok) and real ones (a containerd and a kubelet per node, lab/real/). A kind driver (Docker
+// containers: docker stop / pause / unpause, network disconnect, a BMC emulator per container) can
+// implement the same. Operator faults (killed, two replicas, leadership moving) belong to the bed
+// (lab/bed.ts), which runs the operator.
 import type { MachineStatus } from "./machine.ts";
 
 export interface BmcEndpoint {
@@ -12,15 +15,28 @@ export interface BmcEndpoint {
   passwordFile: string;
 }
 
+export type ControlPlaneComponent = "etcd" | "etcd-proxy" | "kube-apiserver" | "kube-controller-manager" | "kube-scheduler";
+
 export interface FaultDriver {
-  /** Names of the simulated nodes. */
+  /** Names of the nodes. */
   nodes(): string[];
-  /** The machine hangs: its kubelet stops, its power stays on. */
+  /** "kwok" nodes simulate a kubelet; "real" ones run containerd, a kubelet and real containers. */
+  readonly runtime: "kwok" | "real";
+  /** The machine hangs, power on. kwok: its kubelet dies. real: every process of the node freezes in place. */
   crash(node: string): Promise<void>;
-  /** The machine is cut off: no heartbeats, but its workload is presumed to keep running. */
+  /** Node <-> control plane cut: no heartbeats, the workload keeps running (real: it really does, and writes). */
   partition(node: string): Promise<void>;
-  /** Undo a partition (same boot) or reboot a crashed machine (new boot ID). */
+  /** Node <-> node cut, both ways; each still reaches the control plane. Real nodes only. */
+  partitionNodes(a: string, b: string): Promise<void>;
+  /** The kubelet dies, its containers keep running (the hung-kubelet case). Real nodes only. */
+  killKubelet(node: string): Promise<void>;
+  /** Undo a partition or a dead kubelet (same boot), or reboot a hung machine (new boot ID). */
   heal(node: string): Promise<void>;
+  /** kube-apiserver <-> etcd cut (true) or reconnected (false). */
+  partitionEtcd(cut: boolean): Promise<void>;
+  /** Kills a control-plane component (SIGKILL) / starts it again. */
+  killComponent(c: ControlPlaneComponent): Promise<void>;
+  startComponent(c: ControlPlaneComponent): Promise<void>;
   /** Power control through the node's BMC, as a fence agent would do it. Returns the power state after. */
   bmc(node: string, action: "on" | "off" | "status"): Promise<"on" | "off">;
   /** Make the BMC stop (or resume) answering. */

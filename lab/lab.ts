@@ -2,16 +2,30 @@
 // (ipmi_sim). Lab.up() starts one; Lab.attach() finds a running one (how the CLI's later commands work).
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { CoreV1Api, KubeConfig, type V1Node } from "@kubernetes/client-node";
-import { binPaths, ensureBins, which } from "./bins.ts";
+import { CoreV1Api, KubeConfig, setHeaderOptions, type V1Node } from "@kubernetes/client-node";
+import { binPaths, ensureBins, repoRoot, which } from "./bins.ts";
 import { newBmcPassword, startBmc, stopBmc, writeBmcConfig, ipmitool, setBmcReachable, bmcReachable } from "./bmc.ts";
-import { components, componentAlive, defaultTimings, startComponent, stopComponent, type Timings } from "./control-plane.ts";
+import {
+  components,
+  componentAlive,
+  defaultTimings,
+  pidFile,
+  startComponent,
+  stopComponent,
+  type Component,
+  type Timings,
+} from "./control-plane.ts";
 import type { BmcEndpoint, FaultDriver } from "./faults.ts";
 import { waitFor } from "./health.ts";
 import { boot, crash, heal, machineStatus, partition, shutdownMachine, type MachineStatus } from "./machine.ts";
 import { createPki, writeKubeconfig } from "./pki.ts";
 import { freeTcpPorts, freeUdpPort } from "./ports.ts";
-import { appendEvent, nodeSpec, paths, readState, writeState, type LabState, type NodeSpec } from "./state.ts";
+import { appendEvent, nodeSpec, paths, readState, withNodeLock, writeState, type LabState, type NodeSpec, type Runtime } from "./state.ts";
+import { claimSlot, labNet, nodeIp, podCidr, releaseSlot, setupNodeNet, setupSwitch, slotsInUse, teardownNet } from "./real/net.ts";
+import { recordHostSettings, restoreHostSettings } from "./real/host-settings.ts";
+import { realKillKubelet, realPartitionNodes, realContext } from "./real/machine.ts";
+import { nodeCgroup, removeNodeCgroup } from "./real/node.ts";
+import { clearRef, readRef, signal, startDetached, stop, writeRef } from "./processes.ts";
 
 export interface UpOptions {
   dir: string;
@@ -21,9 +35,28 @@ export interface UpOptions {
   timings?: Partial<Timings>;
   nodeLeaseSeconds?: number;
   log?: (msg: string) => void;
+  /** kwok (simulated kubelets, the default) or real (a containerd and a kubelet per node; root only). */
+  runtime?: Runtime;
+  /** Real nodes: the sandbox image and the OCI image tars every node imports (lab/images.ts). */
+  images?: { pauseImage: string; tars: string[] };
+}
+
+/** The programs a real-node lab runs besides the control plane's. */
+const REAL_NODE_TOOLS = ["containerd", "runc", "ctr", "iptables", "nsenter", "unshare", "ip"];
+
+/** A slot's lab is gone when its state says nothing runs (or it never got as far as a state, long ago). */
+function slotStale(owner: string, ageMs: number): boolean {
+  if (!existsSync(paths(owner).state)) return ageMs > 120_000;
+  return !Lab.running(owner);
 }
 
 const NODE_PREFIX = "node-";
+
+/** Where a node's BMC answers, for FenceAgent templates: under node-restriction.kubernetes.io/, which a node's own
+ * kubelet may not set (an annotation it could, and point fencing at another machine). */
+function bmcLabels(node: NodeSpec): Record<string, string> {
+  return { "node-restriction.kubernetes.io/bmc-host": node.bmc.address, "node-restriction.kubernetes.io/bmc-port": String(node.bmc.port) };
+}
 
 export class Lab implements FaultDriver {
   readonly state: LabState;
@@ -63,9 +96,19 @@ export class Lab implements FaultDriver {
     const n = o.nodes ?? 3;
     if (!Number.isInteger(n) || n < 1 || n > 50) throw new Error(`--nodes must be an integer from 1 to 50 (got ${o.nodes})`);
     if (Lab.running(o.dir)) throw new Error(`a lab is already running in ${o.dir}; stop it first with: npm run lab -- down`);
+    const runtime = o.runtime ?? "kwok";
     const missing = ["openssl", "ipmi_sim", "ipmitool"].filter((t) => !which(t));
     if (missing.length) {
       throw new Error(`missing ${missing.join(", ")}: install the Debian packages openssl, openipmi and ipmitool (npm run setup does it)`);
+    }
+    if (runtime === "real") {
+      const m = REAL_NODE_TOOLS.filter((t) => !which(t));
+      if (m.length || !existsSync("/usr/lib/cni/bridge"))
+        throw new Error(
+          `real nodes need ${[...m, ...(existsSync("/usr/lib/cni/bridge") ? [] : ["/usr/lib/cni/bridge"])].join(", ")}: install the Debian packages containerd, runc, containernetworking-plugins, iptables (npm run setup does it)`,
+        );
+      if (process.getuid?.() !== 0) throw new Error("real nodes need root (network namespaces, cgroups, mounts)");
+      if (!o.images) throw new Error("real nodes need images (lab/images.ts builds them)");
     }
     const t0 = Date.now();
     log("checking Kubernetes binaries (the first run builds them from the Go modules)");
@@ -74,7 +117,8 @@ export class Lab implements FaultDriver {
     const p = paths(o.dir);
     for (const d of [o.dir, p.logs, p.pids, p.kubeconfigs]) mkdirSync(d, { recursive: true });
 
-    const [etcd, etcdPeer, apiserver, controllerManager, scheduler] = await freeTcpPorts(5);
+    const [etcd, etcdPeer, etcdProxy, apiserver, controllerManager, scheduler] = await freeTcpPorts(6);
+    const slot = runtime === "real" ? claimSlot(o.dir, slotStale) : 0;
     const zones = o.zones ?? ["zone-a"];
     const nodes: NodeSpec[] = [];
     for (let i = 0; i < n; i++) {
@@ -83,8 +127,9 @@ export class Lab implements FaultDriver {
         name,
         index: i,
         zone: zones[i % zones.length]!,
-        cidr: `10.244.${i + 1}.0/24`,
+        cidr: runtime === "real" ? podCidr(slot, i) : `10.244.${i + 1}.0/24`,
         bmc: { address: "127.0.0.1", port: await freeUdpPort(), username: "admin", passwordFile: join(p.node(name).dir, "bmc-password") },
+        ...(runtime === "real" ? { ip: nodeIp(slot, i) } : {}),
       });
     }
     const s: LabState = {
@@ -92,7 +137,14 @@ export class Lab implements FaultDriver {
       dir: o.dir,
       createdAt: new Date().toISOString(),
       apiserverUrl: `https://127.0.0.1:${apiserver}`,
-      ports: { etcd: etcd!, etcdPeer: etcdPeer!, apiserver: apiserver!, controllerManager: controllerManager!, scheduler: scheduler! },
+      ports: {
+        etcd: etcd!,
+        etcdPeer: etcdPeer!,
+        etcdProxy: etcdProxy!,
+        apiserver: apiserver!,
+        controllerManager: controllerManager!,
+        scheduler: scheduler!,
+      },
       binDir: bins.kubeDir,
       kwok: bins.kwok,
       kwokStages: bins.kwokStages,
@@ -100,6 +152,19 @@ export class Lab implements FaultDriver {
       nodeLeaseSeconds: o.nodeLeaseSeconds ?? 8,
       timings: { ...defaultTimings, ...o.timings },
       nodes,
+      runtime,
+      ...(runtime === "real"
+        ? {
+            real: {
+              slot,
+              hostIp: labNet(slot).hostIp,
+              forwardPort: 6443,
+              kubelet: bins.kubelet,
+              pauseImage: o.images!.pauseImage,
+              imageTars: o.images!.tars,
+            },
+          }
+        : {}),
     };
     writeState(s);
     appendEvent(s.dir, { kind: "lab", detail: { action: "up", nodes: n } });
@@ -110,6 +175,10 @@ export class Lab implements FaultDriver {
       { name: "kube-controller-manager", cn: "system:kube-controller-manager", groups: [] },
       { name: "kube-scheduler", cn: "system:kube-scheduler", groups: [] },
       { name: "kwok", cn: "stockade-lab-kwok", groups: ["system:masters"] },
+      // A real kubelet is what the Node authorizer and NodeRestriction expect: one identity per node.
+      ...(runtime === "real"
+        ? nodes.map((nd) => ({ name: `node-${nd.name}`, cn: `system:node:${nd.name}`, groups: ["system:nodes"] }))
+        : []),
     ];
     const pki = createPki(p.pki, clients);
     const kubeconfig = (file: string, client: string, user: string) =>
@@ -119,7 +188,15 @@ export class Lab implements FaultDriver {
     kubeconfig(join(p.kubeconfigs, "kube-scheduler.kubeconfig"), "kube-scheduler", "system:kube-scheduler");
     for (const node of nodes) {
       mkdirSync(p.node(node.name).dir, { recursive: true });
-      kubeconfig(p.node(node.name).kubeconfig, "kwok", "stockade-lab-kwok");
+      if (runtime === "real")
+        writeKubeconfig(p.node(node.name).kubeconfig, {
+          server: `https://${s.real!.hostIp}:${s.real!.forwardPort}`,
+          caCert: pki.caCert,
+          ...pki.client(`node-${node.name}`),
+          user: `system:node:${node.name}`,
+          tlsServerName: "localhost",
+        });
+      else kubeconfig(p.node(node.name).kubeconfig, "kwok", "stockade-lab-kwok");
     }
 
     try {
@@ -128,12 +205,16 @@ export class Lab implements FaultDriver {
         await startComponent(s, c, bins, s.timings);
       }
       const lab = new Lab(s);
-      log(`creating ${n} nodes with their BMCs`);
-      for (const node of nodes) {
-        await lab.core.createNode({ body: lab.nodeObject(node) });
-        writeBmcConfig(s, node, newBmcPassword());
-        startBmc(s, node);
-        await boot(s, node.name, "lab-up");
+      if (runtime === "real") {
+        await lab.upRealNodes(log);
+      } else {
+        log(`creating ${n} nodes with their BMCs`);
+        for (const node of nodes) {
+          await lab.core.createNode({ body: lab.nodeObject(node) });
+          writeBmcConfig(s, node, newBmcPassword());
+          startBmc(s, node);
+          await boot(s, node.name, "lab-up");
+        }
       }
       log("waiting for every node to be Ready and the ServiceAccount machinery to work");
       await Promise.all(nodes.map((node) => lab.waitForNodeReady(node.name, { timeoutMs: 60_000 })));
@@ -145,6 +226,52 @@ export class Lab implements FaultDriver {
       await Lab.stopAll(s);
       throw e;
     }
+  }
+
+  /** Network, forwarder, BMCs and machines of a real-node lab; the kubelets register their Nodes. */
+  private async upRealNodes(log: (msg: string) => void): Promise<void> {
+    const s = this.state;
+    const r = s.real!;
+    const p = paths(s.dir);
+    log(`creating the lab network (slot ${r.slot}, host ${r.hostIp})`);
+    recordHostSettings();
+    setupSwitch(r.slot);
+    for (const node of s.nodes) setupNodeNet(r.slot, node.name, node.index, s.nodes.length);
+    writeRef(
+      join(p.pids, "forwarder.json"),
+      startDetached({
+        cmd: s.nodeBin,
+        args: [join(repoRoot, "lab/forwarder.ts"), r.hostIp, String(r.forwardPort), String(s.ports.apiserver)],
+        logFile: join(p.logs, "forwarder.log"),
+      }),
+    );
+    log(`booting ${s.nodes.length} real nodes (containerd + kubelet each) with their BMCs`);
+    for (const node of s.nodes) {
+      writeBmcConfig(s, node, newBmcPassword());
+      startBmc(s, node);
+    }
+    await Promise.all(s.nodes.map((node) => boot(s, node.name, "lab-up")));
+    // Where each node's BMC answers: labels only an administrator may set (NodeRestriction refuses a kubelet).
+    await Promise.all(
+      s.nodes.map(async (node) => {
+        await waitFor(
+          `node ${node.name} to register`,
+          () =>
+            this.core.readNode({ name: node.name }).then(
+              () => true,
+              () => undefined,
+            ),
+          {
+            timeoutMs: 60_000,
+            intervalMs: 200,
+          },
+        );
+        await this.core.patchNode(
+          { name: node.name, body: { metadata: { labels: bmcLabels(node) } } },
+          setHeaderOptions("Content-Type", "application/merge-patch+json"),
+        );
+      }),
+    );
   }
 
   private nodeObject(node: NodeSpec): V1Node {
@@ -159,10 +286,7 @@ export class Lab implements FaultDriver {
           "kubernetes.io/arch": "amd64",
           "topology.kubernetes.io/zone": node.zone,
           type: "kwok",
-          // Where this node's BMC answers, for FenceAgent templates: under node-restriction.kubernetes.io/, which a
-          // node's own kubelet may not set (an annotation it could, and point fencing at another machine).
-          "node-restriction.kubernetes.io/bmc-host": node.bmc.address,
-          "node-restriction.kubernetes.io/bmc-port": String(node.bmc.port),
+          ...bmcLabels(node),
         },
         annotations: {
           "kwok.x-k8s.io/node": "fake",
@@ -249,6 +373,29 @@ export class Lab implements FaultDriver {
   heal(node: string): Promise<void> {
     return heal(this.state, nodeSpec(this.state, node).name);
   }
+  /** Real nodes: cuts node `a` from node `b` both ways (each still reaches the control plane). */
+  async partitionNodes(a: string, b: string): Promise<void> {
+    this.requireReal("a node-to-node partition");
+    const s = this.state;
+    await withNodeLock(paths(s.dir).node(nodeSpec(s, a).name).lock, () => realPartitionNodes(s, a, nodeSpec(s, b).name));
+  }
+  /** Real nodes: the kubelet dies, its containers keep running (the hung-kubelet case); heal restarts it. */
+  async killKubelet(node: string): Promise<void> {
+    this.requireReal("killing a kubelet while its containers run");
+    const s = this.state;
+    await withNodeLock(paths(s.dir).node(nodeSpec(s, node).name).lock, () => realKillKubelet(s, node));
+  }
+  private requireReal(what: string): void {
+    if (this.state.runtime !== "real") throw new Error(`${what} needs real nodes (npm run lab -- up --runtime real)`);
+  }
+  get runtime(): Runtime {
+    return this.state.runtime ?? "kwok";
+  }
+  /** The directory of a real node's machine (containerd, kubelet, process snapshots). */
+  machineDir(node: string): string {
+    return realContext(this.state, nodeSpec(this.state, node).name).dir;
+  }
+
   machine(node: string): MachineStatus {
     return machineStatus(this.state, nodeSpec(this.state, node).name);
   }
@@ -281,6 +428,26 @@ export class Lab implements FaultDriver {
     return Object.fromEntries(components.map((c) => [c, componentAlive(this.state, c)]));
   }
 
+  /** Cuts kube-apiserver off from etcd (bytes dropped both ways, connections left open) or reconnects it. */
+  async partitionEtcd(cut: boolean): Promise<void> {
+    const ref = readRef(pidFile(this.state, "etcd-proxy"));
+    if (!signal(ref, cut ? "SIGUSR1" : "SIGUSR2")) throw new Error("the lab's etcd proxy is not running");
+    appendEvent(this.dir, { kind: "fault", detail: { fault: "apiserver-etcd-partition", cut } });
+  }
+
+  /** Kills a control-plane component (SIGKILL: no graceful hand-over), e.g. kube-controller-manager. */
+  async killComponent(c: Component): Promise<void> {
+    await stop(readRef(pidFile(this.state, c)), 0);
+    appendEvent(this.dir, { kind: "fault", detail: { fault: "component-killed", component: c } });
+  }
+
+  /** Starts a component that was killed or stopped; resolves once it is healthy. */
+  async startComponent(c: Component): Promise<void> {
+    if (componentAlive(this.state, c)) return;
+    await startComponent(this.state, c, binPaths(), this.state.timings);
+    appendEvent(this.dir, { kind: "lab", detail: { action: "component-started", component: c } });
+  }
+
   /** Stops and starts kube-apiserver (same port, same etcd): clients see their connections drop. */
   async restartApiserver(): Promise<void> {
     await stopComponent(this.state, "kube-apiserver");
@@ -301,7 +468,16 @@ export class Lab implements FaultDriver {
         await stopBmc(s, n.name);
       }),
     );
+    await stop(readRef(join(paths(s.dir).pids, "forwarder.json")), 2000);
+    clearRef(join(paths(s.dir).pids, "forwarder.json"));
     for (const c of [...components].reverse()) await stopComponent(s, c);
+    if (s.runtime === "real" && s.real) {
+      for (const n of s.nodes) removeNodeCgroup(nodeCgroup(s.real.slot, n.name));
+      teardownNet(s.real.slot);
+      releaseSlot(s.real.slot);
+      // The kubelets changed machine-wide settings: the last real lab down puts them back.
+      if (slotsInUse() === 0) restoreHostSettings();
+    }
     appendEvent(s.dir, { kind: "lab", detail: { action: "down" } });
   }
 

@@ -1,5 +1,5 @@
 // A simulated machine: its power (the truth its BMC reports) and its kubelet (one kwok process that
-// manages only this node). The BMC's power hook and the lab's fault operations both go through here,
+// manages only this node; real nodes dispatch to lab/real/machine.ts). The BMC's power hook and the lab's fault operations both go through here,
 // under the node's lock, so the two never disagree.
 //
 //   power on   -> boot: new bootID, kubelet started
@@ -15,6 +15,7 @@ import { repoRoot } from "./bins.ts";
 import { kwokConfig } from "./kwok-config.ts";
 import { isAlive, procState, readRef, writeRef, clearRef, startDetached, signal, stop } from "./processes.ts";
 import { appendEvent, paths, readText, withNodeLock, nodeSpec, type LabState } from "./state.ts";
+import { realBoot, realCrash, realHeal, realMachineKubelet, realPartition, realPowerOff } from "./real/machine.ts";
 
 export type Power = "on" | "off";
 export type Kubelet = "running" | "frozen" | "stopped";
@@ -29,6 +30,10 @@ export interface MachineStatus {
 
 export function machineStatus(s: LabState, name: string): MachineStatus {
   const p = paths(s.dir).node(name);
+  if (s.runtime === "real") {
+    const k = realMachineKubelet(s, name);
+    return { node: name, power: readText(p.power) === "0" ? "off" : "on", kubelet: k.kubelet, bootID: k.bootID, pid: k.pid };
+  }
   const ref = readRef(p.kubelet);
   const state = ref ? procState(ref) : undefined;
   const kubelet: Kubelet = !isAlive(ref) ? "stopped" : state === "T" || state === "t" ? "frozen" : "running";
@@ -93,6 +98,7 @@ async function killKubelet(s: LabState, name: string): Promise<void> {
 export function boot(s: LabState, name: string, source = "lab"): Promise<string> {
   const p = paths(s.dir).node(name);
   return withNodeLock(p.lock, async () => {
+    if (s.runtime === "real") return realBoot(s, name, source);
     await killKubelet(s, name);
     writeFileSync(p.power, "1");
     return startKubelet(s, name, source);
@@ -105,7 +111,8 @@ export function setPower(s: LabState, name: string, action: "on" | "off" | "cycl
   return withNodeLock(p.lock, async () => {
     const was = readText(p.power) === "0" ? "off" : "on";
     if (action === "off" || action === "cycle") {
-      await killKubelet(s, name);
+      if (s.runtime === "real") await realPowerOff(s, name);
+      else await killKubelet(s, name);
       writeFileSync(p.power, "0");
       if (was === "on") appendEvent(s.dir, { kind: "power", node: name, detail: { power: "off", source } });
     }
@@ -113,7 +120,8 @@ export function setPower(s: LabState, name: string, action: "on" | "off" | "cycl
       if (action === "on" && was === "on") return; // already on: nothing changes, as on real hardware
       writeFileSync(p.power, "1");
       appendEvent(s.dir, { kind: "power", node: name, detail: { power: "on", source } });
-      await startKubelet(s, name, source);
+      if (s.runtime === "real") await realBoot(s, name, source);
+      else await startKubelet(s, name, source);
     }
   });
 }
@@ -121,6 +129,7 @@ export function setPower(s: LabState, name: string, action: "on" | "off" | "cycl
 export function crash(s: LabState, name: string): Promise<void> {
   const p = paths(s.dir).node(name);
   return withNodeLock(p.lock, async () => {
+    if (s.runtime === "real") return realCrash(s, name);
     if (readText(p.power) === "0") throw new Error(`node ${name} is powered off; nothing to crash`);
     await killKubelet(s, name);
     appendEvent(s.dir, { kind: "crash", node: name, detail: {} });
@@ -130,6 +139,7 @@ export function crash(s: LabState, name: string): Promise<void> {
 export function partition(s: LabState, name: string): Promise<void> {
   const p = paths(s.dir).node(name);
   return withNodeLock(p.lock, async () => {
+    if (s.runtime === "real") return realPartition(s, name);
     const ref = readRef(p.kubelet);
     if (!isAlive(ref))
       throw new Error(`node ${name} has no running kubelet to partition (power ${readText(p.power) === "0" ? "off" : "on"})`);
@@ -141,6 +151,7 @@ export function partition(s: LabState, name: string): Promise<void> {
 export function heal(s: LabState, name: string): Promise<void> {
   const p = paths(s.dir).node(name);
   return withNodeLock(p.lock, async () => {
+    if (s.runtime === "real") return realHeal(s, name);
     if (readText(p.power) === "0") throw new Error(`node ${name} is powered off; power it on through its BMC`);
     const ref = readRef(p.kubelet);
     if (isAlive(ref)) {
@@ -161,5 +172,6 @@ export function heal(s: LabState, name: string): Promise<void> {
 }
 
 export async function shutdownMachine(s: LabState, name: string): Promise<void> {
-  await killKubelet(s, name);
+  if (s.runtime === "real") await realPowerOff(s, name);
+  else await killKubelet(s, name);
 }

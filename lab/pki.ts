@@ -107,14 +107,24 @@ export function createPki(dir: string, clients: ClientIdentity[]): Pki {
 /** A kubeconfig with embedded certificates, so it can be copied elsewhere and still work. */
 export function writeKubeconfig(
   file: string,
-  o: { server: string; caCert: string; cert: string; key: string; user: string; cluster?: string },
+  o: { server: string; caCert: string; cert: string; key: string; user: string; cluster?: string; tlsServerName?: string },
 ): void {
   const b64 = (f: string) => readFileSync(f).toString("base64");
   const cluster = o.cluster ?? "stockade-lab";
   const cfg = {
     apiVersion: "v1",
     kind: "Config",
-    clusters: [{ name: cluster, cluster: { server: o.server, "certificate-authority-data": b64(o.caCert) } }],
+    clusters: [
+      {
+        name: cluster,
+        cluster: {
+          server: o.server,
+          "certificate-authority-data": b64(o.caCert),
+          // A forwarder's address is not in the apiserver's certificate: verify the name it does carry.
+          ...(o.tlsServerName ? { "tls-server-name": o.tlsServerName } : {}),
+        },
+      },
+    ],
     users: [{ name: o.user, user: { "client-certificate-data": b64(o.cert), "client-key-data": b64(o.key) } }],
     contexts: [{ name: cluster, context: { cluster, user: o.user } }],
     "current-context": cluster,

@@ -12,6 +12,22 @@ export interface NodeSpec {
   zone: string;
   cidr: string;
   bmc: { address: string; port: number; username: string; passwordFile: string };
+  /** Real nodes: the node's address on the lab network (its InternalIP). */
+  ip?: string;
+}
+
+export type Runtime = "kwok" | "real";
+
+/** What a real-node lab needs to boot its machines again (see lab/real/). */
+export interface RealLabState {
+  slot: number;
+  /** The host's address on the lab network: nodes reach the apiserver (a forwarder) and DNS here. */
+  hostIp: string;
+  forwardPort: number;
+  kubelet: string;
+  pauseImage: string;
+  imageTars: string[];
+  clusterDns?: string;
 }
 
 export interface LabState {
@@ -19,7 +35,7 @@ export interface LabState {
   dir: string;
   createdAt: string;
   apiserverUrl: string;
-  ports: { etcd: number; etcdPeer: number; apiserver: number; controllerManager: number; scheduler: number };
+  ports: { etcd: number; etcdPeer: number; etcdProxy: number; apiserver: number; controllerManager: number; scheduler: number };
   binDir: string;
   kwok: string;
   kwokStages: string;
@@ -29,6 +45,9 @@ export interface LabState {
   /** Control-plane timings the lab was started with (reused when a component restarts). */
   timings: { nodeMonitorGraceSeconds: number; defaultTolerationSeconds: number };
   nodes: NodeSpec[];
+  /** Simulated kubelets (kwok, the default) or real ones. */
+  runtime?: Runtime;
+  real?: RealLabState;
 }
 
 export const paths = (dir: string) => ({
@@ -56,6 +75,7 @@ export const paths = (dir: string) => ({
       bmcDir: join(d, "bmc"),
       bmcPid: join(d, "ipmi_sim.pid.json"),
       bmcLog: join(dir, "logs", `bmc-${name}.log`),
+      faults: join(d, "faults.json"),
     };
   },
 });
@@ -85,7 +105,7 @@ export function nodeSpec(s: LabState, name: string): NodeSpec {
 /** One line of the lab's own event log: power changes, boots, faults. The recorder merges it with watches. */
 export interface LabEvent {
   time: string;
-  kind: "power" | "boot" | "crash" | "partition" | "heal" | "bmc" | "lab";
+  kind: "power" | "boot" | "crash" | "partition" | "heal" | "bmc" | "lab" | "kubelet" | "fault";
   node?: string;
   detail: Record<string, unknown>;
 }

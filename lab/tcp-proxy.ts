@@ -22,11 +22,11 @@ export class TcpProxy {
     this.targetPort = targetPort;
   }
 
-  async start(port = 0): Promise<this> {
+  async start(port = 0, host = "127.0.0.1"): Promise<this> {
     this.server = createServer((client) => this.accept(client));
     await new Promise<void>((resolve, reject) => {
       this.server!.once("error", reject);
-      this.server!.listen(port, "127.0.0.1", () => resolve());
+      this.server!.listen(port, host, () => resolve());
     });
     const addr = this.server.address();
     this.port = typeof addr === "object" && addr ? addr.port : port;

@@ -35,7 +35,7 @@ test("the lab starts and stops cleanly twice in a row", async () => {
   for (const round of [1, 2]) {
     const lab = await Lab.up({ dir, nodes: 2 });
     const refs = refsOf(dir);
-    assert.equal(refs.length, 4 + 2 * 2, `round ${round}: control plane + a kubelet and a BMC per node`);
+    assert.equal(refs.length, 5 + 2 * 2, `round ${round}: control plane (with its etcd proxy) + a kubelet and a BMC per node`);
     assert.ok(refs.every(isAlive), `round ${round}: all running`);
     assert.ok(Lab.running(dir));
     await assert.rejects(Lab.up({ dir, nodes: 1 }), /already running/, "a second lab in the same place is refused");

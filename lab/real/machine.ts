@@ -1,0 +1,165 @@
+// The fault operations of lab/machine.ts for real nodes. Each runs under the node's lock (taken by
+// the caller) and leaves a line in the lab's event log, as the kwok versions do.
+//
+//   power off -> every process of the node frozen, recorded, killed (lab/real/node.ts)
+//   power on  -> fresh boot, new boot ID
+//   crash     -> the machine hangs: every process frozen in place (nothing runs, nothing writes)
+//   partition -> the node's cable to the control plane is cut (iptables in its namespace): its pods keep running
+//   partitionFrom(peer) -> node<->node cut, both ways
+//   killKubelet -> the kubelet dies, containerd and the containers keep running
+//   heal      -> cables reconnected, a dead kubelet restarted (same boot); a hung machine is rebooted
+import { randomUUID } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { appendEvent, nodeSpec, paths, readText, type LabState } from "../state.ts";
+import { addFaultRules, dropRules, labNet, podCidr, removeFaultRules } from "./net.ts";
+import {
+  bootNode,
+  freezeNode,
+  frozen,
+  kubeletPid,
+  kubeletState,
+  killKubelet,
+  nodeCgroup,
+  powerOffNode,
+  restartKubelet,
+  type RealNodeContext,
+} from "./node.ts";
+import { isAlive, readRef } from "../processes.ts";
+import { nodePaths } from "./config.ts";
+
+export function realContext(s: LabState, name: string): RealNodeContext {
+  const spec = nodeSpec(s, name);
+  const r = s.real;
+  if (!r || !spec.ip) throw new Error(`lab ${s.dir} has no real nodes`);
+  const p = paths(s.dir).node(name);
+  return {
+    dir: join(p.dir, "machine"),
+    name,
+    ip: spec.ip,
+    podCidr: spec.cidr,
+    cgroup: nodeCgroup(r.slot, name),
+    slot: r.slot,
+    zone: spec.zone,
+    kubeconfig: p.kubeconfig,
+    caFile: join(paths(s.dir).pki, "ca.crt"),
+    nodeLeaseSeconds: s.nodeLeaseSeconds,
+    kubelet: r.kubelet,
+    pauseImage: r.pauseImage,
+    imageTars: r.imageTars,
+    clusterDns: r.clusterDns,
+    logDir: paths(s.dir).logs,
+  };
+}
+
+/** A fault in force on a node: what was cut, so heal can reconnect exactly that. */
+interface ActiveFault {
+  kind: "control-plane" | "node";
+  peer?: string;
+  rules: string[][];
+}
+
+function readFaults(s: LabState, name: string): ActiveFault[] {
+  const f = paths(s.dir).node(name).faults;
+  return existsSync(f) ? (JSON.parse(readFileSync(f, "utf8")) as ActiveFault[]) : [];
+}
+function writeFaults(s: LabState, name: string, faults: ActiveFault[]): void {
+  writeFileSync(paths(s.dir).node(name).faults, JSON.stringify(faults));
+}
+
+export function isPowered(ctx: RealNodeContext): boolean {
+  return isAlive(readRef(nodePaths(ctx.dir).init));
+}
+
+export async function realBoot(s: LabState, name: string, source: string): Promise<string> {
+  const ctx = realContext(s, name);
+  if (isPowered(ctx)) await powerOffNode(ctx, `reboot (${source})`);
+  const bootID = randomUUID();
+  writeFileSync(paths(s.dir).node(name).power, "1");
+  await bootNode(ctx, bootID);
+  appendEvent(s.dir, { kind: "boot", node: name, detail: { bootID, pid: kubeletPid(ctx), source } });
+  return bootID;
+}
+
+export async function realPowerOff(s: LabState, name: string): Promise<void> {
+  await powerOffNode(realContext(s, name), "power off");
+  writeFileSync(paths(s.dir).node(name).power, "0");
+}
+
+export async function realCrash(s: LabState, name: string): Promise<void> {
+  const ctx = realContext(s, name);
+  if (!isPowered(ctx)) throw new Error(`node ${name} is powered off; nothing to crash`);
+  const snap = await freezeNode(ctx);
+  appendEvent(s.dir, { kind: "crash", node: name, detail: { hung: true, processes: snap.processes.length } });
+}
+
+export function realPartition(s: LabState, name: string): void {
+  const ctx = realContext(s, name);
+  if (!isPowered(ctx)) throw new Error(`node ${name} is powered off; nothing to partition`);
+  const faults = readFaults(s, name);
+  if (faults.some((f) => f.kind === "control-plane")) return;
+  const rules = dropRules([labNet(s.real!.slot).hostIp]);
+  addFaultRules(s.real!.slot, name, rules);
+  writeFaults(s, name, [...faults, { kind: "control-plane", rules }]);
+  appendEvent(s.dir, { kind: "partition", node: name, detail: { from: "control-plane", kubeletPid: kubeletPid(ctx) } });
+}
+
+/** Cuts node `a` from node `b` (both ways; the control plane still sees both). */
+export function realPartitionNodes(s: LabState, a: string, b: string): void {
+  for (const [x, y] of [
+    [a, b],
+    [b, a],
+  ] as const) {
+    const peer = nodeSpec(s, y);
+    const faults = readFaults(s, x);
+    if (faults.some((f) => f.kind === "node" && f.peer === y)) continue;
+    const rules = dropRules([peer.ip!, podCidr(s.real!.slot, peer.index)]);
+    addFaultRules(s.real!.slot, x, rules);
+    writeFaults(s, x, [...faults, { kind: "node", peer: y, rules }]);
+  }
+  appendEvent(s.dir, { kind: "fault", node: a, detail: { fault: "node-partition", peer: b } });
+}
+
+export async function realKillKubelet(s: LabState, name: string): Promise<void> {
+  const ctx = realContext(s, name);
+  if (!isPowered(ctx)) throw new Error(`node ${name} is powered off; no kubelet to kill`);
+  await killKubelet(ctx);
+  appendEvent(s.dir, { kind: "kubelet", node: name, detail: { killed: true } });
+}
+
+export async function realHeal(s: LabState, name: string): Promise<void> {
+  const ctx = realContext(s, name);
+  if (readText(paths(s.dir).node(name).power) === "0") throw new Error(`node ${name} is powered off; power it on through its BMC`);
+  const faults = readFaults(s, name);
+  for (const f of faults) {
+    removeFaultRules(s.real!.slot, name, f.rules);
+    if (f.kind === "node" && f.peer) {
+      // The peer's half of the cut goes too.
+      const theirs = readFaults(s, f.peer).filter((g) => g.kind === "node" && g.peer === name);
+      for (const g of theirs) removeFaultRules(s.real!.slot, f.peer, g.rules);
+      writeFaults(
+        s,
+        f.peer,
+        readFaults(s, f.peer).filter((g) => !(g.kind === "node" && g.peer === name)),
+      );
+    }
+  }
+  writeFaults(s, name, []);
+  if (frozen(ctx.cgroup)) {
+    // A hung machine comes back only through a reset: new boot.
+    appendEvent(s.dir, { kind: "heal", node: name, detail: { rebooted: true } });
+    await realBoot(s, name, "heal");
+    return;
+  }
+  const restarted = kubeletState(ctx) === "stopped";
+  if (restarted) restartKubelet(ctx);
+  appendEvent(s.dir, { kind: "heal", node: name, detail: { resumed: true, reconnected: faults.map((f) => f.peer ?? f.kind), restarted } });
+}
+
+export function realMachineKubelet(
+  s: LabState,
+  name: string,
+): { kubelet: "running" | "frozen" | "stopped"; pid: number | undefined; bootID: string | undefined } {
+  const ctx = realContext(s, name);
+  return { kubelet: kubeletState(ctx), pid: kubeletPid(ctx), bootID: readText(nodePaths(ctx.dir).bootId) };
+}
