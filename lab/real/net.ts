@@ -59,7 +59,7 @@ export function claimSlot(labDir: string, isStale: (ownerDir: string, ageMs: num
       return slot;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
-      let owner = "";
+      let owner: string;
       try {
         owner = readFileSync(join(f, "owner"), "utf8");
       } catch {
