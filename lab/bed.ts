@@ -13,7 +13,8 @@ import { Recorder } from "./recorder.ts";
 import { waitFor } from "./health.ts";
 import { repoRoot } from "./bins.ts";
 import { createPki, writeKubeconfig } from "./pki.ts";
-import { paths } from "./state.ts";
+import { paths, type Runtime } from "./state.ts";
+import { labImages } from "./images.ts";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../src/api/v1alpha1.ts";
 import { checkInvariant } from "./invariant.ts";
 
@@ -46,9 +47,13 @@ export class Bed {
     log?: (msg: string) => void;
     /** The nodes' Lease duration (the lab's default is 8 s: renewed every 2 s). */
     nodeLeaseSeconds?: number;
+    /** Real nodes (the default: containers really run, a partitioned one keeps writing) or kwok. */
+    runtime?: Runtime;
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
-    const lab = await Lab.up({ dir, nodes: o.nodes, zones: o.zones, log: o.log, nodeLeaseSeconds: o.nodeLeaseSeconds });
+    const runtime = o.runtime ?? "real";
+    const images = runtime === "real" ? await labImages(o.log) : undefined;
+    const lab = await Lab.up({ dir, nodes: o.nodes, zones: o.zones, log: o.log, nodeLeaseSeconds: o.nodeLeaseSeconds, runtime, images });
     try {
       return await Bed.setUp(lab);
     } catch (err) {
@@ -318,7 +323,11 @@ export class Bed {
                   ],
                 },
               },
-              containers: [{ name: "app", image: "registry.k8s.io/pause:3.10" }],
+              terminationGracePeriodSeconds: 5,
+              // Real nodes run the lab's own pause image (imported, never pulled); kwok runs nothing.
+              containers: [
+                { name: "app", image: this.lab.state.real?.pauseImage ?? "registry.k8s.io/pause:3.10", imagePullPolicy: "Never" },
+              ],
             },
           },
         },

@@ -3,16 +3,24 @@ import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { repoRoot } from "./bins.ts";
 import { Lab } from "./lab.ts";
+import { labImages } from "./images.ts";
 import { readState, readEvents } from "./state.ts";
 
 const usage = `usage: npm run lab -- <command>
 
-  up [--nodes N] [--zones a,b]   build what is missing, start a control plane and N simulated nodes (default 3)
-                                 with their BMCs, wait until every node is Ready, print how to reach them
+  up [--nodes N] [--zones a,b] [--runtime kwok|real]
+                                 build what is missing, start a control plane and N nodes (default 3) with
+                                 their BMCs, wait until every node is Ready, print how to reach them.
+                                 kwok (default): simulated kubelets. real: a containerd and a kubelet per
+                                 node in its own network namespace and cgroup (root; images imported, no pull)
   status                         components, nodes (API view and machine view) and BMCs
-  crash <node>                   kill the node's kubelet; its power stays on (a hung machine)
-  partition <node>               freeze the node's kubelet: no heartbeats, workload presumed running
-  heal <node>                    resume a partitioned node (same boot ID) or reboot a crashed one
+  crash <node>                   a hung machine, power on (kwok: kubelet killed; real: every process frozen)
+  partition <node>               cut the node from the control plane: no heartbeats, workload keeps running
+                                 (kwok: kubelet frozen; real: packets dropped, containers really run)
+  partition-nodes <a> <b>        cut two real nodes from each other (both still reach the control plane)
+  kill-kubelet <node>            a real node's kubelet dies, its containers keep running
+  etcd cut|reconnect             partition kube-apiserver from etcd (an etcd proxy drops every byte)
+  heal <node>                    undo a partition / restart a dead kubelet (same boot ID), or reboot a hung one
   bmc <node> on|off|status       power control through the node's BMC over IPMI (ipmitool lanplus)
   bmc <node> unreachable|reachable   make the BMC stop/resume answering
   events                         the lab's own event log (power changes, boots, faults)
@@ -26,7 +34,7 @@ async function main(argv: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { nodes: { type: "string" }, zones: { type: "string" }, help: { type: "boolean", short: "h" } },
+    options: { nodes: { type: "string" }, zones: { type: "string" }, runtime: { type: "string" }, help: { type: "boolean", short: "h" } },
   });
   const [cmd, node, action] = positionals;
   if (values.help || !cmd) {
@@ -40,9 +48,13 @@ async function main(argv: string[]): Promise<number> {
   switch (cmd) {
     case "up": {
       const nodes = values.nodes === undefined ? 3 : Number(values.nodes);
+      const runtime = values.runtime ?? "kwok";
+      if (runtime !== "kwok" && runtime !== "real") throw new UsageError(`--runtime must be kwok or real (got "${runtime}")`);
       const lab = await Lab.up({
         dir,
         nodes,
+        runtime,
+        ...(runtime === "real" ? { images: await labImages((m) => console.error(`[lab] ${m}`)) } : {}),
         ...(values.zones ? { zones: values.zones.split(",") } : {}),
         log: (m) => console.error(`[lab] ${m}`),
       });
@@ -58,6 +70,25 @@ async function main(argv: string[]): Promise<number> {
       const lab = Lab.attach(dir);
       await lab[cmd](needNode());
       console.log(`${node}: ${describe(lab.machine(node!))}`);
+      return 0;
+    }
+    case "partition-nodes": {
+      if (!node || !action) throw new UsageError("partition-nodes needs two node names");
+      const lab = Lab.attach(dir);
+      await lab.partitionNodes(node, action);
+      console.log(`${node} and ${action} cut from each other`);
+      return 0;
+    }
+    case "kill-kubelet": {
+      const lab = Lab.attach(dir);
+      await lab.killKubelet(needNode());
+      console.log(`${node}: ${describe(lab.machine(node!))}`);
+      return 0;
+    }
+    case "etcd": {
+      if (node !== "cut" && node !== "reconnect") throw new UsageError("etcd needs cut or reconnect");
+      await Lab.attach(dir).partitionEtcd(node === "cut");
+      console.log(`kube-apiserver ${node === "cut" ? "cut from" : "reconnected to"} etcd`);
       return 0;
     }
     case "bmc": {

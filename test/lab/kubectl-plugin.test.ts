@@ -22,7 +22,7 @@ interface Result {
 describe("kubectl-stockade on the lab", () => {
   let bed: Bed;
   before(async () => {
-    bed = await Bed.up({ nodes: 3, name: "kubectl" });
+    bed = await Bed.up({ nodes: 3, name: "kubectl", runtime: "kwok" });
     await bed.policy("default", {});
   });
   after(async () => {

@@ -184,7 +184,7 @@ const show = (g: Grant) =>
 describe("RBAC: the operator as the bundle's ServiceAccount", () => {
   let bed: Bed;
   before(async () => {
-    bed = await Bed.up({ nodes: 3, name: "rbac" });
+    bed = await Bed.up({ nodes: 3, name: "rbac", runtime: "kwok" });
   });
   after(async () => {
     await bed?.down();

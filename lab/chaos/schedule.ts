@@ -1,0 +1,137 @@
+// Fault schedules for the chaos suite, drawn from a seed: the same seed always gives the same schedule,
+// so a violation can be replayed with `npm run chaos -- --seed S --schedules 1 --first K`. Pure.
+//
+// A schedule is a handful of faults from the proposal's list, each starting at a random moment and
+// lasting a random time, on random nodes. The constraints keep every schedule one that a correct
+// Stockade must survive without a violation AND can recover from unaided: at most one node at a time
+// is taken away from the control plane for long (so the storm guard's 50% never blocks the only fence
+// that matters and the etcd workload keeps its quorum), and the operator always has a replica back in
+// the end.
+
+export type FaultKind =
+  | "crash" // the machine hangs, power on
+  | "partition" // node <-> control plane cut; the workload keeps running
+  | "short-partition" // the same, healed before the fence is due: nothing may be fenced
+  | "node-partition" // node <-> node cut; both still reach the control plane
+  | "kill-kubelet" // the kubelet dies, the containers keep running
+  | "etcd-partition" // kube-apiserver <-> etcd cut
+  | "kill-controller-manager"
+  | "kill-operator" // the leader replica is killed (SIGKILL); a standby takes over
+  | "bmc-unreachable" // the node's BMC stops answering for a while, combined with a crash of that node
+  | "power-cycle"; // someone power-cycles a node through its BMC
+
+export const FAULT_KINDS: readonly FaultKind[] = [
+  "crash",
+  "partition",
+  "short-partition",
+  "node-partition",
+  "kill-kubelet",
+  "etcd-partition",
+  "kill-controller-manager",
+  "kill-operator",
+  "bmc-unreachable",
+  "power-cycle",
+];
+
+/** Faults that take a node away from the control plane (a fence is expected if it lasts). */
+export const NODE_LOSS: ReadonlySet<FaultKind> = new Set(["crash", "partition", "kill-kubelet", "bmc-unreachable"]);
+
+export interface Fault {
+  kind: FaultKind;
+  /** ms after the schedule starts. */
+  at: number;
+  /** How long the fault lasts before it is undone (ms); node losses are undone by unfencing instead. */
+  durationMs: number;
+  node?: string;
+  peer?: string;
+}
+
+export interface Schedule {
+  seed: number;
+  index: number;
+  faults: Fault[];
+  /** When every fault has started and the bounded ones are undone (ms). */
+  lengthMs: number;
+}
+
+/** mulberry32: a small, well-known 32-bit PRNG; good enough to spread faults, and reproducible. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export interface ScheduleOptions {
+  nodes: string[];
+  /** Most faults in one schedule (default 3). */
+  maxFaults?: number;
+  /** The window faults start in (ms, default 20 s). */
+  windowMs?: number;
+  /** A partition shorter than this must not lead to a fence (the policy's fence-after minus a margin). */
+  shortPartitionMs?: number;
+}
+
+export function drawSchedule(seed: number, index: number, o: ScheduleOptions): Schedule {
+  if (o.nodes.length < 3) throw new Error("a chaos schedule needs at least 3 nodes");
+  const rnd = prng((seed * 1_000_003 + index) >>> 0);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
+  const between = (lo: number, hi: number) => Math.round(lo + rnd() * (hi - lo));
+  const window = o.windowMs ?? 20_000;
+  const count = between(1, o.maxFaults ?? 3);
+  const faults: Fault[] = [];
+  const victim = pick(o.nodes); // the one node a schedule may take away from the control plane
+  const others = o.nodes.filter((n) => n !== victim);
+  let lost: string | undefined;
+  for (let i = 0; i < count; i++) {
+    let kind = pick(FAULT_KINDS);
+    if (NODE_LOSS.has(kind) && lost) kind = pick(["node-partition", "kill-controller-manager", "kill-operator", "etcd-partition"] as const);
+    const at = between(0, window);
+    switch (kind) {
+      case "crash":
+      case "partition":
+      case "kill-kubelet":
+      case "bmc-unreachable": {
+        lost = victim;
+        faults.push({ kind, at, durationMs: 0, node: lost });
+        break;
+      }
+      case "short-partition": {
+        faults.push({ kind, at, durationMs: between(1_000, o.shortPartitionMs ?? 4_000), node: pick(others) });
+        break;
+      }
+      case "node-partition": {
+        const a = pick(o.nodes);
+        const b = pick(o.nodes.filter((n) => n !== a));
+        faults.push({ kind, at, durationMs: between(2_000, 20_000), node: a, peer: b });
+        break;
+      }
+      case "power-cycle": {
+        faults.push({ kind, at, durationMs: between(0, 5_000), node: pick(others) });
+        break;
+      }
+      case "etcd-partition":
+        faults.push({ kind, at, durationMs: between(1_000, 8_000) });
+        break;
+      case "kill-controller-manager":
+        faults.push({ kind, at, durationMs: between(1_000, 15_000) });
+        break;
+      case "kill-operator":
+        faults.push({ kind, at, durationMs: 0 });
+        break;
+    }
+  }
+  faults.sort((x, y) => x.at - y.at);
+  const lengthMs = Math.max(0, ...faults.map((f) => f.at + f.durationMs));
+  return { seed, index, faults, lengthMs };
+}
+
+export function describeFault(f: Fault): string {
+  const where = f.peer ? `${f.node}<->${f.peer}` : (f.node ?? "cluster");
+  const span = f.durationMs ? ` for ${(f.durationMs / 1000).toFixed(1)} s` : "";
+  return `+${(f.at / 1000).toFixed(1)} s ${f.kind} ${where}${span}`;
+}

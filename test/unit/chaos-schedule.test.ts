@@ -1,0 +1,43 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { drawSchedule, FAULT_KINDS, NODE_LOSS, prng } from "../../lab/chaos/schedule.ts";
+
+const nodes = ["node-1", "node-2", "node-3", "node-4"];
+
+test("a seed always draws the same schedule, another seed another one", () => {
+  assert.deepEqual(drawSchedule(7, 3, { nodes }), drawSchedule(7, 3, { nodes }));
+  const all = new Set(Array.from({ length: 20 }, (_, i) => JSON.stringify(drawSchedule(7, i, { nodes }).faults)));
+  assert.ok(all.size > 15, `20 schedules of one seed differ (${all.size} distinct)`);
+});
+
+test("the prng is uniform enough to reach every fault kind", () => {
+  const r = prng(1);
+  const xs = Array.from({ length: 10_000 }, r);
+  assert.ok(xs.every((x) => x >= 0 && x < 1));
+  const mean = xs.reduce((a, b) => a + b) / xs.length;
+  assert.ok(Math.abs(mean - 0.5) < 0.02, `mean ${mean}`);
+  const seen = new Set<string>();
+  for (let i = 0; i < 300; i++) for (const f of drawSchedule(42, i, { nodes }).faults) seen.add(f.kind);
+  assert.deepEqual([...seen].sort(), [...FAULT_KINDS].sort());
+});
+
+test("at most one node is taken from the control plane per schedule; node faults name real nodes", () => {
+  for (let i = 0; i < 500; i++) {
+    const s = drawSchedule(99, i, { nodes, maxFaults: 4 });
+    const lost = s.faults.filter((f) => NODE_LOSS.has(f.kind));
+    assert.ok(lost.length <= 1, `schedule ${i}: ${JSON.stringify(s.faults)}`);
+    for (const f of s.faults) {
+      if (f.node) assert.ok(nodes.includes(f.node));
+      if (f.peer) assert.ok(nodes.includes(f.peer) && f.peer !== f.node);
+      if (f.kind === "short-partition") assert.ok(f.durationMs <= 4_000 && f.node !== lost[0]?.node);
+    }
+    assert.ok(
+      s.faults.every((f, k) => k === 0 || s.faults[k - 1]!.at <= f.at),
+      "sorted by start",
+    );
+  }
+});
+
+test("fewer than 3 nodes is refused", () => {
+  assert.throws(() => drawSchedule(1, 0, { nodes: ["a", "b"] }), /at least 3 nodes/);
+});
