@@ -11,6 +11,7 @@ export interface Versions {
   K8S_VERSION: string;
   ETCD_VERSION: string;
   KWOK_VERSION: string;
+  COREDNS_VERSION: string;
 }
 
 export function versions(): Versions {
@@ -36,6 +37,8 @@ export interface Bins {
   kubeControllerManager: string;
   kubeScheduler: string;
   kubectl: string;
+  /** The lab's cluster DNS (lab/cluster-dns.ts). */
+  coredns: string;
 }
 
 export function binPaths(): Bins {
@@ -52,13 +55,14 @@ export function binPaths(): Bins {
     kubeControllerManager: join(kubeDir, "kube-controller-manager"),
     kubeScheduler: join(kubeDir, "kube-scheduler"),
     kubectl: join(kubeDir, "kubectl"),
+    coredns: join(base, `coredns-v${v.COREDNS_VERSION}`, "coredns"),
   };
 }
 
 /** Returns the binaries, building any that are missing (progress goes to stderr). */
 export function ensureBins(): Bins {
   const b = binPaths();
-  const all = [b.etcd, b.kwok, b.kubeApiserver, b.kubeControllerManager, b.kubeScheduler, b.kubectl];
+  const all = [b.etcd, b.kwok, b.kubeApiserver, b.kubeControllerManager, b.kubeScheduler, b.kubectl, b.coredns];
   if (!all.every((f) => existsSync(f))) {
     execFileSync("bash", [buildScript], { stdio: ["ignore", "inherit", "inherit"] });
   }
