@@ -293,7 +293,21 @@ export async function etcdStatus(endpoint: string, timeoutMs = 3000): Promise<Et
 
 export type Endpoints = readonly string[] | (() => readonly string[] | Promise<readonly string[]>);
 
-const current = async (e: Endpoints): Promise<readonly string[]> => (typeof e === "function" ? await e() : e);
+/** The endpoints now; a function that takes longer than `timeoutMs` (e.g. an apiserver call during a partition) counts as failed. */
+async function current(e: Endpoints, timeoutMs = 5000): Promise<readonly string[]> {
+  if (typeof e !== "function") return e;
+  const ac = new AbortController();
+  try {
+    return await Promise.race([
+      Promise.resolve(e()),
+      sleep(timeoutMs, undefined, { signal: ac.signal }).then(() => {
+        throw new Error(`the endpoints function did not answer within ${timeoutMs} ms`);
+      }),
+    ]);
+  } finally {
+    ac.abort();
+  }
+}
 
 /** The first answer of `fn` over the endpoints, in order; throws with every endpoint's error if none answers. */
 async function firstAnswer<T>(endpoints: readonly string[], fn: (endpoint: string) => Promise<T>): Promise<T> {
@@ -380,7 +394,7 @@ export class EtcdWriter {
       const value = `${this.log.prefix}#${seq}`;
       this.log.pending = { key, value };
       while (!this.stopping) {
-        const endpoints = await current(this.o.endpoints).catch(() => [] as readonly string[]);
+        const endpoints = await current(this.o.endpoints, this.o.requestTimeoutMs).catch(() => [] as readonly string[]);
         const endpoint = endpoints.length ? endpoints[next % endpoints.length]! : undefined;
         this.log.attempts++;
         try {
@@ -435,14 +449,14 @@ export async function verifyEtcd(o: VerifyOptions): Promise<EtcdVerdict> {
   let statuses: StatusResult[];
   let health: string[];
   for (;;) {
-    const endpoints = await current(o.endpoints);
+    const endpoints = await current(o.endpoints, t).catch(() => [] as readonly string[]);
     statuses = await Promise.all(endpoints.map((e) => etcdStatus(e, t).catch((err: Error) => ({ endpoint: e, error: err.message }))));
     health = endpoints.length ? judgeHealth(o.members, statuses) : ["no endpoints to check"];
     if (health.length === 0 || Date.now() > deadline) break;
     await sleep(500);
   }
   const problems = [...health];
-  const endpoints = await current(o.endpoints);
+  const endpoints = await current(o.endpoints, t).catch(() => [] as readonly string[]);
 
   let members: EtcdMember[] | undefined;
   try {

@@ -11,6 +11,7 @@ import {
   parseStatus,
   prefixRangeEnd,
   seqKey,
+  verifyEtcd,
   type EtcdMember,
   type EtcdStatus,
   type FoundKey,
@@ -169,3 +170,23 @@ test("parseMembers and parseStatus read the gateway's JSON (64-bit IDs as string
   assert.deepEqual(s.errors, []);
   assert.equal(parseStatus("e", {}).leader, "0");
 });
+
+test(
+  "verifyEtcd does not hang on an endpoints function that never answers: it reports it could check nothing",
+  { timeout: 5000 },
+  async () => {
+    const v = await verifyEtcd({
+      endpoints: () => new Promise<string[]>(() => {}),
+      log: log(2),
+      members: three,
+      settleTimeoutMs: 0,
+      requestTimeoutMs: 20,
+    });
+    assert.equal(v.ok, false);
+    assert.deepEqual(v.problems, [
+      "no endpoints to check",
+      "no endpoint answered the member list: no endpoints",
+      "no endpoint answered the read-back, so no acknowledged key could be checked: no endpoints",
+    ]);
+  },
+);
