@@ -11,6 +11,7 @@ export interface Versions {
   K8S_VERSION: string;
   ETCD_VERSION: string;
   KWOK_VERSION: string;
+  COREDNS_VERSION: string;
 }
 
 export function versions(): Versions {
@@ -37,6 +38,8 @@ export interface Bins {
   kubeScheduler: string;
   kubectl: string;
   kubelet: string;
+  /** The lab's cluster DNS (lab/cluster-dns.ts). */
+  coredns: string;
 }
 
 export function binPaths(): Bins {
@@ -54,13 +57,14 @@ export function binPaths(): Bins {
     kubeScheduler: join(kubeDir, "kube-scheduler"),
     kubectl: join(kubeDir, "kubectl"),
     kubelet: join(kubeDir, "kubelet"),
+    coredns: join(base, `coredns-v${v.COREDNS_VERSION}`, "coredns"),
   };
 }
 
 /** Returns the binaries, building any that are missing (progress goes to stderr). */
 export function ensureBins(): Bins {
   const b = binPaths();
-  const all = [b.etcd, b.kwok, b.kubeApiserver, b.kubeControllerManager, b.kubeScheduler, b.kubectl, b.kubelet];
+  const all = [b.etcd, b.kwok, b.kubeApiserver, b.kubeControllerManager, b.kubeScheduler, b.kubectl, b.kubelet, b.coredns];
   if (!all.every((f) => existsSync(f))) {
     execFileSync("bash", [buildScript], { stdio: ["ignore", "inherit", "inherit"] });
   }
