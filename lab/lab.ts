@@ -23,6 +23,7 @@ import { freeTcpPorts, freeUdpPort } from "./ports.ts";
 import { appendEvent, nodeSpec, paths, readState, withNodeLock, writeState, type LabState, type NodeSpec, type Runtime } from "./state.ts";
 import { claimSlot, labNet, nodeIp, podCidr, releaseSlot, setupNodeNet, setupSwitch, slotsInUse, teardownNet } from "./real/net.ts";
 import { recordHostSettings, restoreHostSettings } from "./real/host-settings.ts";
+import { startClusterDns, stopClusterDns } from "./cluster-dns.ts";
 import { realKillKubelet, realPartitionNodes, realContext } from "./real/machine.ts";
 import { nodeCgroup, removeNodeCgroup } from "./real/node.ts";
 import { clearRef, readRef, signal, startDetached, stop, writeRef } from "./processes.ts";
@@ -245,6 +246,10 @@ export class Lab implements FaultDriver {
         logFile: join(p.logs, "forwarder.log"),
       }),
     );
+    // Cluster DNS on the host's lab address: StatefulSet members find each other by their stable names.
+    await startClusterDns(s, { listen: { address: r.hostIp } });
+    r.clusterDns = r.hostIp;
+    writeState(s);
     log(`booting ${s.nodes.length} real nodes (containerd + kubelet each) with their BMCs`);
     for (const node of s.nodes) {
       writeBmcConfig(s, node, newBmcPassword());
@@ -469,6 +474,7 @@ export class Lab implements FaultDriver {
       }),
     );
     await stop(readRef(join(paths(s.dir).pids, "forwarder.json")), 2000);
+    await stopClusterDns(s);
     clearRef(join(paths(s.dir).pids, "forwarder.json"));
     for (const c of [...components].reverse()) await stopComponent(s, c);
     if (s.runtime === "real" && s.real) {
