@@ -1,6 +1,7 @@
 // Where the lab's Go-built components live, and building them on first use.
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 
@@ -31,6 +32,7 @@ export function cacheDir(): string {
 export interface Bins {
   kubeDir: string; // kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet
   etcd: string;
+  etcdctl: string; // next to etcd, same version (the etcd image carries both)
   kwok: string;
   kwokStages: string;
   kubeApiserver: string;
@@ -50,6 +52,7 @@ export function binPaths(): Bins {
   return {
     kubeDir,
     etcd: join(base, `etcd-v${v.ETCD_VERSION}`, "etcd"),
+    etcdctl: join(base, `etcd-v${v.ETCD_VERSION}`, "etcdctl"),
     kwok: join(kwokDir, "kwok"),
     kwokStages: join(kwokDir, "stage"),
     kubeApiserver: join(kubeDir, "kube-apiserver"),
@@ -64,11 +67,59 @@ export function binPaths(): Bins {
 /** Returns the binaries, building any that are missing (progress goes to stderr). */
 export function ensureBins(): Bins {
   const b = binPaths();
-  const all = [b.etcd, b.kwok, b.kubeApiserver, b.kubeControllerManager, b.kubeScheduler, b.kubectl, b.kubelet, b.coredns];
+  const all = [b.etcd, b.etcdctl, b.kwok, b.kubeApiserver, b.kubeControllerManager, b.kubeScheduler, b.kubectl, b.kubelet, b.coredns];
   if (!all.every((f) => existsSync(f))) {
     execFileSync("bash", [buildScript], { stdio: ["ignore", "inherit", "inherit"] });
   }
   return b;
+}
+
+/** The lab's own Go programs: one `package main` per directory (pause, the workloads of the images). */
+export const labProgramsSrc = join(repoRoot, "lab/programs");
+
+/**
+ * Content hash of the lab programs' sources (relative paths and contents), 16 hex digits: the cache
+ * key of their binaries. Must equal `lab_programs_hash` in tools/k8s-bins/build.sh, which is
+ * `find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum` run in lab/programs.
+ */
+export function labProgramsHash(src = labProgramsSrc): string {
+  const files: string[] = [];
+  const walk = (rel: string) => {
+    for (const e of readdirSync(join(src, rel), { withFileTypes: true })) {
+      const r = `${rel}/${e.name}`;
+      if (e.isDirectory()) walk(r);
+      else if (e.isFile()) files.push(r);
+    }
+  };
+  walk(".");
+  files.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  const sha = (f: string) =>
+    createHash("sha256")
+      .update(readFileSync(join(src, f)))
+      .digest("hex");
+  const list = files.map((f) => `${sha(f)}  ${f}\n`).join("");
+  return createHash("sha256").update(list).digest("hex").slice(0, 16);
+}
+
+/** Names of the lab programs: every directory of lab/programs that holds Go sources. */
+export function labProgramNames(src = labProgramsSrc): string[] {
+  return readdirSync(src, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && readdirSync(join(src, e.name)).some((f) => f.endsWith(".go")))
+    .map((e) => e.name)
+    .sort();
+}
+
+/** Where the binaries of the current lab/programs sources live (built by `build.sh lab-programs`). */
+export function labProgramsDir(): string {
+  return join(cacheDir(), "bin", `lab-programs-${labProgramsHash()}`);
+}
+
+/** Name → binary path of every lab program, building them if these sources were never built. */
+export function ensureLabPrograms(): Record<string, string> {
+  const dir = labProgramsDir();
+  // The directory is renamed into place whole, so its existence means every binary is there.
+  if (!existsSync(dir)) execFileSync("bash", [buildScript, "lab-programs"], { stdio: ["ignore", "inherit", "inherit"] });
+  return Object.fromEntries(labProgramNames().map((n) => [n, join(dir, n)]));
 }
 
 /** External programs the lab needs from Debian packages. */

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Builds the lab's Kubernetes components from the official Go modules with the machine's Go toolchain:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet (one wrapper module, because
-# k8s.io/kubernetes requires its staging modules at v0.0.0), etcd (its own wrapper: its go.mod has
-# replace directives), kwok and CoreDNS (plain `go install`: their go.mod files have no replace
-# directives). Nothing prebuilt is downloaded.
+# k8s.io/kubernetes requires its staging modules at v0.0.0), etcd and etcdctl (wrapper modules: their
+# go.mod files have replace directives), kwok and CoreDNS (plain `go install`), and the lab's own
+# programs (lab/programs/<name>/, the images' pause and workloads). Nothing prebuilt is downloaded.
 #
-# Output: $STOCKADE_CACHE/bin/<component>-<version>/ — keyed by version, so a warm run is a few stat()s.
-# Usage: tools/k8s-bins/build.sh [--print-dir]    (versions in tools/k8s-bins/versions.env)
+# Output: $STOCKADE_CACHE/bin/<component>-<version>/ — keyed by version (the lab programs by a content
+# hash of lab/programs), so a warm run is a few stat()s.
+# Usage: tools/k8s-bins/build.sh [--print-dir] [target...]    (versions in tools/k8s-bins/versions.env)
+#   targets: etcd etcdctl kwok kubernetes lab-programs (default: all)
+#        tools/k8s-bins/build.sh --programs-hash    (prints the lab programs' cache key, builds nothing)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PROGRAMS_SRC="$(cd "$HERE/../.." && pwd)/lab/programs"
 # shellcheck source=versions.env
 source "$HERE/versions.env"
 CACHE="${STOCKADE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stockade}"
@@ -83,6 +87,47 @@ build_etcd() {
   log "etcd v$ETCD_VERSION built in $(elapsed "$t0")"
 }
 
+build_etcdctl() {
+  build_etcd # first: build_etcd moves a whole directory into place
+  have "$ETCD_DIR/etcdctl" && return 0
+  local t0; t0=$(date +%s)
+  log "building etcdctl v$ETCD_VERSION"
+  local work; work="$(mktemp -d)"; trap 'rm -rf "$work"' RETURN
+  printf 'module local.test/stockade-etcdctl-bin\n\ngo 1.25.0\n' > "$work/go.mod"
+  (cd "$work" && go get -tool "go.etcd.io/etcd/etcdctl/v3@v$ETCD_VERSION" && \
+    go build -trimpath -ldflags "-s -w" -o out/etcdctl go.etcd.io/etcd/etcdctl/v3)
+  "$work/out/etcdctl" version >&2
+  cp "$work/out/etcdctl" "$ETCD_DIR/.etcdctl.tmp" && mv "$ETCD_DIR/.etcdctl.tmp" "$ETCD_DIR/etcdctl"
+  log "etcdctl v$ETCD_VERSION built in $(elapsed "$t0")"
+}
+
+# Content hash of lab/programs (paths and contents). lab/bins.ts labProgramsHash() computes the same.
+lab_programs_hash() {
+  (cd "$PROGRAMS_SRC" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum) | sha256sum | cut -c1-16
+}
+
+build_lab_programs() {
+  local dest; dest="$CACHE/bin/lab-programs-$(lab_programs_hash)"
+  [ -d "$dest" ] && return 0
+  local t0; t0=$(date +%s)
+  log "building the lab programs into $dest"
+  mkdir -p "$CACHE/bin"
+  # Built next to its destination so the final rename is atomic.
+  local work; work="$(mktemp -d "$CACHE/bin/.lab-programs-XXXXXX")"; trap 'rm -rf "$work"' RETURN
+  local d name
+  for d in "$PROGRAMS_SRC"/*/; do
+    name="$(basename "$d")"
+    compgen -G "$d*.go" >/dev/null || continue
+    log "  go build $name"
+    # -buildvcs=false: the binary depends on the sources only, not on the checkout's commit.
+    (cd "$PROGRAMS_SRC" && go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$work/$name" "./$name")
+  done
+  chmod 755 "$work"
+  # Whole or not at all; if a concurrent build got there first, rename(2) refuses the non-empty target.
+  mv -T "$work" "$dest" 2>/dev/null || [ -d "$dest" ]
+  log "lab programs built in $(elapsed "$t0")"
+}
+
 build_kwok() {
   have "$KWOK_DIR/kwok" && [ -d "$KWOK_DIR/stage" ] && return 0
   local t0; t0=$(date +%s)
@@ -111,11 +156,19 @@ build_coredns() {
   log "CoreDNS v$COREDNS_VERSION built in $(elapsed "$t0")"
 }
 
-command -v go >/dev/null || { log "Go toolchain not found (need go >= 1.25 on PATH)"; exit 1; }
+print_dir=0 targets=()
+for a in "$@"; do
+  case "$a" in
+    --print-dir) print_dir=1 ;;
+    --programs-hash) lab_programs_hash; exit 0 ;;
+    etcd | etcdctl | kwok | kubernetes | coredns | lab-programs) targets+=("$a") ;;
+    *) log "unknown argument '$a' (targets: etcd etcdctl kwok kubernetes coredns lab-programs)"; exit 2 ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=(etcd etcdctl kwok kubernetes coredns lab-programs)
+command -v go >/dev/null || [ ! -x /usr/local/go/bin/go ] || PATH="$PATH:/usr/local/go/bin"
+command -v go >/dev/null || { log "Go toolchain not found (need go >= 1.25 on PATH or in /usr/local/go/bin)"; exit 1; }
 T0=$(date +%s)
-build_etcd
-build_kwok
-build_kubernetes
-build_coredns
-log "all components ready in $(elapsed "$T0") under $CACHE/bin"
-if [ "${1:-}" = "--print-dir" ]; then echo "$CACHE/bin"; fi
+for t in "${targets[@]}"; do "build_${t//-/_}"; done
+log "${targets[*]} ready in $(elapsed "$T0") under $CACHE/bin"
+if [ "$print_dir" = 1 ]; then echo "$CACHE/bin"; fi
