@@ -14,7 +14,7 @@ import { waitFor } from "./health.ts";
 import { repoRoot } from "./bins.ts";
 import { createPki, writeKubeconfig } from "./pki.ts";
 import { paths, type Runtime } from "./state.ts";
-import { labImages } from "./images.ts";
+import { realNodeImages } from "./images.ts";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../src/api/v1alpha1.ts";
 import { checkInvariant } from "./invariant.ts";
 
@@ -52,7 +52,7 @@ export class Bed {
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
     const runtime = o.runtime ?? "real";
-    const images = runtime === "real" ? await labImages(o.log) : undefined;
+    const images = runtime === "real" ? await realNodeImages(o.log) : undefined;
     const lab = await Lab.up({ dir, nodes: o.nodes, zones: o.zones, log: o.log, nodeLeaseSeconds: o.nodeLeaseSeconds, runtime, images });
     try {
       return await Bed.setUp(lab);

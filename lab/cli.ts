@@ -3,7 +3,7 @@ import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { repoRoot } from "./bins.ts";
 import { Lab } from "./lab.ts";
-import { labImages } from "./images.ts";
+import { realNodeImages } from "./images.ts";
 import { readState, readEvents } from "./state.ts";
 
 const usage = `usage: npm run lab -- <command>
@@ -54,7 +54,7 @@ async function main(argv: string[]): Promise<number> {
         dir,
         nodes,
         runtime,
-        ...(runtime === "real" ? { images: await labImages((m) => console.error(`[lab] ${m}`)) } : {}),
+        ...(runtime === "real" ? { images: await realNodeImages((m: string) => console.error(`[lab] ${m}`)) } : {}),
         ...(values.zones ? { zones: values.zones.split(",") } : {}),
         log: (m) => console.error(`[lab] ${m}`),
       });

@@ -39,7 +39,7 @@ export interface UpOptions {
   /** kwok (simulated kubelets, the default) or real (a containerd and a kubelet per node; root only). */
   runtime?: Runtime;
   /** Real nodes: the sandbox image and the OCI image tars every node imports (lab/images.ts). */
-  images?: { pauseImage: string; tars: string[] };
+  images?: { pauseImage: string; tars: string[]; refs: Record<string, string> };
 }
 
 /** The programs a real-node lab runs besides the control plane's. */
@@ -163,6 +163,7 @@ export class Lab implements FaultDriver {
               kubelet: bins.kubelet,
               pauseImage: o.images!.pauseImage,
               imageTars: o.images!.tars,
+              images: o.images!.refs,
             },
           }
         : {}),

@@ -27,6 +27,8 @@ export interface RealLabState {
   kubelet: string;
   pauseImage: string;
   imageTars: string[];
+  /** Image name (pause, busybox, etcd, ledger, ...) -> reference pods use, with imagePullPolicy: Never. */
+  images: Record<string, string>;
   clusterDns?: string;
 }
 

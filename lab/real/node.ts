@@ -4,13 +4,13 @@
 // thaws; nothing is left mounted because every mount the node made lives in its own mount namespace,
 // which dies with its last process. On boots it fresh with a new boot ID (bind-mounted over the
 // machine's /proc/sys/kernel/random/boot_id inside that namespace, so the kubelet reports it).
-import { execFileSync } from "node:child_process";
 import { appendFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { containerdConfig, cniConfig, kubeletArgs, kubeletConfig, nodePaths, type RealNodeLayout } from "./config.ts";
 import { nodeNetns } from "./net.ts";
 import { clearRef, isAlive, readRef, startDetached, stop, writeRef, type ProcRef } from "../processes.ts";
+import { importImages } from "../images.ts";
 
 export const CGROUP_PARENT = "/stockade-lab";
 const CGROUP_FS = "/sys/fs/cgroup";
@@ -204,7 +204,8 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
   writeRef(p.containerd, containerd);
   await waitUntil(`node ${ctx.name}'s containerd socket`, () => existsSync(p.containerdSocket) || !isAlive(containerd), 30_000);
   if (!isAlive(containerd)) throw new Error(`containerd of node ${ctx.name} exited; see ${join(ctx.logDir, `containerd-${ctx.name}.log`)}`);
-  importImages(ctx);
+  await importImages("ctr", p.containerdSocket, ctx.imageTars.filter((t) => !imported(ctx).includes(t)));
+  writeFileSync(join(ctx.dir, "images-imported"), JSON.stringify(ctx.imageTars));
 
   const kubelet = startInNode(ctx, [ctx.kubelet, ...kubeletArgs(ctx, { kubeconfig: ctx.kubeconfig, zone: ctx.zone })], "kubelet", {
     initPid: init.pid,
@@ -212,24 +213,10 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
   writeRef(p.kubelet, kubelet);
 }
 
-/** Imports the lab's images once per set (they live on the node's disk, across power cycles). */
-function importImages(ctx: RealNodeContext): void {
-  const p = nodePaths(ctx.dir);
+/** Images already on the node's disk (they survive power cycles, as a real node's would). */
+function imported(ctx: RealNodeContext): string[] {
   const marker = join(ctx.dir, "images-imported");
-  const want = JSON.stringify(ctx.imageTars);
-  if (existsSync(marker) && readFileSync(marker, "utf8") === want) return;
-  for (const tar of ctx.imageTars) {
-    try {
-      execFileSync("ctr", [`--address=${p.containerdSocket}`, "-n", "k8s.io", "images", "import", "--all-platforms", tar], {
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-    } catch (e) {
-      throw new Error(`importing ${tar} into node ${ctx.name}'s containerd failed: ${(e as { stderr?: Buffer }).stderr?.toString() ?? e}`, {
-        cause: e,
-      });
-    }
-  }
-  writeFileSync(marker, want);
+  return existsSync(marker) ? (JSON.parse(readFileSync(marker, "utf8")) as string[]) : [];
 }
 
 /** Power off: freeze everything, record it, kill it, thaw; resolves when no process of the node is left. */
