@@ -1,0 +1,3 @@
+module stockade.lab/programs
+
+go 1.25
