@@ -35,7 +35,9 @@ export const LEDGER_BINARY = "/usr/local/bin/ledger";
 export const SAN_STORAGE_CLASS = "lab-san";
 const MOUNT = "/ledger";
 const TOKEN_MOUNT = "/etc/ledger-token";
-const VOLUME_SIZE = "16Mi";
+/** What a claim asks for; its volume is larger (any free volume of the class would fit: the pre-binding picks). */
+const CLAIM_SIZE = "16Mi";
+const VOLUME_SIZE = "64Mi";
 
 /** The lab's SAN: one directory per volume, reachable from every node (they share this filesystem). */
 export function sanDir(labDir: string): string {
@@ -177,7 +179,7 @@ export function ledgerManifests(o: LedgerOptions): LedgerManifests {
           spec: {
             accessModes: ["ReadWriteOnce"],
             storageClassName: SAN_STORAGE_CLASS,
-            resources: { requests: { storage: VOLUME_SIZE } },
+            resources: { requests: { storage: CLAIM_SIZE } },
           },
         },
       ],

@@ -2,7 +2,7 @@
 // of an old instance was alive when its replacement started; and how a capture finds a process's pod.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -161,5 +161,6 @@ describe("process-table evidence", () => {
       { pid: 200, cmdline: "/usr/local/bin/ledger", podUID: OLD, containerID: CID },
     ]);
     assert.deepEqual(readCgroupProcesses(join(root, "missing"), proc), []);
+    rmSync(root, { recursive: true, force: true });
   });
 });

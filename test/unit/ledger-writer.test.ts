@@ -5,7 +5,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -45,6 +45,7 @@ function san(): { san: string; vol: string } {
 const started: ChildProcess[] = [];
 after(() => {
   for (const c of started) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  rmSync(work, { recursive: true, force: true });
 });
 
 function start(env: Record<string, string>): Writer {
