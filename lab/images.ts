@@ -548,7 +548,9 @@ export async function importImages(
 }
 
 /** What a real-node lab needs: the sandbox image, the tars every node imports, and each image's reference. */
-export async function realNodeImages(log?: (msg: string) => void): Promise<{ pauseImage: string; tars: string[]; refs: Record<string, string> }> {
+export async function realNodeImages(
+  log?: (msg: string) => void,
+): Promise<{ pauseImage: string; tars: string[]; refs: Record<string, string> }> {
   log?.("building the lab's images (cached by content)");
   const images = await buildLabImages();
   return { pauseImage: images.pause.ref, tars: Object.values(images).map((i) => i.tar), refs: imageRefs(images) };

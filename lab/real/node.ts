@@ -204,7 +204,11 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
   writeRef(p.containerd, containerd);
   await waitUntil(`node ${ctx.name}'s containerd socket`, () => existsSync(p.containerdSocket) || !isAlive(containerd), 30_000);
   if (!isAlive(containerd)) throw new Error(`containerd of node ${ctx.name} exited; see ${join(ctx.logDir, `containerd-${ctx.name}.log`)}`);
-  await importImages("ctr", p.containerdSocket, ctx.imageTars.filter((t) => !imported(ctx).includes(t)));
+  await importImages(
+    "ctr",
+    p.containerdSocket,
+    ctx.imageTars.filter((t) => !imported(ctx).includes(t)),
+  );
   writeFileSync(join(ctx.dir, "images-imported"), JSON.stringify(ctx.imageTars));
 
   const kubelet = startInNode(ctx, [ctx.kubelet, ...kubeletArgs(ctx, { kubeconfig: ctx.kubeconfig, zone: ctx.zone })], "kubelet", {
