@@ -15,6 +15,8 @@ import { repoRoot } from "./bins.ts";
 import { createPki, writeKubeconfig } from "./pki.ts";
 import { paths, type Runtime } from "./state.ts";
 import { realNodeImages } from "./images.ts";
+import { checkLedger, checkProcessTables, deployLedger, instanceStarts, readLedgers, sanDir } from "./ledger.ts";
+import { readSnapshots } from "./real/node.ts";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../src/api/v1alpha1.ts";
 import { checkInvariant } from "./invariant.ts";
 
@@ -202,6 +204,7 @@ export class Bed {
 
   /** Asks for the node to be unfenced and waits until it is Unfenced and Ready again. */
   async unfence(node: string): Promise<void> {
+    await this.lab.reconnect(node); // real nodes: the cut cable is mended before the machine is powered back on
     await this.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
     await this.waitForFence(node, (f) => f.status?.phase === "Unfenced", "Unfenced");
     await this.lab.waitForNodeReadyStatus(node, "True", 60_000);
@@ -297,42 +300,58 @@ export class Bed {
     await exited;
   }
 
+  /**
+   * A StatefulSet, one pod per node. On real nodes it is the single-writer ledger (lab/ledger.ts): each pod
+   * appends to a ReadWriteOnce volume on the lab's SAN, with no storage-side locking, and invariant() reads
+   * the files. On kwok nodes, pause pods (nothing runs).
+   */
   async statefulSet(
     name: string,
     replicas: number,
     extra: { nodeSelector?: Record<string, string>; priorityClassName?: string; tolerations?: V1Toleration[] } = {},
   ): Promise<V1Pod[]> {
-    await this.apps.createNamespacedStatefulSet({
-      namespace: NS,
-      body: {
-        metadata: { name },
-        spec: {
-          serviceName: name,
-          replicas,
-          selector: { matchLabels: { app: name } },
-          template: {
-            metadata: { labels: { app: name } },
-            spec: {
-              nodeSelector: extra.nodeSelector,
-              priorityClassName: extra.priorityClassName,
-              tolerations: extra.tolerations,
-              affinity: {
-                podAntiAffinity: {
-                  requiredDuringSchedulingIgnoredDuringExecution: [
-                    { labelSelector: { matchLabels: { app: name } }, topologyKey: "kubernetes.io/hostname" },
-                  ],
+    const real = this.lab.state.real;
+    if (real) {
+      await deployLedger(this.lab.kc, {
+        name,
+        namespace: NS,
+        replicas,
+        image: real.images.ledger!,
+        san: sanDir(this.lab.dir),
+        ...extra,
+      });
+    } else
+      await this.apps.createNamespacedStatefulSet({
+        namespace: NS,
+        body: {
+          metadata: { name },
+          spec: {
+            serviceName: name,
+            replicas,
+            selector: { matchLabels: { app: name } },
+            template: {
+              metadata: { labels: { app: name } },
+              spec: {
+                nodeSelector: extra.nodeSelector,
+                priorityClassName: extra.priorityClassName,
+                tolerations: extra.tolerations,
+                affinity: {
+                  podAntiAffinity: {
+                    requiredDuringSchedulingIgnoredDuringExecution: [
+                      { labelSelector: { matchLabels: { app: name } }, topologyKey: "kubernetes.io/hostname" },
+                    ],
+                  },
                 },
+                terminationGracePeriodSeconds: 5,
+                // Real nodes run the lab's own pause image (imported, never pulled); kwok runs nothing.
+                containers: [
+                  { name: "app", image: this.lab.state.real?.pauseImage ?? "registry.k8s.io/pause:3.10", imagePullPolicy: "Never" },
+                ],
               },
-              terminationGracePeriodSeconds: 5,
-              // Real nodes run the lab's own pause image (imported, never pulled); kwok runs nothing.
-              containers: [
-                { name: "app", image: this.lab.state.real?.pauseImage ?? "registry.k8s.io/pause:3.10", imagePullPolicy: "Never" },
-              ],
             },
           },
         },
-      },
-    });
+      });
     return await waitFor(
       `${replicas} Running ${name} pods`,
       async () => {
@@ -365,7 +384,30 @@ export class Bed {
       items: NodeFence[];
     };
     const uids = fences.items.flatMap((f) => (f.status?.releases ?? []).filter((r) => r.kind === "Pod").map((r) => r.uid ?? ""));
-    return checkInvariant(this.rec.timeline(), new Set(uids));
+    const report = checkInvariant(this.rec.timeline(), new Set(uids));
+    if (!this.lab.state.real) return report;
+    // Real nodes: what the workload itself wrote, and what ran on each node when its power went.
+    const ledger = checkLedger(readLedgers(sanDir(this.lab.dir)));
+    const snapshots = this.lab
+      .nodes()
+      .flatMap((n) =>
+        readSnapshots(this.lab.machineDir(n)).map((x) => ({
+          time: Date.parse(x.time),
+          node: x.node,
+          event: x.reason,
+          processes: x.processes,
+        })),
+      );
+    const processes = checkProcessTables(snapshots, instanceStarts(ledger));
+    return {
+      ...report,
+      ledger: { identities: ledger.identities, records: ledger.records, handovers: ledger.handovers.length, problems: ledger.problems },
+      violations: [
+        ...report.violations,
+        ...ledger.violations.map((v) => `ledger: ${v}`),
+        ...processes.violations.map((v) => `processes: ${v}`),
+      ],
+    };
   }
 
   /** When the timeline first shows this: ms since epoch. */

@@ -24,7 +24,7 @@ import { appendEvent, nodeSpec, paths, readState, withNodeLock, writeState, type
 import { claimSlot, labNet, nodeIp, podCidr, releaseSlot, setupNodeNet, setupSwitch, slotsInUse, teardownNet } from "./real/net.ts";
 import { recordHostSettings, restoreHostSettings } from "./real/host-settings.ts";
 import { startClusterDns, stopClusterDns } from "./cluster-dns.ts";
-import { realKillKubelet, realPartitionNodes, realContext } from "./real/machine.ts";
+import { realKillKubelet, realPartitionNodes, realContext, realReconnect } from "./real/machine.ts";
 import { nodeCgroup, removeNodeCgroup } from "./real/node.ts";
 import { clearRef, readRef, signal, startDetached, stop, writeRef } from "./processes.ts";
 
@@ -384,6 +384,15 @@ export class Lab implements FaultDriver {
     this.requireReal("a node-to-node partition");
     const s = this.state;
     await withNodeLock(paths(s.dir).node(nodeSpec(s, a).name).lock, () => realPartitionNodes(s, a, nodeSpec(s, b).name));
+  }
+  /**
+   * Real nodes: reconnects the node's network (a partition is a cut cable: it outlives a power cycle, so a
+   * fenced node that was cut off comes back only once this is done). Works with the power off. kwok: no-op.
+   */
+  async reconnect(node: string): Promise<void> {
+    if (this.state.runtime !== "real") return;
+    const s = this.state;
+    await withNodeLock(paths(s.dir).node(nodeSpec(s, node).name).lock, () => realReconnect(s, node));
   }
   /** Real nodes: the kubelet dies, its containers keep running (the hung-kubelet case); heal restarts it. */
   async killKubelet(node: string): Promise<void> {

@@ -127,24 +127,30 @@ export async function realKillKubelet(s: LabState, name: string): Promise<void> 
   appendEvent(s.dir, { kind: "kubelet", node: name, detail: { killed: true } });
 }
 
-export async function realHeal(s: LabState, name: string): Promise<void> {
-  const ctx = realContext(s, name);
-  if (readText(paths(s.dir).node(name).power) === "0") throw new Error(`node ${name} is powered off; power it on through its BMC`);
+/** Reconnects every cable of the node cut by a fault (and the peers' halves); works with the power off too. */
+export function realReconnect(s: LabState, name: string): string[] {
   const faults = readFaults(s, name);
   for (const f of faults) {
     removeFaultRules(s.real!.slot, name, f.rules);
     if (f.kind === "node" && f.peer) {
-      // The peer's half of the cut goes too.
-      const theirs = readFaults(s, f.peer).filter((g) => g.kind === "node" && g.peer === name);
-      for (const g of theirs) removeFaultRules(s.real!.slot, f.peer, g.rules);
+      const theirs = readFaults(s, f.peer);
+      for (const g of theirs.filter((x) => x.kind === "node" && x.peer === name)) removeFaultRules(s.real!.slot, f.peer, g.rules);
       writeFaults(
         s,
         f.peer,
-        readFaults(s, f.peer).filter((g) => !(g.kind === "node" && g.peer === name)),
+        theirs.filter((x) => !(x.kind === "node" && x.peer === name)),
       );
     }
   }
   writeFaults(s, name, []);
+  if (faults.length) appendEvent(s.dir, { kind: "heal", node: name, detail: { reconnected: faults.map((f) => f.peer ?? f.kind) } });
+  return faults.map((f) => f.peer ?? f.kind);
+}
+
+export async function realHeal(s: LabState, name: string): Promise<void> {
+  const ctx = realContext(s, name);
+  if (readText(paths(s.dir).node(name).power) === "0") throw new Error(`node ${name} is powered off; power it on through its BMC`);
+  const reconnected = realReconnect(s, name);
   if (frozen(ctx.cgroup)) {
     // A hung machine comes back only through a reset: new boot.
     appendEvent(s.dir, { kind: "heal", node: name, detail: { rebooted: true } });
@@ -153,7 +159,7 @@ export async function realHeal(s: LabState, name: string): Promise<void> {
   }
   const restarted = kubeletState(ctx) === "stopped";
   if (restarted) restartKubelet(ctx);
-  appendEvent(s.dir, { kind: "heal", node: name, detail: { resumed: true, reconnected: faults.map((f) => f.peer ?? f.kind), restarted } });
+  appendEvent(s.dir, { kind: "heal", node: name, detail: { resumed: true, reconnected, restarted } });
 }
 
 export function realMachineKubelet(

@@ -226,7 +226,7 @@ function imported(ctx: RealNodeContext): string[] {
 /** Power off: freeze everything, record it, kill it, thaw; resolves when no process of the node is left. */
 export async function powerOffNode(ctx: RealNodeContext, reason: string): Promise<ProcessSnapshot> {
   await setFreezer(ctx.cgroup, "FROZEN");
-  const snap = snapshot(ctx, reason);
+  const snap = snapshot(ctx, `${reason}: before kill`);
   for (let round = 0; round < 50; round++) {
     const pids = nodePids(ctx.cgroup);
     if (pids.length === 0) break;
@@ -242,6 +242,7 @@ export async function powerOffNode(ctx: RealNodeContext, reason: string): Promis
   }
   await setFreezer(ctx.cgroup, "THAWED");
   await waitUntil(`every process of node ${ctx.name} to exit`, () => nodePids(ctx.cgroup).length === 0, 10_000);
+  snapshot(ctx, `${reason}: after kill`); // the evidence that nothing of the node outlived the power-off
   const p = nodePaths(ctx.dir);
   for (const f of [p.init, p.containerd, p.kubelet]) clearRef(f);
   removePodCgroups(ctx.cgroup);

@@ -1,0 +1,23 @@
+// The chaos suite's fixed seeds (npm run chaos runs any number of schedules; docs/chaos.md has a long
+// run): randomized faults from the proposal's list on real nodes with the ledger and etcd workloads,
+// and every checker over what happened. A violation fails with the replay command.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { formatSummary, runChaos } from "../lab/chaos/runner.ts";
+
+test("chaos, seed 1: two fault schedules on real nodes, no violation, no lost etcd key", { timeout: 1_200_000 }, async () => {
+  const summary = await runChaos({ seed: 1, schedules: 2, log: (m) => console.log(m) });
+  console.log(formatSummary(summary));
+  assert.equal(summary.results.length, 2);
+  assert.ok(
+    summary.results.every((r) => r.schedule.faults.length > 0),
+    "every schedule injected faults",
+  );
+  assert.deepEqual(
+    summary.results.flatMap((r) => r.violations),
+    [],
+  );
+  assert.ok(summary.etcd && summary.etcd.acked > 0, "the etcd writer got puts acknowledged");
+  assert.equal(summary.etcd.lost, 0);
+  assert.deepEqual(summary.etcd.problems, []);
+});

@@ -1,0 +1,238 @@
+// The chaos suite: fault schedules drawn from a seed (lab/chaos/schedule.ts), run one after another on
+// one real-node bed with two operator replicas (leader election), a ledger StatefulSet (single writers
+// on a shared SAN, no storage-side lock) and a 3-member etcd StatefulSet with a writer recording every
+// acknowledged put. After each schedule the bed is brought back (cables mended, fenced nodes unfenced,
+// components and replicas restarted) and everything is checked: the timeline invariant, the ledger
+// files, the process tables captured at each power change, and etcd (no lost key, members intact).
+import { CoordinationV1Api, CustomObjectsApi } from "@kubernetes/client-node";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Bed, NS, SECRETS_NS } from "../bed.ts";
+import { waitFor } from "../health.ts";
+import { GROUP, VERSION, type NodeFence } from "../../src/api/v1alpha1.ts";
+import { createEtcdWorkload, etcdPodEndpoints, etcdWorkload, type EtcdWorkload } from "../etcd-workload.ts";
+import { EtcdWriter, etcdBaseline, verifyEtcd, type EtcdMember } from "../etcd-checker.ts";
+import { describeFault, drawSchedule, FAULT_KINDS, type Fault, type FaultKind, type Schedule } from "./schedule.ts";
+
+export interface ChaosOptions {
+  seed: number;
+  schedules: number;
+  /** Index of the first schedule (to replay one: --first K --schedules 1). */
+  first?: number;
+  nodes?: number;
+  etcd?: boolean;
+  log?: (msg: string) => void;
+}
+
+export interface ScheduleResult {
+  schedule: Schedule;
+  fences: number;
+  releases: number;
+  violations: string[];
+  seconds: number;
+}
+
+export interface ChaosSummary {
+  seed: number;
+  results: ScheduleResult[];
+  faults: Record<FaultKind, number>;
+  etcd?: { acked: number; lost: number; problems: string[] };
+}
+
+const LEDGER_REPLICAS = 2;
+
+export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
+  const log = o.log ?? (() => {});
+  const bed = await Bed.up({ nodes: o.nodes ?? 4, name: "chaos", runtime: "real", log });
+  const results: ScheduleResult[] = [];
+  const faults = Object.fromEntries(FAULT_KINDS.map((k) => [k, 0])) as Record<FaultKind, number>;
+  let writer: EtcdWriter | undefined;
+  let etcd: { w: EtcdWorkload; members: EtcdMember[] } | undefined;
+  try {
+    await bed.policy("default", { guards: { maxUnhealthyNodes: "50%", maxConcurrentFences: 2 } });
+    await bed.startOperator({ leaderElect: true });
+    await bed.startOperator({ leaderElect: true });
+    await bed.statefulSet("ledger", LEDGER_REPLICAS);
+    if (o.etcd !== false) {
+      const w = etcdWorkload({ namespace: NS, image: bed.lab.state.real!.images.etcd!, labDir: bed.lab.dir });
+      await createEtcdWorkload(bed.lab.kc, w);
+      const endpoints = () => etcdPodEndpoints(bed.lab.kc, w);
+      const members = await etcdBaseline(endpoints, { members: 3, timeoutMs: 120_000 });
+      writer = new EtcdWriter({ endpoints }).start();
+      etcd = { w, members };
+    }
+    for (let i = o.first ?? 0; i < (o.first ?? 0) + o.schedules; i++) {
+      const schedule = drawSchedule(o.seed, i, { nodes: bed.lab.nodes() });
+      for (const f of schedule.faults) faults[f.kind]++;
+      log(`schedule ${i} (seed ${o.seed}): ${schedule.faults.map(describeFault).join(", ")}`);
+      const t0 = Date.now();
+      const before = (await bed.invariant()).violations.length;
+      await runSchedule(bed, schedule, log);
+      const counts = await recover(bed, log);
+      const violations = (await bed.invariant()).violations.slice(before);
+      results.push({
+        schedule,
+        ...counts,
+        violations,
+        seconds: (Date.now() - t0) / 1000,
+      });
+      if (violations.length) {
+        log(`VIOLATION in schedule ${i}: replay with: npm run chaos -- --seed ${o.seed} --first ${i} --schedules 1`);
+        for (const v of violations) log(`  ${v}`);
+        log(bed.rec.format(t0));
+      }
+    }
+    let etcdResult: ChaosSummary["etcd"];
+    if (writer && etcd) {
+      const wlog = await writer.stop();
+      const verdict = await verifyEtcd({ endpoints: () => etcdPodEndpoints(bed.lab.kc, etcd!.w), log: wlog, members: etcd.members });
+      etcdResult = { acked: verdict.acked, lost: verdict.lost.length, problems: verdict.problems };
+    }
+    return { seed: o.seed, results, faults, ...(etcdResult ? { etcd: etcdResult } : {}) };
+  } finally {
+    await writer?.stop().catch(() => undefined);
+    await bed.down();
+  }
+}
+
+/** Starts every fault at its moment; bounded faults are undone after their duration. */
+async function runSchedule(bed: Bed, s: Schedule, log: (m: string) => void): Promise<void> {
+  const t0 = Date.now();
+  await Promise.all(
+    s.faults.map(async (f) => {
+      await sleep(Math.max(0, t0 + f.at - Date.now()));
+      await inject(bed, f, log).catch((e: Error) => log(`  fault ${describeFault(f)} could not be injected: ${e.message}`));
+    }),
+  );
+}
+
+async function inject(bed: Bed, f: Fault, log: (m: string) => void): Promise<void> {
+  const lab = bed.lab;
+  const node = f.node!;
+  switch (f.kind) {
+    case "crash":
+      return lab.crash(node);
+    case "partition":
+      return lab.partition(node);
+    case "kill-kubelet":
+      return lab.killKubelet(node);
+    case "bmc-unreachable":
+      await lab.setBmcReachable(node, false);
+      await lab.crash(node);
+      await sleep(10_000); // the first fence attempts fail; the policy retries
+      return lab.setBmcReachable(node, true);
+    case "short-partition":
+      await lab.partition(node);
+      await sleep(f.durationMs);
+      return lab.heal(node);
+    case "node-partition":
+      await lab.partitionNodes(node, f.peer!);
+      await sleep(f.durationMs);
+      return lab.reconnect(node);
+    case "power-cycle":
+      if (lab.machine(node).power === "off") return;
+      await lab.bmc(node, "off");
+      await sleep(f.durationMs);
+      await lab.bmc(node, "on");
+      return;
+    case "etcd-partition":
+      await lab.partitionEtcd(true);
+      await sleep(f.durationMs);
+      return lab.partitionEtcd(false);
+    case "kill-controller-manager":
+      await lab.killComponent("kube-controller-manager");
+      await sleep(f.durationMs);
+      return lab.startComponent("kube-controller-manager");
+    case "kill-operator": {
+      const holder = (
+        await lab.kc.makeApiClient(CoordinationV1Api).readNamespacedLease({ name: "stockade-operator", namespace: SECRETS_NS })
+      ).spec?.holderIdentity;
+      const m = /e2e-operator-(\d+)/.exec(holder ?? "");
+      const leader = m ? bed.operators[Number(m[1]) - 1] : bed.operators.find((c) => c.exitCode === null && c.signalCode === null);
+      await bed.killOperator("SIGKILL", leader);
+      log(`  killed operator ${holder ?? "(no leader)"}`);
+      return;
+    }
+  }
+}
+
+/** Brings the bed back: every cable mended, every fence undone, every machine and component up. */
+async function recover(bed: Bed, log: (m: string) => void): Promise<{ fences: number; releases: number }> {
+  const lab = bed.lab;
+  const custom = lab.kc.makeApiClient(CustomObjectsApi);
+  await lab.partitionEtcd(false);
+  await lab.startComponent("kube-controller-manager");
+  for (const n of lab.nodes()) await lab.setBmcReachable(n, true);
+  const alive = bed.operators.filter((c) => c.exitCode === null && c.signalCode === null).length;
+  for (let k = alive; k < 2; k++) await bed.startOperator({ leaderElect: true });
+  // A node taken away is fenced in the end (power off confirmed, pods released): wait for it, then unfence it.
+  for (const n of lab.nodes()) {
+    const m = lab.machine(n);
+    const ready = nodeReady(await lab.node(n));
+    if (ready && m.power === "on" && m.kubelet === "running") continue;
+    const fence = await bed
+      .waitForFence(n, (f) => f.status?.phase === "Released" || f.status?.phase === "Unfenced", "Released", 120_000)
+      .catch(() => undefined);
+    if (fence?.status?.phase === "Released") {
+      await bed.unfence(n);
+      log(`  ${n} fenced and released; unfenced`);
+    } else {
+      await lab.reconnect(n);
+      if (lab.machine(n).power === "off") await lab.bmc(n, "on");
+      else await lab.heal(n);
+      log(`  ${n} not fenced (${fence?.status?.phase ?? "no NodeFence"}); healed`);
+    }
+  }
+  for (const n of lab.nodes()) await lab.reconnect(n);
+  await Promise.all(lab.nodes().map((n) => lab.waitForNodeReadyStatus(n, "True", 120_000)));
+  // Unfenced NodeFences are done with: delete them so the next schedule starts from none.
+  const list = (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as { items: NodeFence[] };
+  const counts = { fences: list.items.length, releases: list.items.reduce((n, f) => n + (f.status?.releases?.length ?? 0), 0) };
+  for (const f of list.items) {
+    await custom
+      .deleteClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences", name: f.metadata!.name! })
+      .catch(() => undefined);
+  }
+  await waitFor(
+    "no NodeFence left",
+    async () =>
+      ((await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as { items: unknown[] }).items
+        .length === 0 || undefined,
+    { timeoutMs: 60_000 },
+  );
+  await waitFor(
+    `${LEDGER_REPLICAS} ledger pods Running`,
+    async () => {
+      const ps = await bed.pods("ledger");
+      return (
+        (ps.length === LEDGER_REPLICAS && ps.every((p) => p.status?.phase === "Running" && !p.metadata?.deletionTimestamp)) || undefined
+      );
+    },
+    { timeoutMs: 180_000 },
+  );
+  return counts;
+}
+
+function nodeReady(n: { status?: { conditions?: { type: string; status: string }[] } }): boolean {
+  return n.status?.conditions?.find((c) => c.type === "Ready")?.status === "True";
+}
+
+/** The closing table: schedules, faults of each kind, fences, releases, violations. */
+export function formatSummary(s: ChaosSummary): string {
+  const lines = [
+    `chaos: seed ${s.seed}, ${s.results.length} schedules`,
+    `faults: ${Object.entries(s.faults)
+      .filter(([, n]) => n)
+      .map(([k, n]) => `${k} ${n}`)
+      .join(", ")}`,
+    `fences ${s.results.reduce((n, r) => n + r.fences, 0)}, releases ${s.results.reduce((n, r) => n + r.releases, 0)}`,
+    `violations ${s.results.reduce((n, r) => n + r.violations.length, 0)}${s.results
+      .filter((r) => r.violations.length)
+      .map((r) => ` (schedule ${r.schedule.index}: npm run chaos -- --seed ${s.seed} --first ${r.schedule.index} --schedules 1)`)
+      .join("")}`,
+  ];
+  if (s.etcd)
+    lines.push(
+      `etcd: ${s.etcd.acked} acknowledged puts, ${s.etcd.lost} lost${s.etcd.problems.length ? `; ${s.etcd.problems.join("; ")}` : ""}`,
+    );
+  return lines.join("\n");
+}
