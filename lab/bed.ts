@@ -388,16 +388,14 @@ export class Bed {
     if (!this.lab.state.real) return report;
     // Real nodes: what the workload itself wrote, and what ran on each node when its power went.
     const ledger = checkLedger(readLedgers(sanDir(this.lab.dir)));
-    const snapshots = this.lab
-      .nodes()
-      .flatMap((n) =>
-        readSnapshots(this.lab.machineDir(n)).map((x) => ({
-          time: Date.parse(x.time),
-          node: x.node,
-          event: x.reason,
-          processes: x.processes,
-        })),
-      );
+    const snapshots = this.lab.nodes().flatMap((n) =>
+      readSnapshots(this.lab.machineDir(n)).map((x) => ({
+        time: Date.parse(x.time),
+        node: x.node,
+        event: x.reason,
+        processes: x.processes,
+      })),
+    );
     const processes = checkProcessTables(snapshots, instanceStarts(ledger));
     return {
       ...report,

@@ -211,10 +211,17 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
   );
   writeFileSync(join(ctx.dir, "images-imported"), JSON.stringify(ctx.imageTars));
 
-  const kubelet = startInNode(ctx, [ctx.kubelet, ...kubeletArgs(ctx, { kubeconfig: ctx.kubeconfig, zone: ctx.zone })], "kubelet", {
-    initPid: init.pid,
-  });
-  writeRef(p.kubelet, kubelet);
+  writeRef(p.kubelet, startKubelet(ctx, init.pid));
+}
+
+/**
+ * The kubelet under a supervisor, as systemd's Restart=always runs it on a real machine: a kubelet that
+ * exits (e.g. because containerd's CRI is not serving yet at boot) starts again a second later. The
+ * kill-kubelet fault kills the supervisor with it (one process group).
+ */
+function startKubelet(ctx: RealNodeContext, initPid: number): ProcRef {
+  const args = [ctx.kubelet, ...kubeletArgs(ctx, { kubeconfig: ctx.kubeconfig, zone: ctx.zone })];
+  return startInNode(ctx, ["sh", "-c", 'while :; do "$@"; sleep 1; done', "kubelet-supervisor", ...args], "kubelet", { initPid });
 }
 
 /** Images already on the node's disk (they survive power cycles, as a real node's would). */
@@ -268,10 +275,7 @@ export function restartKubelet(ctx: RealNodeContext): void {
   const init = readRef(p.init);
   if (!init || !isAlive(init)) throw new Error(`node ${ctx.name} is not running (no init process); power it on through its BMC`);
   if (isAlive(readRef(p.kubelet))) return;
-  const kubelet = startInNode(ctx, [ctx.kubelet, ...kubeletArgs(ctx, { kubeconfig: ctx.kubeconfig, zone: ctx.zone })], "kubelet", {
-    initPid: init.pid,
-  });
-  writeRef(p.kubelet, kubelet);
+  writeRef(p.kubelet, startKubelet(ctx, init.pid));
 }
 
 export function kubeletState(ctx: RealNodeContext): "running" | "frozen" | "stopped" {
