@@ -28,6 +28,8 @@ export interface ScheduleResult {
   fences: number;
   releases: number;
   violations: string[];
+  /** The bed needed a second try to come back after this schedule (reported, not a violation). */
+  recoveryProblems: string[];
   seconds: number;
 }
 
@@ -67,14 +69,35 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
       const t0 = Date.now();
       const before = (await bed.invariant()).violations.length;
       await runSchedule(bed, schedule, log);
-      const counts = await recover(bed, log);
+      // A bed that cannot be brought back is reported (it is not a safety violation, but it is not fine
+      // either); one more try, then the run stops rather than blame the next schedule for this one's mess.
+      let counts = { fences: 0, releases: 0 };
+      const recoveryProblems: string[] = [];
+      for (let attempt = 1; ; attempt++) {
+        try {
+          counts = await recover(bed, log);
+          break;
+        } catch (e) {
+          recoveryProblems.push(`recovery attempt ${attempt} failed: ${(e as Error).message.split("\n")[0]}`);
+          log(`  ${recoveryProblems.at(-1)}`);
+          if (attempt === 2)
+            throw new Error(
+              `schedule ${i} (seed ${o.seed}): the bed could not be brought back; replay: npm run chaos -- --seed ${o.seed} --first ${i} --schedules 1`,
+              { cause: e },
+            );
+        }
+      }
       const violations = (await bed.invariant()).violations.slice(before);
       results.push({
         schedule,
         ...counts,
         violations,
+        recoveryProblems,
         seconds: (Date.now() - t0) / 1000,
       });
+      log(
+        `schedule ${i} done in ${((Date.now() - t0) / 1000).toFixed(0)} s: fences ${counts.fences}, releases ${counts.releases}, violations ${violations.length}${recoveryProblems.length ? `, recovery retried` : ""}`,
+      );
       if (violations.length) {
         log(`VIOLATION in schedule ${i}: replay with: npm run chaos -- --seed ${o.seed} --first ${i} --schedules 1`);
         for (const v of violations) log(`  ${v}`);
