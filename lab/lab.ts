@@ -25,7 +25,7 @@ import { claimSlot, labNet, nodeIp, podCidr, releaseSlot, setupNodeNet, setupSwi
 import { recordHostSettings, restoreHostSettings } from "./real/host-settings.ts";
 import { startClusterDns, stopClusterDns } from "./cluster-dns.ts";
 import { realKillKubelet, realPartitionNodes, realContext, realReconnect } from "./real/machine.ts";
-import { nodeCgroup, removeNodeCgroup } from "./real/node.ts";
+import { killSlotNodes, nodeCgroup, removeNodeCgroup } from "./real/node.ts";
 import { clearRef, readRef, signal, startDetached, stop, writeRef } from "./processes.ts";
 
 export interface UpOptions {
@@ -44,6 +44,12 @@ export interface UpOptions {
 
 /** The programs a real-node lab runs besides the control plane's. */
 const REAL_NODE_TOOLS = ["containerd", "runc", "ctr", "iptables", "nsenter", "unshare", "ip"];
+
+/** What a lab that died without `down` left in its slot: its BMCs and machines (its own stop), then anything in the slot's cgroups. */
+async function reclaimSlot(slot: number, owner: string): Promise<void> {
+  await Lab.downDir(owner).catch(() => undefined);
+  await killSlotNodes(slot);
+}
 
 /** A slot's lab is gone when its state says nothing runs (or it never got as far as a state, long ago). */
 function slotStale(owner: string, ageMs: number): boolean {
@@ -119,7 +125,7 @@ export class Lab implements FaultDriver {
     for (const d of [o.dir, p.logs, p.pids, p.kubeconfigs]) mkdirSync(d, { recursive: true });
 
     const [etcd, etcdPeer, etcdProxy, apiserver, controllerManager, scheduler] = await freeTcpPorts(6);
-    const slot = runtime === "real" ? claimSlot(o.dir, slotStale) : 0;
+    const slot = runtime === "real" ? await claimSlot(o.dir, slotStale, reclaimSlot) : 0;
     const zones = o.zones ?? ["zone-a"];
     const nodes: NodeSpec[] = [];
     for (let i = 0; i < n; i++) {

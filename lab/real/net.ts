@@ -49,7 +49,11 @@ const ip = (...args: string[]) => run("ip", args);
 const inNs = (ns: string, cmd: string, ...args: string[]) => run("ip", ["netns", "exec", ns, cmd, ...args]);
 
 /** Claims a free slot for the lab in `labDir`; a slot whose lab is gone is cleaned and reused. */
-export function claimSlot(labDir: string, isStale: (ownerDir: string, ageMs: number) => boolean): number {
+export async function claimSlot(
+  labDir: string,
+  isStale: (ownerDir: string, ageMs: number) => boolean,
+  reclaim: (slot: number, ownerDir: string) => Promise<void>,
+): Promise<number> {
   mkdirSync(SLOTS_DIR, { recursive: true });
   for (let slot = 1; slot <= MAX_SLOTS; slot++) {
     const f = join(SLOTS_DIR, String(slot));
@@ -67,6 +71,7 @@ export function claimSlot(labDir: string, isStale: (ownerDir: string, ageMs: num
         continue;
       }
       if (owner && isStale(owner, Date.now() - statSync(f).mtimeMs)) {
+        await reclaim(slot, owner); // whatever the dead lab left running in the slot goes first
         teardownNet(slot);
         rmSync(f, { recursive: true, force: true });
         slot--; // retry the same slot

@@ -311,3 +311,23 @@ function removePodCgroups(cgroup: string): void {
 export function removeNodeCgroup(cgroup: string): void {
   for (const h of cgroupHierarchies()) rmCgroupTree(join(CGROUP_FS, h, cgroup));
 }
+
+/** Kills whatever a lab that died without `down` left running in a slot's node cgroups, and removes them. */
+export async function killSlotNodes(slot: number): Promise<void> {
+  const root = join(CGROUP_FS, "freezer", CGROUP_PARENT);
+  if (!existsSync(root)) return;
+  for (const d of readdirSync(root).filter((x) => x.startsWith(`${slot}-`))) {
+    const cgroup = `${CGROUP_PARENT}/${d}`;
+    await setFreezer(cgroup, "FROZEN");
+    for (const pid of nodePids(cgroup)) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        /* gone */
+      }
+    }
+    await setFreezer(cgroup, "THAWED");
+    await waitUntil(`the stale node ${d} to die`, () => nodePids(cgroup).length === 0, 10_000);
+    removeNodeCgroup(cgroup);
+  }
+}
