@@ -51,10 +51,10 @@ async function reclaimSlot(slot: number, owner: string): Promise<void> {
   await killSlotNodes(slot);
 }
 
-/** A slot's lab is gone when its state says nothing runs (or it never got as far as a state, long ago). */
-function slotStale(owner: string, ageMs: number): boolean {
-  if (!existsSync(paths(owner).state)) return ageMs > 120_000;
-  return !Lab.running(owner);
+/** A slot's lab is gone when the process that set it up has exited and nothing of it runs (a lab being set
+ * up has no component running yet, but its creator lives). */
+function slotStale(owner: string, creatorAlive: boolean): boolean {
+  return !creatorAlive && !Lab.running(owner);
 }
 
 const NODE_PREFIX = "node-";

@@ -11,7 +11,8 @@
 // routes all of them (tests and checkers reach pods by IP). Faults are iptables rules in a node's own
 // namespace, in a chain of ours: a cut cable survives the node's power cycle, as it would.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { procStart } from "../processes.ts";
 import { join } from "node:path";
 
 export const SLOTS_DIR = "/run/stockade-lab/slots";
@@ -51,7 +52,7 @@ const inNs = (ns: string, cmd: string, ...args: string[]) => run("ip", ["netns",
 /** Claims a free slot for the lab in `labDir`; a slot whose lab is gone is cleaned and reused. */
 export async function claimSlot(
   labDir: string,
-  isStale: (ownerDir: string, ageMs: number) => boolean,
+  isStale: (ownerDir: string, creatorAlive: boolean) => boolean,
   reclaim: (slot: number, ownerDir: string) => Promise<void>,
 ): Promise<number> {
   mkdirSync(SLOTS_DIR, { recursive: true });
@@ -59,6 +60,8 @@ export async function claimSlot(
     const f = join(SLOTS_DIR, String(slot));
     try {
       mkdirSync(f);
+      // The process that starts the lab: while it lives, the lab is being set up (nothing runs yet).
+      writeFileSync(join(f, "creator"), JSON.stringify({ pid: process.pid, start: procStart(process.pid) }));
       writeFileSync(join(f, "owner"), labDir);
       return slot;
     } catch (e) {
@@ -70,7 +73,7 @@ export async function claimSlot(
         /* being written: not stale */
         continue;
       }
-      if (owner && isStale(owner, Date.now() - statSync(f).mtimeMs)) {
+      if (owner && isStale(owner, creatorAlive(join(f, "creator")))) {
         await reclaim(slot, owner); // whatever the dead lab left running in the slot goes first
         teardownNet(slot);
         rmSync(f, { recursive: true, force: true });
@@ -79,6 +82,15 @@ export async function claimSlot(
     }
   }
   throw new Error(`no free lab network slot (all ${MAX_SLOTS} in use under ${SLOTS_DIR}); stop labs with: npm run lab -- down`);
+}
+
+function creatorAlive(file: string): boolean {
+  try {
+    const c = JSON.parse(readFileSync(file, "utf8")) as { pid: number; start: number };
+    return procStart(c.pid) === c.start;
+  } catch {
+    return false;
+  }
 }
 
 export function releaseSlot(slot: number): void {
