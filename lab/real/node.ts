@@ -122,6 +122,7 @@ export function snapshot(ctx: RealNodeContext, reason: string): ProcessSnapshot 
     .map(describe)
     .filter((x): x is ProcessEntry => !!x);
   const snap: ProcessSnapshot = { time: new Date().toISOString(), node: ctx.name, reason, ...(bootID ? { bootID } : {}), processes };
+  mkdirSync(ctx.dir, { recursive: true });
   appendFileSync(nodePaths(ctx.dir).snapshots, JSON.stringify(snap) + "\n");
   return snap;
 }

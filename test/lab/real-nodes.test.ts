@@ -101,11 +101,15 @@ describe("real nodes", () => {
     assert.equal(writes(writer.metadata!.uid!), last, "nothing written after the power-off");
     const inst = checkLedger(readLedgers(sanDir(lab.dir))).instances.find((i) => i.podUID === writer.metadata!.uid)!;
     assert.ok(inst.latest.timeMs <= offAt, "the last record precedes the power-off");
-    const snap = readSnapshots(lab.machineDir(node)).at(-1)!;
+    const snaps = readSnapshots(lab.machineDir(node));
+    const [beforeKill, afterKill] = snaps.slice(-2);
+    assert.match(beforeKill!.reason, /power off: before kill/);
     assert.ok(
-      snap.processes.some((p) => p.podUID === writer.metadata!.uid),
+      beforeKill!.processes.some((p) => p.podUID === writer.metadata!.uid),
       "the power-off snapshot shows the writer's processes with their pod",
     );
+    assert.match(afterKill!.reason, /power off: after kill/);
+    assert.deepEqual(afterKill!.processes, [], "and the one after the kill shows nothing left");
     const mounts = readFileSync("/proc/self/mounts", "utf8");
     assert.ok(!mounts.includes(lab.machineDir(node)), "nothing of the node is mounted on the host");
 
