@@ -239,23 +239,30 @@ function nodeReady(n: { status?: { conditions?: { type: string; status: string }
   return n.status?.conditions?.find((c) => c.type === "Ready")?.status === "True";
 }
 
-/** The closing table: schedules, faults of each kind, fences, releases, violations. */
+/** The closing table: schedules, faults of each kind, fences, releases, violations (with replay commands). */
 export function formatSummary(s: ChaosSummary): string {
-  const lines = [
-    `chaos: seed ${s.seed}, ${s.results.length} schedules`,
-    `faults: ${Object.entries(s.faults)
-      .filter(([, n]) => n)
-      .map(([k, n]) => `${k} ${n}`)
-      .join(", ")}`,
-    `fences ${s.results.reduce((n, r) => n + r.fences, 0)}, releases ${s.results.reduce((n, r) => n + r.releases, 0)}`,
-    `violations ${s.results.reduce((n, r) => n + r.violations.length, 0)}${s.results
-      .filter((r) => r.violations.length)
-      .map((r) => ` (schedule ${r.schedule.index}: npm run chaos -- --seed ${s.seed} --first ${r.schedule.index} --schedules 1)`)
-      .join("")}`,
+  const first = s.results[0]?.schedule.index ?? 0;
+  const sum = (f: (r: ScheduleResult) => number) => s.results.reduce((n, r) => n + f(r), 0);
+  const rows: [string, string | number][] = [
+    ["seed", s.seed],
+    ["schedules", `${s.results.length} (${first}–${first + s.results.length - 1})`],
+    ...Object.entries(s.faults).map(([k, n]) => [`  ${k}`, n] as [string, number]),
+    ["fences", sum((r) => r.fences)],
+    ["releases", sum((r) => r.releases)],
+    ["violations", sum((r) => r.violations.length)],
+    ["recoveries retried", s.results.filter((r) => r.recoveryProblems.length).length],
   ];
+  const secs = s.results.map((r) => r.seconds).sort((x, y) => x - y);
+  if (secs.length)
+    rows.push(["s per schedule (median/max)", `${secs[Math.floor(secs.length / 2)]!.toFixed(0)} / ${secs.at(-1)!.toFixed(0)}`]);
   if (s.etcd)
-    lines.push(
-      `etcd: ${s.etcd.acked} acknowledged puts, ${s.etcd.lost} lost${s.etcd.problems.length ? `; ${s.etcd.problems.join("; ")}` : ""}`,
+    rows.push(
+      ["etcd puts acked / lost", `${s.etcd.acked} / ${s.etcd.lost}`],
+      ["etcd problems", s.etcd.problems.length ? s.etcd.problems.join("; ") : "none"],
     );
+  const w = Math.max(...rows.map(([k]) => k.length));
+  const lines = rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`);
+  for (const r of s.results.filter((x) => x.violations.length))
+    lines.push(`VIOLATION schedule ${r.schedule.index}: npm run chaos -- --seed ${s.seed} --first ${r.schedule.index} --schedules 1`);
   return lines.join("\n");
 }
