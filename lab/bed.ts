@@ -77,30 +77,7 @@ export class Bed {
   private async install(): Promise<Bed> {
     const lab = this.lab;
     await this.kubectl("apply", "-f", join(repoRoot, "crds"));
-    // A CRD may not have a status yet when created (`kubectl wait` then errors instead of waiting), and the
-    // apiserver answers 429 until the new kinds' storage is ready: poll until a list works.
-    await waitFor(
-      "the stockade.io CRDs Established and served",
-      async () => {
-        const out = await this.kubectl(
-          "get",
-          "crd",
-          "nodefences.stockade.io",
-          "fencingpolicies.stockade.io",
-          "fenceagents.stockade.io",
-          "-o",
-          'jsonpath={.items[*].status.conditions[?(@.type=="Established")].status}',
-        ).catch(() => "");
-        if (out.split(/\s+/).filter((x) => x === "True").length !== 3) return undefined;
-        return (
-          (await this.kubectl("get", "nodefences,fencingpolicies,fenceagents").then(
-            () => true,
-            () => false,
-          )) || undefined
-        );
-      },
-      { timeoutMs: 60_000, intervalMs: 250 },
-    );
+    await lab.waitForCrds();
     // Who may write a NodeFence's status or confirm a manual fence: every bed runs with the bundle's policy.
     await this.kubectl("apply", "-f", join(repoRoot, "manifests/06-admission-policy.yaml"));
     await this.kubectl("create", "namespace", SECRETS_NS);

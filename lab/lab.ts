@@ -2,7 +2,7 @@
 // (ipmi_sim). Lab.up() starts one; Lab.attach() finds a running one (how the CLI's later commands work).
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { CoreV1Api, KubeConfig, setHeaderOptions, type V1Node } from "@kubernetes/client-node";
+import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, setHeaderOptions, type V1Node } from "@kubernetes/client-node";
 import { binPaths, ensureBins, repoRoot, which } from "./bins.ts";
 import { newBmcPassword, startBmc, stopBmc, writeBmcConfig, ipmitool, setBmcReachable, bmcReachable } from "./bmc.ts";
 import {
@@ -355,6 +355,29 @@ export class Lab implements FaultDriver {
       async () => {
         const n = await this.node(name);
         return Lab.readyStatus(n) === status ? n : undefined;
+      },
+      { timeoutMs, intervalMs: 250 },
+    );
+  }
+
+  /**
+   * Waits until the stockade.io CRDs are Established and their kinds are served. Not `kubectl wait`: a
+   * CRD just created may have no status yet, and kubectl then fails instead of waiting (seen under load).
+   */
+  async waitForCrds(plurals = ["nodefences", "fencingpolicies", "fenceagents"], timeoutMs = 60_000): Promise<void> {
+    const ext = this.kc.makeApiClient(ApiextensionsV1Api);
+    const custom = this.kc.makeApiClient(CustomObjectsApi);
+    await waitFor(
+      `CRDs ${plurals.join(", ")} Established and served`,
+      async () => {
+        for (const p of plurals) {
+          const crd = await ext.readCustomResourceDefinition({ name: `${p}.stockade.io` }).catch(() => undefined);
+          if (!crd?.status?.conditions?.some((c) => c.type === "Established" && c.status === "True")) return undefined;
+          // The apiserver answers 429 until the new kind's storage is ready.
+          if (!(await custom.listClusterCustomObject({ group: "stockade.io", version: "v1alpha1", plural: p }).then(() => true, () => false)))
+            return undefined;
+        }
+        return true;
       },
       { timeoutMs, intervalMs: 250 },
     );

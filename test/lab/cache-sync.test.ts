@@ -25,9 +25,7 @@ let lab: Lab;
 before(async () => {
   lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), "stockade-sync-")), nodes: 1 });
   await run("kubectl", ["apply", "-f", join(repoRoot, "crds")], { env: lab.env });
-  await run("kubectl", ["wait", "--for=condition=Established", "crd/nodefences.stockade.io", "crd/fenceagents.stockade.io"], {
-    env: lab.env,
-  });
+  await lab.waitForCrds();
 });
 after(async () => {
   await lab?.down();

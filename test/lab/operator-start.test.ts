@@ -55,19 +55,7 @@ describe("operator start-up and configuration errors", () => {
   test("with the CRDs it serves /healthz and /readyz, reports config mistakes on the NodeFence, and stops on SIGTERM", async () => {
     await run("kubectl", ["apply", "-f", join(repoRoot, "crds")], { env: lab.env });
     await run("kubectl", ["create", "namespace", "stockade-system"], { env: lab.env }); // where the leader Lease lives
-    await run(
-      "kubectl",
-      [
-        "wait",
-        "--for=condition=Established",
-        "crd/nodefences.stockade.io",
-        "crd/fencingpolicies.stockade.io",
-        "crd/fenceagents.stockade.io",
-      ],
-      {
-        env: lab.env,
-      },
-    );
+    await lab.waitForCrds();
     const child = spawn(process.execPath, [main, "--health-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"], {
       env: { ...process.env, KUBECONFIG: lab.kubeconfig },
     });

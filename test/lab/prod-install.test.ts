@@ -96,8 +96,7 @@ describe("production install: the packed build with production dependencies only
     assert.ok(existsSync(join(app, "dist/main.js")), "the previous test installed the package");
     // The packed bundle installs the namespace (the leader-election Lease lives there) and the CRDs.
     await run("kubectl", ["apply", "-f", join(app, "manifests")], { env: lab.env });
-    const crds = ["crd/fenceagents.stockade.io", "crd/fencingpolicies.stockade.io", "crd/nodefences.stockade.io"];
-    await run("kubectl", ["wait", "--for=condition=Established", "--timeout=60s", ...crds], { env: lab.env });
+    await lab.waitForCrds();
     const child = spawn(
       process.execPath,
       [
