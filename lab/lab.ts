@@ -374,7 +374,12 @@ export class Lab implements FaultDriver {
           const crd = await ext.readCustomResourceDefinition({ name: `${p}.stockade.io` }).catch(() => undefined);
           if (!crd?.status?.conditions?.some((c) => c.type === "Established" && c.status === "True")) return undefined;
           // The apiserver answers 429 until the new kind's storage is ready.
-          if (!(await custom.listClusterCustomObject({ group: "stockade.io", version: "v1alpha1", plural: p }).then(() => true, () => false)))
+          if (
+            !(await custom.listClusterCustomObject({ group: "stockade.io", version: "v1alpha1", plural: p }).then(
+              () => true,
+              () => false,
+            ))
+          )
             return undefined;
         }
         return true;

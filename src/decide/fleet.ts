@@ -2,7 +2,7 @@
 // and why every other partitioned node does not. Pure: observed state, policies and a clock in,
 // intentions out; the health controller applies them.
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1PodDisruptionBudget } from "@kubernetes/client-node";
-import type { DateTime } from "luxon";
+import { DateTime } from "luxon";
 import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
 import { podWaitSeconds } from "./forgiveness.ts";
 import { isFinished, isGuarded } from "./guarded-pods.ts";
@@ -138,10 +138,19 @@ export function decideFleet(i: FleetInput): FleetDecision {
       continue;
     }
     const wait = Math.min(...waits);
-    const since = h.partitionedSince ?? i.now;
+    const partitionedSince = h.partitionedSince ?? i.now;
+    // After a storm, the wait starts again when the storm ended: when a network comes back, kubelets
+    // reconnect over seconds, and the last ones are not dead machines (only ever delays a fence).
+    const stormEnd = stormEndedAt(policy);
+    const since = stormEnd && stormEnd > partitionedSince ? stormEnd : partitionedSince;
     const fenceAt = since.plus({ seconds: wait });
     if (i.now < fenceAt) {
-      decide("Waiting", `partitioned since ${iso(since)}; guarded pods wait ${wait} s, until ${iso(fenceAt)}`);
+      decide(
+        "Waiting",
+        since === partitionedSince
+          ? `partitioned since ${iso(since)}; guarded pods wait ${wait} s, until ${iso(fenceAt)}`
+          : `partitioned since ${iso(partitionedSince)}, through a storm that ended at ${iso(since)}; guarded pods wait ${wait} s from then, until ${iso(fenceAt)}`,
+      );
       wake(fenceAt);
       continue;
     }
@@ -200,7 +209,11 @@ export function decideFleet(i: FleetInput): FleetDecision {
       const blocked = verdict.blocked.get(c.node);
       if (policy.spec.paused) d("Paused", `FencingPolicy ${pname} is paused; would fence: ${c.why}`);
       else if (verdict.holds.length) d("Held", verdict.holds.map((h) => h.message).join("; "));
-      else if (blocked) {
+      else if (stormInStatus(policy)) {
+        // The storm ends now (its end is recorded in the policy's status by this pass): its wait starts now.
+        d("Waiting", `the storm guard lifts now; guarded pods wait again from now before ${c.node} is fenced`);
+        wake(i.now.plus({ seconds: 1 }));
+      } else if (blocked) {
         d("Held", blocked.message);
         if (!state.holds.some((h) => h.message === blocked.message)) state.holds.push(blocked);
       } else if (slots <= 0) {
@@ -219,6 +232,19 @@ export function decideFleet(i: FleetInput): FleetDecision {
     }
   }
   return { decisions, nodeDown, create, policies, nextCheck };
+}
+
+/** The policy's status says a storm guard holds (written by an earlier pass). */
+function stormInStatus(policy: FencingPolicy): boolean {
+  return policy.status?.conditions?.find((c) => c.type === "StormGuard")?.status === "True";
+}
+
+/** When the policy's storm guard last stopped holding (its StormGuard condition turned False), per its status. */
+function stormEndedAt(policy: FencingPolicy): DateTime | undefined {
+  const c = policy.status?.conditions?.find((x) => x.type === "StormGuard");
+  if (c?.status !== "False" || !c.lastTransitionTime) return undefined;
+  const t = DateTime.fromISO(c.lastTransitionTime);
+  return t.isValid ? t : undefined;
 }
 
 function atDisruptionLimit(pod: V1Pod, pdbs: readonly V1PodDisruptionBudget[]): boolean {

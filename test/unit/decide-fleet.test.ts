@@ -358,6 +358,52 @@ describe("decideFleet: policy switches and guards", () => {
     assert.deepEqual(st?.partitioned, ["node-1", "node-2", "node-3"]);
   });
 
+  const withStorm = (status: "True" | "False", since: DateTime): FencingPolicy => ({
+    ...policy("default"),
+    status: {
+      conditions: [
+        {
+          type: "StormGuard",
+          status,
+          reason: status === "True" ? "TooManyUnhealthyNodes" : "NoHold",
+          message: "",
+          lastTransitionTime: since.toISO()!,
+        },
+      ],
+    },
+  });
+
+  test("a storm just lifted (status still says it holds): a node still silent waits, it is not fenced at once", () => {
+    const now = at(100);
+    const ns = [down("node-1"), up("node-2", now), up("node-3", now), up("node-4", now)];
+    const pods = [stsPod("db-1", { node: "node-1" })];
+    assert.equal(decisionOf(decide(now, ns, { pods }), "node-1").verdict, "Fence", "without a storm it would be fenced");
+    const d = decide(now, ns, { pods, policies: [withStorm("True", at(20))] });
+    assert.equal(decisionOf(d, "node-1").verdict, "Waiting");
+    assert.match(decisionOf(d, "node-1").message, /storm guard lifts now/);
+    assert.deepEqual(d.create, []);
+  });
+
+  test("after a storm, the wait of a node still silent counts from the storm's end, then it is fenced", () => {
+    const ns = [down("node-1"), up("node-2", at(100)), up("node-3", at(100)), up("node-4", at(100))];
+    const pods = [stsPod("db-1", { node: "node-1" })];
+    const ended = withStorm("False", at(95));
+    const waiting = decide(at(100), ns, { pods, policies: [ended] });
+    assert.equal(decisionOf(waiting, "node-1").verdict, "Waiting");
+    assert.match(decisionOf(waiting, "node-1").message, /through a storm that ended at/);
+    // fenceAfterSeconds 60 (the default), counted from the storm's end at 95 s: due at 155 s, not at 60 s.
+    const world = (t: DateTime) => [down("node-1"), up("node-2", t), up("node-3", t), up("node-4", t)];
+    assert.equal(decisionOf(decide(at(154), world(at(154)), { pods, policies: [ended] }), "node-1").verdict, "Waiting");
+    assert.equal(decisionOf(decide(at(155), world(at(155)), { pods, policies: [ended] }), "node-1").verdict, "Fence");
+  });
+
+  test("a storm that ended before the node went silent changes nothing", () => {
+    const now = at(100);
+    const ns = [down("node-1"), up("node-2", now), up("node-3", now), up("node-4", now)];
+    const d = decide(now, ns, { pods: [stsPod("db-1", { node: "node-1" })], policies: [withStorm("False", T0.minus({ seconds: 30 }))] });
+    assert.equal(decisionOf(d, "node-1").verdict, "Fence");
+  });
+
   test("not-Ready nodes that still heartbeat count as unhealthy for the storm guard", () => {
     const now = at(100);
     const notReady = (name: string) => ({ node: node(name, { ready: "False", heartbeat: now }), lease: lease(name, now) });
