@@ -3,10 +3,12 @@
 //   cut()        resets every connection and refuses new ones (the client sees errors at once)
 //   blackhole()  keeps connections open but drops all bytes both ways (a half-open partition: the
 //                client sees nothing at all until its own timeouts fire)
+//   stall()      stops moving bytes both ways without losing any (sockets paused): what a network
+//                partition does to a TCP stream; restore() delivers what waited, as TCP would on heal
 //   restore()    back to normal
 import { createServer, connect, type Server, type Socket } from "node:net";
 
-export type ProxyMode = "pass" | "cut" | "blackhole";
+export type ProxyMode = "pass" | "cut" | "blackhole" | "stall";
 
 export class TcpProxy {
   private server: Server | undefined;
@@ -51,8 +53,13 @@ export class TcpProxy {
         upstream.destroy();
       });
     }
-    client.on("data", (d) => this.mode === "pass" && upstream.write(d));
-    upstream.on("data", (d) => this.mode === "pass" && client.write(d));
+    // In "stall" the sockets are paused, so no data event fires; bytes wait in the kernel's buffers.
+    client.on("data", (d) => this.mode !== "blackhole" && upstream.write(d));
+    upstream.on("data", (d) => this.mode !== "blackhole" && client.write(d));
+    if (this.mode === "stall") {
+      client.pause();
+      upstream.pause();
+    }
     client.on("end", () => upstream.end());
     upstream.on("end", () => client.end());
   }
@@ -66,8 +73,14 @@ export class TcpProxy {
     this.mode = "blackhole";
   }
 
+  stall(): void {
+    this.mode = "stall";
+    for (const s of this.sockets) s.pause();
+  }
+
   restore(): void {
     this.mode = "pass";
+    for (const s of this.sockets) s.resume();
   }
 
   async stop(): Promise<void> {

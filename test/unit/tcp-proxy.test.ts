@@ -55,3 +55,26 @@ test("the API proxy passes traffic, cuts it off, black-holes it and restores it"
     await new Promise((resolve) => srv.close(resolve));
   }
 });
+
+test("stall: nothing moves while stalled, and nothing is lost: every byte arrives in order after restore", async () => {
+  const srv = await echoServer();
+  const proxy = await new TcpProxy("127.0.0.1", (srv.address() as { port: number }).port).start();
+  const c = connect(proxy.port, "127.0.0.1");
+  await once(c, "connect");
+  let got = "";
+  c.on("data", (d) => (got += d.toString()));
+  c.write("a");
+  await sleep(100);
+  assert.equal(got, "a");
+  proxy.stall();
+  c.write("b");
+  c.write("c");
+  await sleep(300);
+  assert.equal(got, "a", "no byte crosses a stalled proxy");
+  proxy.restore();
+  await sleep(300);
+  assert.equal(got, "abc", "the stalled bytes arrive after restore, in order (a blackhole would have lost them)");
+  c.destroy();
+  await proxy.stop();
+  srv.close();
+});
