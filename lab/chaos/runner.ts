@@ -11,7 +11,7 @@ import { waitFor } from "../health.ts";
 import { GROUP, VERSION, type NodeFence } from "../../src/api/v1alpha1.ts";
 import { createEtcdWorkload, etcdPodEndpoints, etcdWorkload, type EtcdWorkload } from "../etcd-workload.ts";
 import { EtcdWriter, etcdBaseline, verifyEtcd, type EtcdMember } from "../etcd-checker.ts";
-import { describeFault, drawSchedule, FAULT_KINDS, type Fault, type FaultKind, type Schedule } from "./schedule.ts";
+import { describeFault, drawSchedule, FAULT_KINDS, NODE_LOSS, type Fault, type FaultKind, type Schedule } from "./schedule.ts";
 
 export interface ChaosOptions {
   seed: number;
@@ -75,7 +75,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
       const recoveryProblems: string[] = [];
       for (let attempt = 1; ; attempt++) {
         try {
-          counts = await recover(bed, log);
+          counts = await recover(bed, schedule, log);
           break;
         } catch (e) {
           recoveryProblems.push(`recovery attempt ${attempt} failed: ${(e as Error).message.split("\n")[0]}`);
@@ -179,7 +179,7 @@ async function inject(bed: Bed, f: Fault, log: (m: string) => void): Promise<voi
 }
 
 /** Brings the bed back: every cable mended, every fence undone, every machine and component up. */
-async function recover(bed: Bed, log: (m: string) => void): Promise<{ fences: number; releases: number }> {
+async function recover(bed: Bed, schedule: Schedule, log: (m: string) => void): Promise<{ fences: number; releases: number }> {
   const lab = bed.lab;
   const custom = lab.kc.makeApiClient(CustomObjectsApi);
   await lab.partitionEtcd(false);
@@ -187,25 +187,36 @@ async function recover(bed: Bed, log: (m: string) => void): Promise<{ fences: nu
   for (const n of lab.nodes()) await lab.setBmcReachable(n, true);
   const alive = bed.operators.filter((c) => c.exitCode === null && c.signalCode === null).length;
   for (let k = alive; k < 2; k++) await bed.startOperator({ leaderElect: true });
-  // A node taken away is fenced in the end (power off confirmed, pods released): wait for it, then unfence it.
-  for (const n of lab.nodes()) {
-    const m = lab.machine(n);
-    const ready = nodeReady(await lab.node(n));
-    if (ready && m.power === "on" && m.kubelet === "running") continue;
-    const fence = await bed
-      .waitForFence(n, (f) => f.status?.phase === "Released" || f.status?.phase === "Unfenced", "Released", 120_000)
-      .catch(() => undefined);
-    if (fence?.status?.phase === "Released") {
-      await bed.unfence(n);
-      log(`  ${n} fenced and released; unfenced`);
-    } else {
-      await lab.reconnect(n);
-      if (lab.machine(n).power === "off") await lab.bmc(n, "on");
-      else await lab.heal(n);
-      log(`  ${n} not fenced (${fence?.status?.phase ?? "no NodeFence"}); healed`);
-    }
+  // The node a schedule took away from the control plane: first let the fault take effect (the node goes
+  // Unknown), then wait for its fence to release it and unfence it; a node Stockade rightly leaves alone
+  // (nothing to protect on it) is healed once no NodeFence appeared 25 s after it went Unknown.
+  const lost = schedule.faults.find((f) => NODE_LOSS.has(f.kind))?.node;
+  if (lost) {
+    const unknownAt = await waitFor(`${lost} to be seen down`, async () => (nodeReady(await lab.node(lost)) ? undefined : Date.now()), {
+      timeoutMs: 40_000,
+      intervalMs: 250,
+    }).catch(() => Date.now());
+    const outcome = await waitFor(
+      `${lost}'s fence to release it`,
+      async () => {
+        const f = await bed.getFence(lost);
+        if (f?.status?.phase === "Released") return "released";
+        if (!f && Date.now() - unknownAt > 25_000) return "not fenced";
+        return undefined;
+      },
+      { timeoutMs: 120_000, intervalMs: 250 },
+    ).catch(() => "still fencing after 120 s");
+    if (outcome === "released") {
+      await bed.unfence(lost);
+      log(`  ${lost} fenced and released; unfenced`);
+    } else log(`  ${lost}: ${outcome} (${(await bed.getFence(lost))?.status?.phase ?? "no NodeFence"}); healed`);
   }
-  for (const n of lab.nodes()) await lab.reconnect(n);
+  for (const n of lab.nodes()) {
+    await lab.reconnect(n);
+    const m = lab.machine(n);
+    if (m.power === "off") await lab.bmc(n, "on");
+    else if (m.kubelet !== "running") await lab.heal(n);
+  }
   await Promise.all(lab.nodes().map((n) => lab.waitForNodeReadyStatus(n, "True", 120_000)));
   // Unfenced NodeFences are done with: delete them so the next schedule starts from none.
   const list = (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as { items: NodeFence[] };
