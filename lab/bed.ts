@@ -345,7 +345,7 @@ export class Bed {
 
   /** Waits until a pod with this name runs again under a new uid; returns it. */
   async waitForReplacement(name: string, oldUid: string, timeoutMs = 120_000): Promise<V1Pod> {
-    return await waitFor(
+    const pod = await waitFor(
       `a replacement of ${name} Running`,
       async () => {
         const p = (await this.lab.core.listNamespacedPod({ namespace: NS, fieldSelector: `metadata.name=${name}` })).items[0];
@@ -353,6 +353,14 @@ export class Bed {
       },
       { timeoutMs, intervalMs: 200 },
     );
+    // Callers then read the order of events from the recorder, whose watch may be a moment behind the API
+    // (seen under CI load on real nodes): wait until it has seen what the API said.
+    await waitFor(
+      `the recorder to see ${name} ${pod.metadata?.uid} Running`,
+      async () => this.when((e) => e.source === "pod" && e.uid === pod.metadata?.uid && e.phase === "Running"),
+      { timeoutMs: 30_000, intervalMs: 100 },
+    );
+    return pod;
   }
 
   /** Checks the safety invariant over everything recorded, counting every pod a NodeFence force-deleted. */

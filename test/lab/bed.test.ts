@@ -125,7 +125,7 @@ describe("lab: a real control plane with simulated nodes and BMCs", () => {
         const ps = await pods();
         return ps.length === 3 && ps.every((p) => p.status?.phase === "Running" && !p.metadata?.deletionTimestamp);
       },
-      { timeoutMs: 60_000 },
+      { timeoutMs: 120_000 },
     );
   });
 
