@@ -252,7 +252,9 @@ describe("e2e: a node that comes back (items 4 and 5)", () => {
     // …the try in flight fails against the silent BMC (ipmitool gives up after 2 × 2 s), and then the BMC answers
     // again: a retry that does not look at the node first would now power the healthy machine off. (A try already
     // in flight when the BMC comes back could still land: a command sent cannot be recalled, docs/safety.md §4.)
-    await sleep(4500);
+    // A real kubelet reconnects a few seconds after its cable is mended (TCP backs off): the node has come
+    // back once it reports Ready again, not at the moment of the heal.
+    await Promise.all([sleep(4500), bed.lab.waitForNodeReadyStatus(node, "True", 60_000)]);
     await bed.lab.setBmcReachable(node, true);
     const f = await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "cancelled");
     assert.equal(reasonOf(f), "NodeRecovered");
