@@ -38,9 +38,11 @@ export function checkInvariant(timeline: readonly TimelineEntry[], forceDeleted:
         if (!node) continue;
         const start = prev[0]!.t;
         const gone = prev.find((e) => e.type === "delete")?.t ?? Infinity;
-        // The last fault of that node after the instance appeared and before the replacement ran.
+        // The last fault of that node while the instance existed (after it appeared, before it was gone from the
+        // API) and before the replacement ran; a fault after the instance was gone cannot have kept it alive.
+        const until = Math.min(running.t, gone);
         const fault =
-          lab.filter((e) => e.node === node && (e.kind === "crash" || e.kind === "partition") && e.t >= start && e.t <= running.t).at(-1) ??
+          lab.filter((e) => e.node === node && (e.kind === "crash" || e.kind === "partition") && e.t >= start && e.t <= until).at(-1) ??
           (forceDeleted.has(prev[0]!.uid) ? { t: start, kind: "force-delete" } : undefined);
         if (!fault) continue;
         const healedBeforeGone = lab.some((e) => e.node === node && e.kind === "heal" && e.t > fault.t && e.t < gone && e.detail.resumed);
