@@ -143,7 +143,11 @@ export function realReconnect(s: LabState, name: string): string[] {
     }
   }
   writeFaults(s, name, []);
-  if (faults.length) appendEvent(s.dir, { kind: "heal", node: name, detail: { reconnected: faults.map((f) => f.peer ?? f.kind) } });
+  // A powered node whose cable is mended resumes in the same boot: its kubelet (if alive) reports again, and
+  // the invariant checker takes a graceful delete after this as the kubelet's confirmation.
+  const resumed = kubeletState(realContext(s, name)) === "running";
+  if (faults.length)
+    appendEvent(s.dir, { kind: "heal", node: name, detail: { reconnected: faults.map((f) => f.peer ?? f.kind), resumed } });
   return faults.map((f) => f.peer ?? f.kind);
 }
 
