@@ -8,6 +8,7 @@ import { CoordinationV1Api, CustomObjectsApi } from "@kubernetes/client-node";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS, SECRETS_NS } from "../bed.ts";
 import { waitFor } from "../health.ts";
+import { Lab } from "../lab.ts";
 import { GROUP, VERSION, type NodeFence } from "../../src/api/v1alpha1.ts";
 import { createEtcdWorkload, etcdPodEndpoints, etcdWorkload, type EtcdWorkload } from "../etcd-workload.ts";
 import { EtcdWriter, etcdBaseline, verifyEtcd, type EtcdMember } from "../etcd-checker.ts";
@@ -192,10 +193,14 @@ async function recover(bed: Bed, schedule: Schedule, log: (m: string) => void): 
   // (nothing to protect on it) is healed once no NodeFence appeared 25 s after it went Unknown.
   const lost = schedule.faults.find((f) => NODE_LOSS.has(f.kind))?.node;
   if (lost) {
-    const unknownAt = await waitFor(`${lost} to be seen down`, async () => (nodeReady(await lab.node(lost)) ? undefined : Date.now()), {
-      timeoutMs: 40_000,
-      intervalMs: 250,
-    }).catch(() => Date.now());
+    const unknownAt = await waitFor(
+      `${lost} to be seen down`,
+      async () => (Lab.readyStatus(await lab.node(lost)) === "True" ? undefined : Date.now()),
+      {
+        timeoutMs: 40_000,
+        intervalMs: 250,
+      },
+    ).catch(() => Date.now());
     const outcome = await waitFor(
       `${lost}'s fence to release it`,
       async () => {
@@ -244,10 +249,6 @@ async function recover(bed: Bed, schedule: Schedule, log: (m: string) => void): 
     { timeoutMs: 180_000 },
   );
   return counts;
-}
-
-function nodeReady(n: { status?: { conditions?: { type: string; status: string }[] } }): boolean {
-  return n.status?.conditions?.find((c) => c.type === "Ready")?.status === "True";
 }
 
 /** The closing table: schedules, faults of each kind, fences, releases, violations (with replay commands). */

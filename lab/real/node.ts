@@ -11,6 +11,7 @@ import { containerdConfig, cniConfig, kubeletArgs, kubeletConfig, nodePaths, typ
 import { nodeNetns } from "./net.ts";
 import { clearRef, isAlive, readRef, startDetached, stop, writeRef, type ProcRef } from "../processes.ts";
 import { importImages } from "../images.ts";
+import { waitFor } from "../health.ts";
 
 export const CGROUP_PARENT = "/stockade-lab";
 const CGROUP_FS = "/sys/fs/cgroup";
@@ -151,13 +152,9 @@ function startInNode(ctx: RealNodeContext, cmd: string[], logName: string, ns?: 
   });
 }
 
-async function waitUntil(what: string, ok: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!ok()) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`);
-    await sleep(20);
-  }
-}
+/** waitFor with a synchronous condition checked every 20 ms (these are local /proc and cgroup reads). */
+const waitUntil = (what: string, ok: () => boolean, timeoutMs: number): Promise<unknown> =>
+  waitFor(what, () => ok() || undefined, { timeoutMs, intervalMs: 20 });
 
 function procComm(pid: number): string | undefined {
   try {

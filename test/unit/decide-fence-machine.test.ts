@@ -28,6 +28,7 @@ import {
   type Step,
 } from "../../src/decide/fence-machine.ts";
 import { isGuarded } from "../../src/decide/guarded-pods.ts";
+import { prng } from "../../lab/chaos/schedule.ts";
 import { T0, agent, agentMap, at, lease, node, pod, policy, pvc, pvcMap, stamp, stsPod, volumeAttachment } from "./decide-fixtures.ts";
 
 type Outcome = NodeFenceStatusAttempts["outcome"];
@@ -1054,7 +1055,7 @@ describe("the safety invariant: nothing is released without this round's evidenc
   });
 
   test("random walks: heartbeats, reboots, deletions, re-creations, crashes, hangs, unfence requests — no release after a heartbeat since the confirmation", () => {
-    const rand = mulberry32(0x5eed);
+    const rand = prng(0x5eed);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
     let releasedTotal = 0;
     let reentered = 0;
@@ -1123,15 +1124,3 @@ describe("the safety invariant: nothing is released without this round's evidenc
     assert.ok(reentered > 10, `the walks must reach re-entries (got ${reentered})`);
   });
 });
-
-/** A small seeded PRNG, so that a failing walk can be replayed. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
