@@ -2,12 +2,13 @@
 // IPMI and Debian's fence_ipmilan), the operator as a child process (so it can be killed), and a
 // recorder of everything that happened.
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, mkdtempSync, readFileSync } from "node:fs";
+import { createWriteStream, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { AppsV1Api, CustomObjectsApi, type V1Pod, type V1Toleration } from "@kubernetes/client-node";
+import { AppsV1Api, CustomObjectsApi, loadAllYaml, type V1Pod, type V1Toleration } from "@kubernetes/client-node";
 import { Lab } from "./lab.ts";
 import { Recorder } from "./recorder.ts";
 import { waitFor } from "./health.ts";
@@ -33,6 +34,8 @@ export class Bed {
   readonly operators: ChildProcess[] = [];
   private readonly opLogs = new Map<ChildProcess, string>();
   private opRuns = 0;
+  /** Where every replica serves the admission webhooks (SO_REUSEPORT: the kernel spreads connections over the live ones), when on. */
+  webhookPort: number | undefined;
 
   private constructor(lab: Lab, rec: Recorder) {
     this.lab = lab;
@@ -51,27 +54,50 @@ export class Bed {
     nodeLeaseSeconds?: number;
     /** Real nodes (the default: containers really run, a partitioned one keeps writing) or kwok. */
     runtime?: Runtime;
+    /** Install the claim-lock and force-delete webhooks (manifests/08-webhooks.yaml), served by the operator replicas. */
+    webhooks?: boolean;
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
     const runtime = o.runtime ?? "real";
     const images = runtime === "real" ? await realNodeImages(o.log) : undefined;
     const lab = await Lab.up({ dir, nodes: o.nodes, zones: o.zones, log: o.log, nodeLeaseSeconds: o.nodeLeaseSeconds, runtime, images });
     try {
-      return await Bed.setUp(lab);
+      return await Bed.setUp(lab, o.webhooks ?? false);
     } catch (err) {
       await lab.down();
       throw err;
     }
   }
 
-  private static async setUp(lab: Lab): Promise<Bed> {
+  private static async setUp(lab: Lab, webhooks: boolean): Promise<Bed> {
     const bed = new Bed(lab, await new Recorder(lab).start());
     try {
+      if (webhooks) await bed.installWebhooks();
       return await bed.install();
     } catch (err) {
       bed.rec.stop(); // its watches would keep the test process alive
       throw err;
     }
+  }
+
+  /**
+   * The bundle's webhook configurations, pointed at a loopback port instead of the in-cluster Service (the
+   * operator runs on the host); the operator writes their caBundle. Pods created before an operator serves them
+   * are refused, as in a cluster (failurePolicy Fail).
+   */
+  async installWebhooks(): Promise<void> {
+    const probe = createServer();
+    await new Promise<void>((r) => probe.listen(0, "127.0.0.1", () => r()));
+    this.webhookPort = (probe.address() as { port: number }).port;
+    await new Promise<void>((r) => probe.close(() => r()));
+    const docs = loadAllYaml(readFileSync(join(repoRoot, "manifests/08-webhooks.yaml"), "utf8")) as {
+      webhooks: { clientConfig: { service?: { path?: string }; url?: string } }[];
+    }[];
+    for (const d of docs)
+      for (const w of d.webhooks) w.clientConfig = { url: `https://127.0.0.1:${this.webhookPort}${w.clientConfig.service?.path ?? ""}` };
+    const file = join(this.lab.dir, "webhooks.json");
+    writeFileSync(file, JSON.stringify({ apiVersion: "v1", kind: "List", items: docs }));
+    await this.kubectl("apply", "-f", file);
   }
 
   private async install(): Promise<Bed> {
@@ -211,6 +237,9 @@ export class Bed {
         // Replicas on one machine share a hostname: each run gets its own leader-election identity.
         "--instance-id",
         `e2e-operator-${this.opRuns}`,
+        ...(this.webhookPort
+          ? ["--webhook-bind-address", `127.0.0.1:${this.webhookPort}`, "--webhook-hosts", "127.0.0.1"]
+          : ["--webhook-bind-address", "0"]),
         ...(o.extraArgs ?? []),
       ],
       {

@@ -21,6 +21,12 @@ export interface Config {
   leaseDurationSeconds: number;
   renewDeadlineSeconds: number;
   retryPeriodSeconds: number;
+  /** Where the admission webhooks listen (HTTPS); undefined disables them. */
+  webhookBindAddress: { host: string; port: number } | undefined;
+  /** Names and addresses the webhooks' serving certificate carries. */
+  webhookHosts: string[];
+  /** The Secret (in the operator's namespace) holding the webhooks' CA and serving certificate. */
+  webhookSecret: string;
 }
 
 export const USAGE = `Usage: npm start -- [flags]   (or: node dist/main.js [flags])
@@ -42,6 +48,10 @@ Flags (environment variable in brackets):
   --leader-elect-retry-period-seconds N    how often the Lease is renewed or tried [STOCKADE_LEADER_ELECT_RETRY_PERIOD_SECONDS] (default 2)
   --api-request-timeout-seconds N deadline of every API request except watches, 1-600 [STOCKADE_API_REQUEST_TIMEOUT_SECONDS] (default 30)
   --shutdown-grace-seconds N      on SIGTERM, time for work in flight to finish before the Lease is released, 0-3600 [STOCKADE_SHUTDOWN_GRACE_SECONDS] (default 30)
+  --webhook-bind-address HOST:PORT serve the admission webhooks (HTTPS) here; "0" disables [STOCKADE_WEBHOOK_BIND_ADDRESS] (default 0.0.0.0:9443)
+  --webhook-hosts NAMES           extra DNS names or IP addresses for the webhooks' certificate, comma-separated, besides
+                                  stockade-webhook.NS.svc [STOCKADE_WEBHOOK_HOSTS]
+  --webhook-secret NAME           Secret (operator's namespace) keeping the webhooks' CA and certificate [STOCKADE_WEBHOOK_SECRET] (default stockade-webhook-tls)
   --instance-id ID                reported in Events; with a random suffix, the leader-election identity [POD_NAME] (default: the hostname)
   -h, --help                      print this help
 `;
@@ -99,6 +109,9 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
         "leader-elect-retry-period-seconds": { type: "string" },
         "api-request-timeout-seconds": { type: "string" },
         "shutdown-grace-seconds": { type: "string" },
+        "webhook-bind-address": { type: "string" },
+        "webhook-hosts": { type: "string" },
+        "webhook-secret": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -122,6 +135,17 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
     retryPeriodMs: retryPeriodSeconds * 1000,
   });
   if (problem) throw new ConfigError(`invalid --leader-elect-* timings: ${problem}`);
+  const namespace = dnsLabel("--leader-election-namespace", values["leader-election-namespace"] ?? env.POD_NAMESPACE ?? "stockade-system");
+  const extraHosts = (values["webhook-hosts"] ?? env.STOCKADE_WEBHOOK_HOSTS ?? "")
+    .split(",")
+    .map((h) => h.trim())
+    .filter(Boolean);
+  for (const h of extraHosts)
+    if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/i.test(h) && !/^[0-9a-f:.]+$/i.test(h))
+      throw new ConfigError(`invalid --webhook-hosts entry "${h}": expected a DNS name or an IP address`);
+  const webhookSecret = values["webhook-secret"] ?? env.STOCKADE_WEBHOOK_SECRET ?? "stockade-webhook-tls";
+  if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(webhookSecret))
+    throw new ConfigError(`invalid --webhook-secret "${webhookSecret}": expected a Secret name (lowercase DNS subdomain)`);
   return {
     kubeconfig: kubeconfig || undefined,
     healthBindAddress: bindAddress(
@@ -133,10 +157,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
       values["metrics-bind-address"] ?? env.STOCKADE_METRICS_BIND_ADDRESS ?? "0.0.0.0:8080",
     ),
     leaderElect: bool("--leader-elect", values["leader-elect"] ?? env.STOCKADE_LEADER_ELECT ?? "true"),
-    leaderElectionNamespace: dnsLabel(
-      "--leader-election-namespace",
-      values["leader-election-namespace"] ?? env.POD_NAMESPACE ?? "stockade-system",
-    ),
+    leaderElectionNamespace: namespace,
     logLevel: level as Config["logLevel"],
     fenceWorkers: int("--fence-workers", values["fence-workers"] ?? env.STOCKADE_FENCE_WORKERS ?? "4", 1, 64),
     watchStaleSeconds: int("--watch-stale-seconds", values["watch-stale-seconds"] ?? env.STOCKADE_WATCH_STALE_SECONDS ?? "120", 10, 3600),
@@ -146,5 +167,11 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
     leaseDurationSeconds,
     renewDeadlineSeconds,
     retryPeriodSeconds,
+    webhookBindAddress: bindAddress(
+      "--webhook-bind-address",
+      values["webhook-bind-address"] ?? env.STOCKADE_WEBHOOK_BIND_ADDRESS ?? "0.0.0.0:9443",
+    ),
+    webhookHosts: [`stockade-webhook.${namespace}.svc`, `stockade-webhook.${namespace}.svc.cluster.local`, ...extraHosts],
+    webhookSecret,
   };
 }

@@ -35,6 +35,23 @@ export class Metrics {
     labelNames: ["kind", "action"] as const,
     registers: [this.registry],
   });
+  readonly claimGrants = new Counter({
+    name: "stockade_claim_grants_total",
+    help: "Claim locks granted (a fencing token handed to a gated pod)",
+    registers: [this.registry],
+  });
+  readonly claimGateSeconds = new Histogram({
+    name: "stockade_claim_gate_seconds",
+    help: "From a gated pod's creation to its claim-lock gate lifted",
+    buckets: [0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 300],
+    registers: [this.registry],
+  });
+  readonly admissionRequests = new Counter({
+    name: "stockade_admission_requests_total",
+    help: "Admission reviews answered, by webhook and outcome (allowed, gated, denied, error)",
+    labelNames: ["webhook", "outcome"] as const,
+    registers: [this.registry],
+  });
   readonly partitioned = new Gauge({ name: "stockade_nodes_partitioned", help: "Nodes partitioned now", registers: [this.registry] });
   readonly guardedPods = new Gauge({
     name: "stockade_guarded_pods",

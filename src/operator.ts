@@ -5,10 +5,13 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { KubeConfig } from "@kubernetes/client-node";
+import { AuthenticationV1Api, type KubeConfig } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import type { Logger } from "pino";
+import { AdmissionServer } from "./admission/server.ts";
+import { TlsKeeper } from "./admission/tls-keeper.ts";
 import type { Config } from "./config.ts";
+import { ClaimLockController } from "./controllers/claim-lock.ts";
 import { FenceAgentController } from "./controllers/fence-agent.ts";
 import { NodeFenceController } from "./controllers/node-fence.ts";
 import { FLEET_KEY, NodeHealthController } from "./controllers/node-health.ts";
@@ -27,6 +30,8 @@ import { WorkQueue } from "./runtime/work-queue.ts";
 export const LEADER_LEASE = "stockade-operator";
 /** How often the admission policy is checked to be in force. */
 const ADMISSION_CHECK_MS = 10 * 60_000;
+/** How often the webhooks' certificates are checked for renewal (and the caBundles for drift). */
+const TLS_CHECK_MS = 60 * 60_000;
 
 const errorText = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -48,6 +53,13 @@ export class Operator {
   readonly inflight = new InFlight();
   private servers: Server[] = [];
   private admissionTimer: NodeJS.Timeout | undefined;
+  private tlsTimer: NodeJS.Timeout | undefined;
+  private readonly claims: ClaimLockController;
+  private readonly claimQueue: Controller;
+  private readonly webhooks: AdmissionServer | undefined;
+  private readonly tls: TlsKeeper | undefined;
+  private readonly events: EventRecorder;
+  private webhookAddress: string | undefined;
   private admissionProblems: string | undefined;
   private running = false;
   private stopping: Promise<boolean> | undefined;
@@ -95,6 +107,7 @@ export class Operator {
         log.warn({ watch: path, err: errorText(err), restartInMs: ms }, `watch on ${path} failed; restarting in ${ms} ms`),
     });
     const events = new EventRecorder({ kc: writes, log, instance: cfg.instanceId });
+    this.events = events;
     const deps = { kube: this.kube, caches: this.caches, events, log, clock, metrics: this.metrics, leadership, inflight: this.inflight };
     this.health = new NodeHealthController(deps);
     const fence = new NodeFenceController(deps);
@@ -110,7 +123,26 @@ export class Operator {
     });
     fence.enqueue = (k) => fences.queue.add(k);
     const agents = new Controller({ name: "fence-agent", queue: queue("fence-agent"), reconcile: (k) => agent.reconcile(k), log });
-    this.controllers = [this.fleet, fences, agents];
+    this.claims = new ClaimLockController(deps);
+    this.claimQueue = new Controller({
+      name: "claim-lock",
+      queue: queue("claim-lock"),
+      workers: 4,
+      reconcile: (k) => this.claims.reconcile(k),
+      log,
+    });
+    this.claims.watch(this.claimQueue.queue);
+    this.controllers = [this.fleet, fences, agents, this.claimQueue];
+    if (cfg.webhookBindAddress) {
+      this.tls = new TlsKeeper({
+        kube: this.kube,
+        log,
+        namespace: cfg.leaderElectionNamespace,
+        secretName: cfg.webhookSecret,
+        hosts: cfg.webhookHosts,
+      });
+      this.webhooks = new AdmissionServer({ kube: new Kube(reads), caches: this.caches, events, log, metrics: this.metrics });
+    }
 
     const c = this.caches;
     for (const inf of [c.nodes, c.leases, c.pods, c.pvcs, c.pdbs, c.policies, c.fences] as const)
@@ -139,6 +171,8 @@ export class Operator {
   }
 
   async start(): Promise<void> {
+    // Served before the caches sync: until then every exclusive claim counts as guarded (fail closed).
+    await this.startWebhooks();
     if (this.cfg.healthBindAddress)
       this.servers.push(await this.serve("health", this.cfg.healthBindAddress, (p) => this.healthEndpoint(p)));
     if (this.cfg.metricsBindAddress)
@@ -181,6 +215,47 @@ export class Operator {
     else this.log.info(`the admission policy ${ADMISSION_POLICY} is in force`);
   }
 
+  /**
+   * Serves the admission webhooks, once certificates are in hand. A failure is logged and retried: while the
+   * webhooks are unreachable the apiserver refuses (failurePolicy Fail) the pods they would have gated and the
+   * force deletes they would have checked, so nothing starts unprotected; fencing goes on meanwhile.
+   */
+  private async startWebhooks(): Promise<void> {
+    const bind = this.cfg.webhookBindAddress;
+    if (!this.webhooks || !this.tls || !bind || this.stopping) return;
+    try {
+      const [pair, me] = await Promise.all([this.tls.ensure(), this.whoAmI()]);
+      this.webhooks.operatorUsers = me ? [me] : [];
+      if (this.webhookAddress) this.webhooks.reload(pair);
+      else {
+        this.webhookAddress = await this.webhooks.listen(bind, pair);
+        this.log.info({ webhooks: this.webhookAddress, user: me }, `serving the admission webhooks on ${this.webhookAddress}`);
+      }
+      this.tlsTimer = setTimeout(() => void this.startWebhooks(), TLS_CHECK_MS);
+    } catch (err) {
+      this.log.error(
+        { err: errorText(err) },
+        `cannot serve the admission webhooks (retrying in 30 s): ${errorText(err)}; meanwhile the apiserver refuses new pods that use guarded claims and force deletes of guarded pods`,
+      );
+      this.tlsTimer = setTimeout(() => void this.startWebhooks(), 30_000);
+    }
+    this.tlsTimer.unref();
+  }
+
+  /** The user this operator acts as (SelfSubjectReview), which the force-delete guard lets through. */
+  private async whoAmI(): Promise<string | undefined> {
+    try {
+      const r = await this.kube.kc.makeApiClient(AuthenticationV1Api).createSelfSubjectReview({ body: {} });
+      return r.status?.userInfo?.username;
+    } catch (err) {
+      this.log.warn(
+        { err: errorText(err) },
+        `cannot tell which user this operator is (SelfSubjectReview): its own force deletes after a fence go through the guard's other rules`,
+      );
+      return undefined;
+    }
+  }
+
   private runControllers(): void {
     if (this.running || this.stopping) return;
     this.running = true;
@@ -188,6 +263,7 @@ export class Operator {
     this.fleet.queue.add(FLEET_KEY);
     for (const f of this.caches.fences.list()) this.controllers[1]!.queue.add(f.metadata?.name ?? "");
     for (const a of this.caches.agents.list()) this.controllers[2]!.queue.add(a.metadata?.name ?? "");
+    for (const k of this.claims.gatedKeys()) this.claimQueue.queue.add(k);
     this.log.info({ leaderElection: !!this.elector }, "controllers running");
   }
 
@@ -204,6 +280,7 @@ export class Operator {
 
   private async shutDown(): Promise<boolean> {
     clearInterval(this.admissionTimer);
+    clearTimeout(this.tlsTimer);
     const graceMs = this.cfg.shutdownGraceSeconds * 1000;
     const busy = this.inflight.size;
     this.log.info(
@@ -226,8 +303,13 @@ export class Operator {
     }
     this.sole?.stop();
     this.caches.stop();
-    await Promise.all(this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+    await Promise.all([...this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))), this.webhooks?.close()]);
     return drained;
+  }
+
+  /** Where the admission webhooks listen (port 0 resolved), once started. */
+  get webhookListenAddress(): string | undefined {
+    return this.webhookAddress;
   }
 
   /** Where the health (index 0) and metrics (index 1) endpoints listen, port 0 resolved. */

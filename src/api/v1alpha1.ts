@@ -640,15 +640,18 @@ export interface NodeFenceStatusEvidenceHeartbeat {
 
 /** One released object. */
 export interface NodeFenceStatusReleases {
-  /** What was released. */
-  kind: "Pod" | "VolumeAttachment" | "Taint";
+  /**
+   * What was released. ClaimLock: the claim lock (annotation stockade.io/claim-lock) a pod of the node held on a
+   * PersistentVolumeClaim, broken so that a gated replacement may be granted it.
+   */
+  kind: "Pod" | "VolumeAttachment" | "Taint" | "ClaimLock";
   /** Namespace of the object; empty for cluster-scoped ones. */
   namespace?: string;
   /** Name of the object (the taint key for a Taint). */
   name: string;
   /** UID of the object. */
   uid?: string;
-  /** What was done, e.g. ForceDeleted, Deleted, Added. */
+  /** What was done, e.g. ForceDeleted, Deleted, Added, Broken. */
   action: string;
   /** When it was done. */
   time: string;

@@ -19,6 +19,7 @@ import {
   DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
   FENCED_TAINT,
   FINALIZER,
+  claimLockMessage,
   OUT_OF_SERVICE_TAINT,
   heartbeatsAgain,
   nextStep,
@@ -27,6 +28,7 @@ import {
   type ReleaseItem,
   type Step,
 } from "../decide/fence-machine.ts";
+import { LOCK_ANNOTATION, breakLock, formatLock } from "../decide/claim-lock.ts";
 import { assessNode } from "../decide/node-health.ts";
 import { errorMessage, isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -593,6 +595,38 @@ export class NodeFenceController {
           `node ${nodeName} is confirmed fenced (${evidence}); force-deleted so that a replacement can start`,
         );
       }
+    } else if (item.kind === "ClaimLock") {
+      const ns = item.pvc.metadata?.namespace ?? "";
+      const claim = item.pvc.metadata?.name ?? "";
+      let action = "AlreadyReleased";
+      try {
+        const fresh = await kube.core.readNamespacedPersistentVolumeClaim({ name: claim, namespace: ns });
+        const broken = breakLock(fresh, item.pod.metadata?.uid ?? "", `NodeFence ${nodeName}`, this.now());
+        if (broken) {
+          this.leadership.assertLeading(`break the claim lock of ${ns}/${claim}`);
+          // Compare-and-swap on the resourceVersion just read: a grant in between makes this fail and retry.
+          await kube.core.replaceNamespacedPersistentVolumeClaim({
+            name: claim,
+            namespace: ns,
+            body: {
+              ...fresh,
+              metadata: { ...fresh.metadata, annotations: { ...fresh.metadata?.annotations, [LOCK_ANNOTATION]: formatLock(broken) } },
+            },
+          });
+          action = "Broken";
+        }
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+      rec = {
+        kind: "ClaimLock",
+        namespace: ns,
+        name: claim,
+        uid: item.pvc.metadata?.uid,
+        action,
+        time: this.now(),
+        message: claimLockMessage(item.pod, item.token),
+      };
     } else if (item.kind === "VolumeAttachment") {
       this.leadership.assertLeading(`delete VolumeAttachment ${item.name}`);
       const result = await kube.deleteVolumeAttachment(item.name, item.uid);

@@ -25,6 +25,7 @@ import type {
 import { CONFIRMED_OFF_ANNOTATION } from "../agents/manual.ts";
 import { isFinished, isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
+import { claimNames, parseLock } from "./claim-lock.ts";
 import { orderPodsForRelease } from "./priority.ts";
 import { matchesSelector, policyForNode } from "./selectors.ts";
 
@@ -70,7 +71,11 @@ export type Evidence = {
 };
 
 export type ReleaseItem =
-  { kind: "Pod"; pod: V1Pod } | { kind: "VolumeAttachment"; name: string; uid: string } | { kind: "Taint"; action: "Added" | "Removed" };
+  | { kind: "Pod"; pod: V1Pod }
+  | { kind: "VolumeAttachment"; name: string; uid: string }
+  | { kind: "Taint"; action: "Added" | "Removed" }
+  /** The claim lock a pod of the node holds on a PVC (decide/claim-lock.ts). */
+  | { kind: "ClaimLock"; pvc: V1PersistentVolumeClaim; pod: V1Pod; token: number };
 
 export type Step =
   | { kind: "addFinalizer" }
@@ -198,6 +203,26 @@ export function podsToRelease(o: FenceObservation): V1Pod[] {
     o.pods.filter((p) => !released.has(p.metadata?.uid) && !isFinished(p) && isGuarded(p, guarded, o.pvcs).guarded),
   );
 }
+
+/** Claim locks held by pods of the fenced node that no release has broken yet. */
+export function claimLocksToBreak(o: FenceObservation): Extract<ReleaseItem, { kind: "ClaimLock" }>[] {
+  const done = new Set((o.fence.status?.releases ?? []).filter((r) => r.kind === "ClaimLock").map((r) => `${r.uid}/${r.message ?? ""}`));
+  const out: Extract<ReleaseItem, { kind: "ClaimLock" }>[] = [];
+  for (const pod of o.pods) {
+    const ns = pod.metadata?.namespace ?? "";
+    for (const claim of claimNames(pod)) {
+      const pvc = o.pvcs.get(`${ns}/${claim}`);
+      const parsed = pvc ? parseLock(pvc) : undefined;
+      if (!pvc || !parsed?.ok || !parsed.lock?.holder || parsed.lock.holder.uid !== pod.metadata?.uid) continue;
+      if (done.has(`${pvc.metadata?.uid}/${claimLockMessage(pod, parsed.lock.token)}`)) continue;
+      out.push({ kind: "ClaimLock", pvc, pod, token: parsed.lock.token });
+    }
+  }
+  return out;
+}
+
+/** The release record's message for a broken claim lock (also how a repeat is recognised). */
+export const claimLockMessage = (pod: V1Pod, token: number) => `token ${token} held by pod ${pod.metadata?.name}`;
 
 export function retryDelaySeconds(failures: number): number {
   return Math.min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** Math.max(0, failures - 1));
@@ -457,6 +482,9 @@ function releaseStep(o: FenceObservation, snap: NodeFenceStatusPolicySnapshot): 
   const taintAdded = releases.some((r) => r.kind === "Taint" && r.action === "Added");
   const taintRemoved = releases.some((r) => r.kind === "Taint" && r.action === "Removed");
   if (rel.outOfServiceTaint && !taintAdded) return { kind: "release", item: { kind: "Taint", action: "Added" } };
+  // Before the pods go: a pod's claims are found through it. Any pod of the node, guarded or not, that holds a lock.
+  const lock = claimLocksToBreak(o)[0];
+  if (lock) return { kind: "release", item: lock };
   if (rel.forceDeletePods ?? true) {
     const pod = podsToRelease(o)[0];
     if (pod) return { kind: "release", item: { kind: "Pod", pod } };

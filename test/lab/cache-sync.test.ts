@@ -61,7 +61,16 @@ test("no controller runs until every cache has synced; /readyz names the caches 
 
   const child = spawn(
     process.execPath,
-    [join(repoRoot, "src/main.ts"), "--leader-elect=false", "--health-bind-address", "127.0.0.1:0", "--metrics-bind-address", "0"],
+    [
+      join(repoRoot, "src/main.ts"),
+      "--leader-elect=false",
+      "--health-bind-address",
+      "127.0.0.1:0",
+      "--metrics-bind-address",
+      "0",
+      "--webhook-bind-address",
+      "0",
+    ],
     { env: { ...process.env, KUBECONFIG: kubeconfig } },
   );
   let out = "";

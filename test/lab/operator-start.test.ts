@@ -56,9 +56,13 @@ describe("operator start-up and configuration errors", () => {
     await run("kubectl", ["apply", "-f", join(repoRoot, "crds")], { env: lab.env });
     await run("kubectl", ["create", "namespace", "stockade-system"], { env: lab.env }); // where the leader Lease lives
     await lab.waitForCrds();
-    const child = spawn(process.execPath, [main, "--health-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"], {
-      env: { ...process.env, KUBECONFIG: lab.kubeconfig },
-    });
+    const child = spawn(
+      process.execPath,
+      [main, "--health-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0", "--webhook-bind-address", "0"],
+      {
+        env: { ...process.env, KUBECONFIG: lab.kubeconfig },
+      },
+    );
     let out = "";
     child.stdout.on("data", (b: Buffer) => (out += b.toString()));
     child.stderr.on("data", (b: Buffer) => (out += b.toString()));

@@ -107,6 +107,8 @@ describe("production install: the packed build with production dependencies only
         "127.0.0.1:0",
         "--metrics-bind-address",
         "127.0.0.1:0",
+        "--webhook-bind-address",
+        "127.0.0.1:0",
         "--leader-elect=true",
         "--instance-id",
         "prod-install",

@@ -19,7 +19,16 @@ test("defaults, and flags win over environment variables", () => {
     leaseDurationSeconds: 15,
     renewDeadlineSeconds: 10,
     retryPeriodSeconds: 2,
+    webhookBindAddress: { host: "0.0.0.0", port: 9443 },
+    webhookHosts: ["stockade-webhook.stockade-system.svc", "stockade-webhook.stockade-system.svc.cluster.local"],
+    webhookSecret: "stockade-webhook-tls",
   });
+  const w = parseConfig(
+    ["--webhook-hosts", "127.0.0.1, lab.example", "--webhook-bind-address", "0", "--leader-election-namespace", "ops"],
+    {},
+  )!;
+  assert.deepEqual(w.webhookHosts, ["stockade-webhook.ops.svc", "stockade-webhook.ops.svc.cluster.local", "127.0.0.1", "lab.example"]);
+  assert.equal(w.webhookBindAddress, undefined);
   const f = parseConfig(["--log-level", "debug", "--fence-workers=8", "--health-bind-address", "127.0.0.1:0"], {
     STOCKADE_LOG_LEVEL: "warn",
   })!;
@@ -51,6 +60,9 @@ test("bad input is refused with a message naming the flag and what is expected",
     [["extra"], {}, /Unexpected argument 'extra'|positional/],
     [["--leader-elect", "yes"], {}, /invalid --leader-elect "yes": expected true or false/],
     [[], { POD_NAMESPACE: "Bad_NS" }, /invalid --leader-election-namespace "Bad_NS"/],
+    [["--webhook-hosts", "a b"], {}, /invalid --webhook-hosts entry "a b": expected a DNS name or an IP address/],
+    [["--webhook-secret", "Bad/Name"], {}, /invalid --webhook-secret "Bad\/Name"/],
+    [["--webhook-bind-address", "9443"], {}, /invalid --webhook-bind-address "9443": expected HOST:PORT/],
     [["--metrics-bind-address", "x"], {}, /invalid --metrics-bind-address "x"/],
     [["--api-request-timeout-seconds", "0"], {}, /invalid --api-request-timeout-seconds "0": expected a whole number from 1 to 600/],
     [[], { STOCKADE_SHUTDOWN_GRACE_SECONDS: "-1" }, /invalid --shutdown-grace-seconds "-1"/],

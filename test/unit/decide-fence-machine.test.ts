@@ -16,6 +16,7 @@ import {
   FENCED_TAINT,
   FINALIZER,
   OUT_OF_SERVICE_TAINT,
+  claimLockMessage,
   hasTaint,
   heartbeatChanges,
   heartbeatOf,
@@ -28,6 +29,7 @@ import {
   type Step,
 } from "../../src/decide/fence-machine.ts";
 import { isGuarded } from "../../src/decide/guarded-pods.ts";
+import { LOCK_ANNOTATION, breakLock, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
 import { prng } from "../../lab/chaos/schedule.ts";
 import { T0, agent, agentMap, at, lease, node, pod, policy, pvc, pvcMap, stamp, stsPod, volumeAttachment } from "./decide-fixtures.ts";
 
@@ -237,6 +239,19 @@ function apply(s: Sim, step: Step): void {
       } else if (item.kind === "VolumeAttachment") {
         s.vas = s.vas.filter((v) => v.metadata?.uid !== item.uid);
         Object.assign(rec, { kind: "VolumeAttachment", name: item.name, uid: item.uid, action: "Deleted" });
+      } else if (item.kind === "ClaimLock") {
+        const key = `${item.pvc.metadata?.namespace}/${item.pvc.metadata?.name}`;
+        const broken = breakLock(item.pvc, item.pod.metadata?.uid ?? "", "NodeFence node-1", now);
+        if (broken)
+          s.pvcs.set(key, { ...item.pvc, metadata: { ...item.pvc.metadata, annotations: { [LOCK_ANNOTATION]: formatLock(broken) } } });
+        Object.assign(rec, {
+          kind: "ClaimLock",
+          namespace: item.pvc.metadata?.namespace,
+          name: item.pvc.metadata?.name,
+          uid: item.pvc.metadata?.uid,
+          action: "Broken",
+          message: claimLockMessage(item.pod, item.token),
+        });
       } else {
         if (s.node) {
           const others = (s.node.spec?.taints ?? []).filter((t) => t.key !== OUT_OF_SERVICE_TAINT);
@@ -292,7 +307,9 @@ function describeStep(x: Step): string {
         ? `release Pod ${x.item.pod.metadata?.name}`
         : x.item.kind === "VolumeAttachment"
           ? `release VA ${x.item.name}`
-          : `release Taint ${x.item.action}`;
+          : x.item.kind === "ClaimLock"
+            ? `release ClaimLock ${x.item.pvc.metadata?.name}`
+            : `release Taint ${x.item.action}`;
     case "confirmed":
       return `confirmed ${x.evidence.method}`;
     case "roundFailed":
@@ -357,6 +374,51 @@ const releasing = (extra: NodeFenceStatus = {}): NodeFenceStatus => ({
   attempts: [attempt("ipmi", "Succeeded")],
   evidence: evidenceNow(),
   ...extra,
+});
+
+describe("nextStep: claim locks (issue 10)", () => {
+  const locked = (name: string, holder: V1Pod, token: number) => {
+    const c = pvc(name, ["ReadWriteOnce"]);
+    c.metadata!.uid = `uid-pvc-${name}`;
+    c.metadata!.annotations = {
+      [LOCK_ANNOTATION]: formatLock({ v: 1, token, holder: { pod: holder.metadata!.name!, uid: holder.metadata!.uid! }, time: stamp(T0) }),
+    };
+    return c;
+  };
+
+  test("the locks held by the fenced node's pods are broken (token kept), once each, before the pods go; another node's stay", () => {
+    const db0 = stsPod("db-0", { claims: ["data-db-0"] });
+    const app = pod("app", { claims: ["app-data"] });
+    const far = stsPod("db-9", { node: "node-2", claims: ["data-db-9"] });
+    const s = sim({
+      fence: fenceOf(undefined, {}, []),
+      pvcs: pvcMap(locked("data-db-0", db0, 4), locked("app-data", app, 11), locked("data-db-9", far, 2)),
+      pods: [db0, app, far],
+    });
+    const steps = describeSteps(walk(s));
+    const released = steps.filter((x) => x.startsWith("release "));
+    assert.deepEqual(released, ["release ClaimLock data-db-0", "release ClaimLock app-data", "release Pod app", "release Pod db-0"]);
+    assert.equal(steps.at(-1), "done");
+    const broken = parseLock(s.pvcs.get("default/data-db-0")!);
+    assert.deepEqual(broken.ok && broken.lock, { v: 1, token: 4, time: broken.ok ? broken.lock?.time : "", brokenBy: "NodeFence node-1" });
+    const kept = parseLock(s.pvcs.get("default/data-db-9")!);
+    assert.equal(kept.ok && kept.lock?.holder?.pod, "db-9");
+    const recs = (s.fence.status?.releases ?? []).filter((r) => r.kind === "ClaimLock");
+    assert.deepEqual(
+      recs.map((r) => [r.name, r.action, r.message]),
+      [
+        ["data-db-0", "Broken", "token 4 held by pod db-0"],
+        ["app-data", "Broken", "token 11 held by pod app"],
+      ],
+    );
+  });
+
+  test("a lock the pod no longer holds is left alone", () => {
+    const db0 = stsPod("db-0", { claims: ["data-db-0"] });
+    const other = stsPod("db-0-new", { node: "node-2", uid: "other" });
+    const s = sim({ fence: fenceOf(undefined, {}, []), pvcs: pvcMap(locked("data-db-0", other, 5)), pods: [db0] });
+    assert.ok(!describeSteps(walk(s)).some((x) => x.includes("ClaimLock")));
+  });
 });
 
 describe("nextStep: the whole way, by feeding back status", () => {

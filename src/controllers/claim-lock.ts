@@ -1,0 +1,203 @@
+// The claim-lock controller (leader only): grants gated pods their guarded claims and lifts the gate.
+// Every grant rests on fresh reads (the pod, its namespace's pods, the claim, the NodeFences of the nodes
+// its other users sit on), is made by the current leader, and is a compare-and-swap of the claim's lock
+// record; only then is the gate lifted, with the tokens in the same write. A crash between the two is
+// resumed from the record ("held"), so no token is ever handed out twice.
+import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { DateTime } from "luxon";
+import type { Logger } from "pino";
+import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
+import {
+  CLAIM_GATE,
+  LOCK_ANNOTATION,
+  TOKENS_ANNOTATION,
+  claimGuard,
+  claimNames,
+  decideClaim,
+  formatLock,
+  isGated,
+  podTokens,
+  type ClaimPolicy,
+} from "../decide/claim-lock.ts";
+import { isNotFound, type Kube } from "../kube/api.ts";
+import type { Caches } from "../kube/caches.ts";
+import type { Metrics } from "../metrics.ts";
+import type { EventRecorder, InvolvedObject } from "../runtime/events.ts";
+import type { Leadership } from "../runtime/leader.ts";
+import type { WorkQueue } from "../runtime/work-queue.ts";
+
+export interface ClaimLockDeps {
+  kube: Kube;
+  caches: Caches;
+  events: EventRecorder;
+  log: Logger;
+  clock: () => DateTime;
+  leadership: Leadership;
+  metrics?: Metrics;
+}
+
+/** How often a waiting pod is looked at again even without an event (a missed event must not strand it). */
+const RECHECK_MS = 30_000;
+
+export function claimPolicy(policies: readonly FencingPolicy[]): ClaimPolicy {
+  return { readWriteOnceVolumes: policies.some((p) => p.spec?.guardedPods?.readWriteOnceVolumes ?? true) };
+}
+
+/** A NodeFence that proves its node's instances dead: evidence recorded, in phase Fenced, Releasing or Released. */
+export function fencedSince(f: NodeFence | undefined): Date | undefined {
+  const phase = f?.status?.phase;
+  if (!f?.status?.evidence || !f.status.fencedTime || !(phase === "Fenced" || phase === "Releasing" || phase === "Released"))
+    return undefined;
+  const t = new Date(f.status.fencedTime);
+  return Number.isNaN(t.getTime()) ? undefined : t;
+}
+
+const podRef = (p: V1Pod): InvolvedObject => ({
+  apiVersion: "v1",
+  kind: "Pod",
+  name: p.metadata?.name ?? "",
+  namespace: p.metadata?.namespace,
+  uid: p.metadata?.uid,
+});
+const pvcRef = (c: V1PersistentVolumeClaim): InvolvedObject => ({
+  apiVersion: "v1",
+  kind: "PersistentVolumeClaim",
+  name: c.metadata?.name ?? "",
+  namespace: c.metadata?.namespace,
+  uid: c.metadata?.uid,
+});
+
+export class ClaimLockController {
+  private readonly d: ClaimLockDeps;
+  /** Gated pods by "namespace/name", kept from pod events (the cache holds every pod; few are gated). */
+  private readonly gated = new Set<string>();
+
+  constructor(d: ClaimLockDeps) {
+    this.d = d;
+  }
+
+  /** Wires the caches' events to the queue: anything that may free a claim wakes the gated pods that may want it. */
+  watch(queue: WorkQueue): void {
+    const c = this.d.caches;
+    const key = (p: V1Pod) => `${p.metadata?.namespace ?? ""}/${p.metadata?.name ?? ""}`;
+    const inNamespace = (ns: string | undefined) => {
+      for (const k of this.gated) if (k.startsWith(`${ns ?? ""}/`)) queue.add(k);
+    };
+    const all = () => {
+      for (const k of this.gated) queue.add(k);
+    };
+    const onPod = (p: V1Pod, gone = false) => {
+      if (!gone && isGated(p) && !p.metadata?.deletionTimestamp) {
+        if (!this.gated.has(key(p))) queue.add(key(p));
+        this.gated.add(key(p));
+      } else this.gated.delete(key(p));
+      inNamespace(p.metadata?.namespace);
+    };
+    c.pods.on("add", (p) => onPod(p));
+    c.pods.on("update", (p) => onPod(p));
+    c.pods.on("delete", (p) => onPod(p, true));
+    for (const verb of ["add", "update", "delete"] as const) {
+      c.pvcs.on(verb, (pvc) => inNamespace(pvc.metadata?.namespace));
+      c.fences.on(verb, all);
+      c.policies.on(verb, all);
+    }
+  }
+
+  /** Every gated pod the cache shows (after a leader change, before any event). */
+  gatedKeys(): string[] {
+    return this.d.caches.pods
+      .list()
+      .filter((p) => isGated(p))
+      .map((p) => `${p.metadata?.namespace ?? ""}/${p.metadata?.name ?? ""}`);
+  }
+
+  async reconcile(key: string): Promise<{ requeueAfterMs: number } | void> {
+    const { kube, caches, events, log } = this.d;
+    const slash = key.indexOf("/");
+    const namespace = key.slice(0, slash);
+    const name = key.slice(slash + 1);
+    const cached = caches.pods.get(name, namespace);
+    if (!cached || !isGated(cached)) return;
+    let pod: V1Pod;
+    try {
+      pod = await kube.core.readNamespacedPod({ name, namespace });
+    } catch (err) {
+      if (isNotFound(err)) return;
+      throw err;
+    }
+    if (!isGated(pod) || pod.metadata?.deletionTimestamp) return;
+    const policy = claimPolicy(caches.policies.list());
+    const pods = (await kube.core.listNamespacedPod({ namespace })).items;
+    const tokens: Record<string, number> = {};
+    for (const claim of claimNames(pod)) {
+      let pvc: V1PersistentVolumeClaim;
+      try {
+        pvc = await kube.core.readNamespacedPersistentVolumeClaim({ name: claim, namespace });
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+        await events.record(podRef(pod), "Normal", "ClaimMissing", `waiting for claim ${claim} to exist before granting it`);
+        return { requeueAfterMs: RECHECK_MS };
+      }
+      if (!claimGuard(pvc, policy).guarded) continue;
+      const nodes = new Set(pods.filter((p) => claimNames(p).includes(claim) && p.spec?.nodeName).map((p) => p.spec!.nodeName!));
+      const fencedNodes = new Map<string, Date>();
+      for (const n of nodes) {
+        const since = fencedSince(await kube.getNodeFence(n));
+        if (since) fencedNodes.set(n, since);
+      }
+      const now = this.d.clock().toUTC().toISO() ?? new Date().toISOString();
+      const decision = decideClaim({ requester: pod, pvc, pods, fencedNodes, now });
+      switch (decision.kind) {
+        case "held":
+          tokens[claim] = decision.token;
+          break;
+        case "invalid":
+          log.warn({ pod: key, claim }, decision.message);
+          await Promise.all([
+            events.record(podRef(pod), "Warning", "ClaimLockInvalid", decision.message),
+            events.record(pvcRef(pvc), "Warning", "ClaimLockInvalid", decision.message),
+          ]);
+          return { requeueAfterMs: RECHECK_MS };
+        case "wait":
+          await events.record(podRef(pod), "Normal", "WaitingForClaim", decision.message);
+          return { requeueAfterMs: RECHECK_MS };
+        case "grant": {
+          this.d.leadership.assertLeading(`grant claim ${namespace}/${claim} to pod ${name}`);
+          const annotations = { ...pvc.metadata?.annotations, [LOCK_ANNOTATION]: formatLock(decision.record) };
+          // The resourceVersion read above is the precondition: a concurrent grant makes this fail with 409.
+          await kube.core.replaceNamespacedPersistentVolumeClaim({
+            name: claim,
+            namespace,
+            body: { ...pvc, metadata: { ...pvc.metadata, annotations } },
+          });
+          tokens[claim] = decision.token;
+          this.d.metrics?.claimGrants.inc();
+          const msg = `granted claim ${claim} to pod ${name} with fencing token ${decision.token} (previous holder: ${decision.previous})`;
+          log.info({ pod: key, claim, token: decision.token }, msg);
+          await Promise.all([
+            events.record(pvcRef(pvc), "Normal", "ClaimLockGranted", msg),
+            events.record(podRef(pod), "Normal", "ClaimLockGranted", msg),
+          ]);
+          break;
+        }
+      }
+    }
+    this.d.leadership.assertLeading(`lift the claim-lock gate of pod ${key}`);
+    const merged = { ...podTokens(pod), ...tokens };
+    const annotations = Object.keys(merged).length
+      ? { ...pod.metadata?.annotations, [TOKENS_ANNOTATION]: JSON.stringify(merged) }
+      : pod.metadata?.annotations;
+    await kube.core.replaceNamespacedPod({
+      name,
+      namespace,
+      body: {
+        ...pod,
+        metadata: { ...pod.metadata, annotations },
+        spec: { ...pod.spec!, schedulingGates: (pod.spec?.schedulingGates ?? []).filter((g) => g.name !== CLAIM_GATE) },
+      },
+    });
+    const ms = Date.now() - new Date(pod.metadata?.creationTimestamp ?? Date.now()).getTime();
+    this.d.metrics?.claimGateSeconds.observe(ms / 1000);
+    log.info({ pod: key, tokens: merged }, `pod ${key} holds its claims; gate lifted`);
+  }
+}

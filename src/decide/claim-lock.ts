@@ -1,0 +1,201 @@
+// The claim lock: the pod-safety proposal's attach compare-and-swap, kept on the PersistentVolumeClaim.
+// A pod that uses a guarded claim is created with a scheduling gate (admission/claim-gate.ts); the leader
+// grants it the claim by a compare-and-swap of the PVC's lock record (resourceVersion precondition), with a
+// fencing token one above the last one, and only when no other instance can still be using the claim: every
+// other pod that uses it has gone, finished, or sits on a node confirmed fenced. Then the gate comes off.
+// Pure: the controller (controllers/claim-lock.ts) feeds it fresh reads and applies what it returns.
+import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import { GUARDED_LABEL, isFinished } from "./guarded-pods.ts";
+
+/** The scheduling gate that holds a pod until it holds its guarded claims. */
+export const CLAIM_GATE = "stockade.io/claim-lock";
+/** On a PVC: the lock record (JSON, see ClaimLock). Written only by Stockade, only by compare-and-swap. */
+export const LOCK_ANNOTATION = "stockade.io/claim-lock";
+/** On a PVC: "true" guards it whatever its access modes, "false" never guards it. */
+export const CLAIM_GUARD_ANNOTATION = "stockade.io/claim-guard";
+/** On a pod: the fencing token of each claim it holds, JSON {"claim name": token}. */
+export const TOKENS_ANNOTATION = "stockade.io/claim-tokens";
+
+/** The lock record. holder is absent when nobody holds the claim (never granted, or broken by a fence). */
+export interface ClaimLock {
+  v: 1;
+  /** Fencing token of the current (or last) holder: strictly increasing per claim, never reused. */
+  token: number;
+  holder?: { pod: string; uid: string };
+  /** When the record was last written (RFC 3339). */
+  time: string;
+  /** Why the last holder lost it without its pod going away (e.g. "NodeFence node-2"). */
+  brokenBy?: string;
+}
+
+export type ParsedLock = { ok: true; lock: ClaimLock | undefined } | { ok: false; message: string };
+
+const isObject = (x: unknown): x is Record<string, unknown> => typeof x === "object" && x !== null && !Array.isArray(x);
+
+/** The PVC's lock record, strictly: anything but a record Stockade could have written is refused, never trusted. */
+export function parseLock(pvc: V1PersistentVolumeClaim): ParsedLock {
+  const raw = pvc.metadata?.annotations?.[LOCK_ANNOTATION];
+  if (raw === undefined) return { ok: true, lock: undefined };
+  const bad = (why: string): ParsedLock => ({
+    ok: false,
+    message: `the lock record (annotation ${LOCK_ANNOTATION}) of claim ${pvc.metadata?.name} is not one Stockade writes (${why}): no pod is granted the claim until it is repaired (docs/volumes.md, "Repairing a lock record")`,
+  });
+  let x: unknown;
+  try {
+    x = JSON.parse(raw);
+  } catch {
+    return bad("not JSON");
+  }
+  if (!isObject(x)) return bad("not a JSON object");
+  if (x.v !== 1) return bad(`version ${JSON.stringify(x.v)}, expected 1`);
+  if (!Number.isSafeInteger(x.token) || (x.token as number) < 0) return bad(`token ${JSON.stringify(x.token)} is not a whole number`);
+  if (typeof x.time !== "string" || Number.isNaN(Date.parse(x.time))) return bad("time is not a timestamp");
+  if (x.brokenBy !== undefined && typeof x.brokenBy !== "string") return bad("brokenBy is not a string");
+  let holder: ClaimLock["holder"];
+  if (x.holder !== undefined) {
+    const h = x.holder;
+    if (!isObject(h) || typeof h.pod !== "string" || !h.pod || typeof h.uid !== "string" || !h.uid) return bad("holder is not {pod, uid}");
+    if (x.token === 0) return bad("a holder with token 0");
+    holder = { pod: h.pod, uid: h.uid };
+  }
+  const known = new Set(["v", "token", "holder", "time", "brokenBy"]);
+  const extra = Object.keys(x).filter((k) => !known.has(k));
+  if (extra.length) return bad(`unknown field(s) ${extra.join(", ")}`);
+  return {
+    ok: true,
+    lock: { v: 1, token: x.token as number, ...(holder ? { holder } : {}), time: x.time, ...(x.brokenBy ? { brokenBy: x.brokenBy } : {}) },
+  };
+}
+
+export function formatLock(lock: ClaimLock): string {
+  return JSON.stringify(lock);
+}
+
+const exclusive = (pvc: V1PersistentVolumeClaim) =>
+  (pvc.spec?.accessModes ?? []).some((m) => m === "ReadWriteOnce" || m === "ReadWriteOncePod");
+
+/** What decides whether a claim is guarded, besides the claim itself: the FencingPolicies' guardedPods.readWriteOnceVolumes. */
+export interface ClaimPolicy {
+  /** Some FencingPolicy guards pods that use ReadWriteOnce claims (its guardedPods.readWriteOnceVolumes, default true). */
+  readWriteOnceVolumes: boolean;
+}
+
+export type ClaimGuard = { guarded: true; why: string } | { guarded: false; why: string };
+
+/**
+ * Is the claim lock kept for this claim? The PVC's stockade.io/claim-guard annotation decides first; otherwise a
+ * ReadWriteOnce or ReadWriteOncePod claim is guarded when a FencingPolicy guards such claims. A claim not seen
+ * yet (pvc undefined) is guarded: the gate is cheap to lift once it is seen, a start without it is not undoable.
+ */
+export function claimGuard(pvc: V1PersistentVolumeClaim | undefined, policy: ClaimPolicy): ClaimGuard {
+  if (!pvc) return { guarded: true, why: "the claim does not exist yet" };
+  const opt = pvc.metadata?.annotations?.[CLAIM_GUARD_ANNOTATION];
+  if (opt === "false") return { guarded: false, why: `opted out by annotation ${CLAIM_GUARD_ANNOTATION}=false` };
+  if (opt === "true") return { guarded: true, why: `opted in by annotation ${CLAIM_GUARD_ANNOTATION}=true` };
+  if (!exclusive(pvc)) return { guarded: false, why: `access modes ${(pvc.spec?.accessModes ?? []).join(", ") || "none"}` };
+  if (!policy.readWriteOnceVolumes) return { guarded: false, why: "no FencingPolicy guards ReadWriteOnce claims" };
+  return { guarded: true, why: `${(pvc.spec?.accessModes ?? []).join(", ")} claim` };
+}
+
+/** The names of the PVCs a pod mounts (persistentVolumeClaim volumes; ephemeral volumes belong to the pod alone). */
+export function claimNames(pod: V1Pod): string[] {
+  const names = (pod.spec?.volumes ?? []).flatMap((v) => (v.persistentVolumeClaim ? [v.persistentVolumeClaim.claimName] : []));
+  return [...new Set(names)].sort();
+}
+
+/** The pod opted out of Stockade's protection altogether (label stockade.io/guarded=false). */
+export const podOptedOut = (pod: V1Pod) => pod.metadata?.labels?.[GUARDED_LABEL] === "false";
+
+export const isGated = (pod: V1Pod) => (pod.spec?.schedulingGates ?? []).some((g) => g.name === CLAIM_GATE);
+
+/** The tokens a pod was granted, from its annotation; {} when absent or unreadable. */
+export function podTokens(pod: V1Pod): Record<string, number> {
+  try {
+    const x: unknown = JSON.parse(pod.metadata?.annotations?.[TOKENS_ANNOTATION] ?? "{}");
+    if (!isObject(x)) return {};
+    return Object.fromEntries(Object.entries(x).filter(([, v]) => Number.isSafeInteger(v) && (v as number) > 0)) as Record<string, number>;
+  } catch {
+    return {};
+  }
+}
+
+/** What the lock controller observed, fresh from the API, for one claim of one gated pod. */
+export interface ClaimObservation {
+  /** The gated pod asking for the claim. */
+  requester: V1Pod;
+  pvc: V1PersistentVolumeClaim;
+  /** Every pod of the claim's namespace (a fresh list). */
+  pods: V1Pod[];
+  /**
+   * Nodes confirmed fenced, with the time of the confirmation: a NodeFence with evidence in phase Fenced,
+   * Releasing or Released (read fresh). Only pods created before that time are proven dead by it.
+   */
+  fencedNodes: ReadonlyMap<string, Date>;
+  /** RFC 3339 time for the record. */
+  now: string;
+}
+
+export type ClaimDecision =
+  /** The requester holds the claim already (granted before a crash, or by another leader): finish un-gating. */
+  | { kind: "held"; token: number }
+  /** Write this record by compare-and-swap; the requester then holds the claim with this token. */
+  | { kind: "grant"; token: number; record: ClaimLock; previous: string }
+  | { kind: "wait"; reason: "ClaimInUse" | "ClaimMissing" | "ClaimTerminating"; message: string; holders: string[] }
+  | { kind: "invalid"; message: string };
+
+/** Why a pod that uses the claim may still run an instance of it, or undefined when it cannot. */
+export function liveUse(p: V1Pod, lock: ClaimLock | undefined, fencedNodes: ReadonlyMap<string, Date>): string | undefined {
+  if (isFinished(p)) return undefined;
+  const node = p.spec?.nodeName;
+  const fenced = node ? fencedNodes.get(node) : undefined;
+  const created = p.metadata?.creationTimestamp ? new Date(p.metadata.creationTimestamp).getTime() : NaN;
+  if (fenced && created < fenced.getTime()) return undefined;
+  const holds = lock?.holder?.uid === p.metadata?.uid;
+  // A pod still held by our gate cannot be scheduled, so it runs nothing — unless it was already granted the claim.
+  if (isGated(p) && !node && !holds) return undefined;
+  const name = p.metadata?.name ?? "";
+  if (holds) return `${name} holds it (token ${lock?.token})${node ? ` on node ${node}` : ""}`;
+  if (node)
+    return `${name} uses it on node ${node}${p.metadata?.deletionTimestamp ? " (terminating; its kubelet has not confirmed yet)" : ""}`;
+  return `${name} uses it and may be scheduled at any moment (it was created without Stockade's gate)`;
+}
+
+/** May the requester be granted the claim now, and with which token? */
+export function decideClaim(o: ClaimObservation): ClaimDecision {
+  const claim = o.pvc.metadata?.name ?? "";
+  const uid = o.requester.metadata?.uid ?? "";
+  const parsed = parseLock(o.pvc);
+  if (!parsed.ok) return { kind: "invalid", message: parsed.message };
+  const lock = parsed.lock;
+  if (lock?.holder?.uid === uid) return { kind: "held", token: lock.token };
+  if (o.pvc.metadata?.deletionTimestamp)
+    return { kind: "wait", reason: "ClaimTerminating", message: `claim ${claim} is being deleted`, holders: [] };
+  const users = o.pods.filter((p) => p.metadata?.uid !== uid && claimNames(p).includes(claim));
+  const holders = users.flatMap((p) => liveUse(p, lock, o.fencedNodes) ?? []);
+  // The recorded holder may be a pod we no longer see at all (deleted): then it is gone, nothing to wait for.
+  if (holders.length)
+    return {
+      kind: "wait",
+      reason: "ClaimInUse",
+      message: `claim ${claim} is in use: ${holders.join("; ")}; this pod starts once that instance is gone (its kubelet confirmed it stopped) or its node is fenced`,
+      holders,
+    };
+  // A record removed by hand must not restart the sequence below a token a live pod was given.
+  const seen = Math.max(0, ...o.pods.map((p) => podTokens(p)[claim] ?? 0));
+  const token = Math.max(lock?.token ?? 0, seen) + 1;
+  if (!Number.isSafeInteger(token))
+    return { kind: "invalid", message: `claim ${claim}: the next fencing token would be ${token}, beyond 2^53` };
+  return {
+    kind: "grant",
+    token,
+    record: { v: 1, token, holder: { pod: o.requester.metadata?.name ?? "", uid }, time: o.now },
+    previous: lock?.holder ? `${lock.holder.pod} (token ${lock.token})` : lock ? `nobody (last token ${lock.token})` : "nobody",
+  };
+}
+
+/** The record after a fence broke the holder's lock; undefined when that pod does not hold it. */
+export function breakLock(pvc: V1PersistentVolumeClaim, holderUid: string, by: string, now: string): ClaimLock | undefined {
+  const parsed = parseLock(pvc);
+  if (!parsed.ok || parsed.lock?.holder?.uid !== holderUid) return undefined;
+  return { v: 1, token: parsed.lock.token, time: now, brokenBy: by };
+}

@@ -1,0 +1,191 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { X509Certificate } from "node:crypto";
+import type { V1Pod } from "@kubernetes/client-node";
+import { caBundleOf, readTlsSecret, renew, renewalNeeded } from "../../src/admission/certificates.ts";
+import { gatePod } from "../../src/admission/claim-gate.ts";
+import { FORCE_DELETE_ANNOTATION, checkForceDelete, type ForceDeleteFacts } from "../../src/admission/force-delete.ts";
+import { CLAIM_GATE, CLAIM_GUARD_ANNOTATION } from "../../src/decide/claim-lock.ts";
+import { GUARDED_LABEL } from "../../src/decide/guarded-pods.ts";
+import { pod, pvc } from "./decide-fixtures.ts";
+
+const on = { readWriteOnceVolumes: true };
+const claims = new Map([
+  ["data", pvc("data", ["ReadWriteOnce"])],
+  ["shared", pvc("shared", ["ReadWriteMany"])],
+]);
+const lookup = (n: string) => claims.get(n);
+
+function newPod(o: { claims?: string[]; labels?: Record<string, string> } = {}): V1Pod {
+  const p = pod("app-0", { claims: o.claims, labels: o.labels });
+  delete p.spec!.nodeName;
+  delete p.status;
+  return p;
+}
+
+describe("gatePod", () => {
+  test("a pod with a guarded claim gets the gate (added to a list, or as the list)", () => {
+    const a = gatePod(newPod({ claims: ["data"] }), lookup, on);
+    assert.deepEqual(a, {
+      allowed: true,
+      gated: true,
+      why: "data (ReadWriteOnce claim)",
+      patch: [{ op: "add", path: "/spec/schedulingGates", value: [{ name: CLAIM_GATE }] }],
+    });
+    const p = newPod({ claims: ["data"] });
+    p.spec!.schedulingGates = [{ name: "other.io/wait" }];
+    assert.deepEqual((gatePod(p, lookup, on) as { patch: unknown }).patch, [
+      { op: "add", path: "/spec/schedulingGates/-", value: { name: CLAIM_GATE } },
+    ]);
+  });
+
+  test("no gate without a guarded claim, for a pod opted out, or when it already has it", () => {
+    assert.equal((gatePod(newPod({ claims: ["shared"] }), lookup, on) as { gated: boolean }).gated, false);
+    assert.equal((gatePod(newPod(), lookup, on) as { gated: boolean }).gated, false);
+    assert.equal(
+      (gatePod(newPod({ claims: ["data"], labels: { [GUARDED_LABEL]: "false" } }), lookup, on) as { gated: boolean }).gated,
+      false,
+    );
+    const p = newPod({ claims: ["data"] });
+    p.spec!.schedulingGates = [{ name: CLAIM_GATE }];
+    assert.deepEqual((gatePod(p, lookup, on) as { patch: unknown }).patch, []);
+  });
+
+  test("a claim that does not exist yet gates the pod (fail closed)", () => {
+    assert.equal((gatePod(newPod({ claims: ["later"] }), lookup, on) as { gated: boolean }).gated, true);
+  });
+
+  test("an opted-in shared claim gates; an opted-out exclusive one does not", () => {
+    const rwx = pvc("rwx", ["ReadWriteMany"]);
+    rwx.metadata!.annotations = { [CLAIM_GUARD_ANNOTATION]: "true" };
+    assert.equal((gatePod(newPod({ claims: ["rwx"] }), () => rwx, on) as { gated: boolean }).gated, true);
+    const rwo = pvc("rwo", ["ReadWriteOnce"]);
+    rwo.metadata!.annotations = { [CLAIM_GUARD_ANNOTATION]: "false" };
+    assert.equal((gatePod(newPod({ claims: ["rwo"] }), () => rwo, on) as { gated: boolean }).gated, false);
+  });
+
+  test("a pod bound at creation (spec.nodeName) with a guarded claim is refused with the way out", () => {
+    const p = newPod({ claims: ["data"] });
+    p.spec!.nodeName = "node-1";
+    const a = gatePod(p, lookup, on);
+    assert.equal(a.allowed, false);
+    assert.match((a as { message: string }).message, /sets spec.nodeName \(node-1\).*nodeSelector or affinity.*claim-guard=false/);
+  });
+});
+
+describe("checkForceDelete", () => {
+  const T = new Date("2026-01-01T00:00:00Z");
+  const facts = (o: Partial<ForceDeleteFacts> = {}): ForceDeleteFacts => {
+    const p = pod("db-0", { sts: true, node: "node-2" });
+    p.metadata!.creationTimestamp = T;
+    return {
+      pod: p,
+      username: "alice",
+      gracePeriodSeconds: 0,
+      guarded: "owned by a StatefulSet",
+      operatorUsers: ["system:serviceaccount:stockade-system:stockade"],
+      nodeExists: true,
+      fencedSince: undefined,
+      ...o,
+    };
+  };
+
+  test("a person's force delete of a guarded pod on an unfenced node is refused, naming the risk and the safe path", () => {
+    const a = checkForceDelete(facts());
+    assert.equal(a.allowed, false);
+    const m = (a as { message: string }).message;
+    assert.match(m, /refusing to force-delete pod default\/db-0/);
+    assert.match(m, /two writers/);
+    assert.match(m, /kubectl stockade fence node-2/);
+    assert.match(m, new RegExp(FORCE_DELETE_ANNOTATION));
+  });
+
+  test("allowed: a graceful delete, an unguarded pod, a pod never scheduled, a finished pod", () => {
+    assert.equal(checkForceDelete(facts({ gracePeriodSeconds: undefined })).allowed, true);
+    assert.equal(checkForceDelete(facts({ gracePeriodSeconds: 30 })).allowed, true);
+    assert.equal(checkForceDelete(facts({ guarded: undefined })).allowed, true);
+    const unscheduled = facts();
+    delete unscheduled.pod.spec!.nodeName;
+    assert.equal(checkForceDelete(unscheduled).allowed, true);
+    const done = facts();
+    done.pod.status = { phase: "Succeeded" };
+    assert.equal(checkForceDelete(done).allowed, true);
+  });
+
+  test("allowed: Stockade itself, the pod's own kubelet — not another node's", () => {
+    assert.equal(checkForceDelete(facts({ username: "system:serviceaccount:stockade-system:stockade" })).allowed, true);
+    assert.equal(checkForceDelete(facts({ username: "system:node:node-2" })).allowed, true);
+    assert.equal(checkForceDelete(facts({ username: "system:node:node-3" })).allowed, false);
+  });
+
+  test("the pod GC controller only for a node that no longer exists", () => {
+    const gc = "system:serviceaccount:kube-system:pod-garbage-collector";
+    assert.equal(checkForceDelete(facts({ username: gc, nodeExists: false })).allowed, true);
+    assert.equal(checkForceDelete(facts({ username: gc, nodeExists: true })).allowed, false);
+    assert.equal(
+      checkForceDelete(facts({ username: "alice", nodeExists: false })).allowed,
+      false,
+      "a person deleting the Node proves nothing",
+    );
+  });
+
+  test("a confirmed fence allows it — for pods created before the confirmation only", () => {
+    assert.equal(checkForceDelete(facts({ fencedSince: new Date("2026-01-01T00:05:00Z") })).allowed, true);
+    assert.equal(checkForceDelete(facts({ fencedSince: new Date("2025-12-31T23:00:00Z") })).allowed, false);
+  });
+
+  test("the override annotation allows it and is reported for the Event", () => {
+    const f = facts();
+    f.pod.metadata!.annotations = { [FORCE_DELETE_ANNOTATION]: "node-2 is on fire, checked by hand" };
+    assert.deepEqual(checkForceDelete(f), {
+      allowed: true,
+      why: `acknowledged by annotation ${FORCE_DELETE_ANNOTATION}`,
+      acknowledged: "node-2 is on fire, checked by hand",
+    });
+  });
+});
+
+describe("webhook certificates", () => {
+  const hosts = ["stockade-webhook.stockade-system.svc", "127.0.0.1"];
+  const now = new Date("2026-06-01T00:00:00Z");
+  const asSecret = (d: Record<string, string>) => ({
+    data: Object.fromEntries(Object.entries(d).map(([k, v]) => [k, Buffer.from(v).toString("base64")])),
+  });
+  const fresh = renew({}, "ca", hosts, now);
+
+  test("issues a CA and a serving certificate for every host, signed by it", () => {
+    assert.equal(renewalNeeded({}, hosts, now)?.what, "ca");
+    const data = readTlsSecret(asSecret(fresh));
+    assert.equal(renewalNeeded(data, hosts, now), undefined);
+    const cert = new X509Certificate(fresh["tls.crt"]!);
+    assert.ok(cert.verify(new X509Certificate(fresh["ca.crt"]!).publicKey));
+    assert.match(cert.subjectAltName ?? "", /DNS:stockade-webhook\.stockade-system\.svc/);
+    assert.match(cert.subjectAltName ?? "", /IP Address:127\.0\.0\.1/);
+    assert.equal(cert.ca, false);
+  });
+
+  test("renews the serving certificate near its end or when a host is missing, keeping the CA", () => {
+    const data = readTlsSecret(asSecret(fresh));
+    assert.equal(renewalNeeded(data, hosts, new Date("2027-05-15T00:00:00Z"))?.what, "serving");
+    assert.match(renewalNeeded(data, [...hosts, "other.example"], now)?.why ?? "", /does not name other\.example/);
+    const next = renew(data, "serving", hosts, now);
+    assert.equal(next["ca.crt"], fresh["ca.crt"]);
+    assert.notEqual(next["tls.crt"], fresh["tls.crt"]);
+  });
+
+  test("a renewed CA keeps the previous one trusted while it is valid", () => {
+    const data = readTlsSecret(asSecret(fresh));
+    const later = new Date("2035-08-01T00:00:00Z"); // less than a year left on the CA
+    assert.equal(renewalNeeded(data, hosts, later)?.what, "ca");
+    const next = renew(data, "ca", hosts, later);
+    assert.equal(next["ca-previous.crt"], fresh["ca.crt"]);
+    assert.equal(caBundleOf(next), `${next["ca.crt"]}${fresh["ca.crt"]}`);
+  });
+
+  test("garbage or a mismatched key is renewed, never served", () => {
+    assert.equal(renewalNeeded({ "ca.crt": "junk", "ca.key": "junk" }, hosts, now)?.what, "ca");
+    const other = renew({}, "ca", hosts, now);
+    const mixed = readTlsSecret(asSecret({ ...fresh, "tls.key": other["tls.key"]! }));
+    assert.match(renewalNeeded(mixed, hosts, now)?.why ?? "", /tls.key does not match/);
+  });
+});

@@ -1,0 +1,218 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import {
+  CLAIM_GATE,
+  CLAIM_GUARD_ANNOTATION,
+  LOCK_ANNOTATION,
+  TOKENS_ANNOTATION,
+  breakLock,
+  claimGuard,
+  claimNames,
+  decideClaim,
+  parseLock,
+  type ClaimLock,
+} from "../../src/decide/claim-lock.ts";
+import { pod, pvc } from "./decide-fixtures.ts";
+
+const NOW = "2026-01-01T00:10:00Z";
+const FENCED = new Date("2026-01-01T00:05:00Z");
+const BEFORE = new Date("2026-01-01T00:00:00Z");
+const AFTER = new Date("2026-01-01T00:06:00Z");
+
+function claim(lock?: ClaimLock | string, modes = ["ReadWriteOnce"]): V1PersistentVolumeClaim {
+  const c = pvc("data", modes);
+  c.metadata!.uid = "uid-pvc-data";
+  if (lock !== undefined) c.metadata!.annotations = { [LOCK_ANNOTATION]: typeof lock === "string" ? lock : JSON.stringify(lock) };
+  return c;
+}
+
+function gated(name: string, o: { claims?: string[]; created?: Date } = {}): V1Pod {
+  const p = pod(name, { claims: o.claims ?? ["data"] });
+  delete p.spec!.nodeName;
+  p.spec!.schedulingGates = [{ name: CLAIM_GATE }];
+  p.status = { phase: "Pending" };
+  p.metadata!.creationTimestamp = o.created ?? AFTER;
+  return p;
+}
+
+function running(name: string, node: string, created = BEFORE, extra: Partial<V1Pod["metadata"]> = {}): V1Pod {
+  const p = pod(name, { claims: ["data"], node });
+  p.metadata = { ...p.metadata, creationTimestamp: created, ...extra };
+  return p;
+}
+
+const held = (p: V1Pod, token: number): ClaimLock => ({
+  v: 1,
+  token,
+  holder: { pod: p.metadata!.name!, uid: p.metadata!.uid! },
+  time: "2026-01-01T00:00:00Z",
+});
+
+describe("parseLock", () => {
+  test("absent record: no lock", () => assert.deepEqual(parseLock(claim()), { ok: true, lock: undefined }));
+
+  test("a record Stockade writes round-trips", () => {
+    const lock: ClaimLock = { v: 1, token: 7, holder: { pod: "db-0", uid: "u" }, time: NOW };
+    assert.deepEqual(parseLock(claim(lock)), { ok: true, lock });
+    const broken: ClaimLock = { v: 1, token: 7, time: NOW, brokenBy: "NodeFence node-2" };
+    assert.deepEqual(parseLock(claim(broken)), { ok: true, lock: broken });
+  });
+
+  for (const [what, raw] of [
+    ["not JSON", "{"],
+    ["an array", "[]"],
+    ["a wrong version", '{"v":2,"token":1,"time":"2026-01-01T00:00:00Z"}'],
+    ["a negative token", '{"v":1,"token":-1,"time":"2026-01-01T00:00:00Z"}'],
+    ["a fractional token", '{"v":1,"token":1.5,"time":"2026-01-01T00:00:00Z"}'],
+    ["a string token", '{"v":1,"token":"9","time":"2026-01-01T00:00:00Z"}'],
+    ["a token beyond 2^53", '{"v":1,"token":9007199254740993,"time":"2026-01-01T00:00:00Z"}'],
+    ["no time", '{"v":1,"token":1}'],
+    ["a holder without uid", '{"v":1,"token":1,"holder":{"pod":"x"},"time":"2026-01-01T00:00:00Z"}'],
+    ["a holder with token 0", '{"v":1,"token":0,"holder":{"pod":"x","uid":"u"},"time":"2026-01-01T00:00:00Z"}'],
+    ["an unknown field", '{"v":1,"token":1,"time":"2026-01-01T00:00:00Z","owner":"me"}'],
+  ] as const)
+    test(`refuses ${what}`, () => {
+      const r = parseLock(claim(raw));
+      assert.equal(r.ok, false);
+      assert.match((r as { message: string }).message, /not one Stockade writes.*repaired/);
+    });
+});
+
+describe("claimGuard", () => {
+  const on = { readWriteOnceVolumes: true };
+  test("exclusive claims are guarded when a policy guards them", () => {
+    assert.equal(claimGuard(claim(undefined, ["ReadWriteOnce"]), on).guarded, true);
+    assert.equal(claimGuard(claim(undefined, ["ReadWriteOncePod"]), on).guarded, true);
+    assert.equal(claimGuard(claim(undefined, ["ReadWriteOnce"]), { readWriteOnceVolumes: false }).guarded, false);
+  });
+  test("shared claims are not, unless opted in; opting out wins over the access mode", () => {
+    assert.equal(claimGuard(claim(undefined, ["ReadWriteMany"]), on).guarded, false);
+    const rwx = claim(undefined, ["ReadWriteMany"]);
+    rwx.metadata!.annotations = { [CLAIM_GUARD_ANNOTATION]: "true" };
+    assert.equal(claimGuard(rwx, { readWriteOnceVolumes: false }).guarded, true);
+    const rwo = claim();
+    rwo.metadata!.annotations = { [CLAIM_GUARD_ANNOTATION]: "false" };
+    assert.equal(claimGuard(rwo, on).guarded, false);
+  });
+  test("a claim not seen yet is guarded", () => assert.equal(claimGuard(undefined, { readWriteOnceVolumes: false }).guarded, true));
+});
+
+test("claimNames: the PVC volumes, each once, sorted; ephemeral volumes are the pod's own", () => {
+  const p = pod("x", { claims: ["b", "a", "b"], ephemeral: ["ReadWriteOnce"] });
+  assert.deepEqual(claimNames(p), ["a", "b"]);
+});
+
+describe("decideClaim", () => {
+  const observe = (pvcObj: V1PersistentVolumeClaim, requester: V1Pod, others: V1Pod[], fenced: [string, Date][] = []) =>
+    decideClaim({ requester, pvc: pvcObj, pods: [requester, ...others], fencedNodes: new Map(fenced), now: NOW });
+
+  test("a claim nobody used: token 1", () => {
+    const d = observe(claim(), gated("db-0"), []);
+    assert.equal(d.kind, "grant");
+    assert.equal((d as { token: number }).token, 1);
+    assert.deepEqual((d as { record: ClaimLock }).record.holder, { pod: "db-0", uid: "uid-default-db-0" });
+  });
+
+  test("a running holder keeps the claim; its successor waits and is told who holds it", () => {
+    const old = running("db-0-old", "node-1", BEFORE, { uid: "old" });
+    const d = observe(claim(held(old, 4)), gated("db-0"), [old]);
+    assert.equal(d.kind, "wait");
+    assert.match((d as { message: string }).message, /db-0-old holds it \(token 4\) on node node-1/);
+  });
+
+  test("a terminating holder still holds it until its kubelet confirms (the pod object goes away)", () => {
+    const old = running("old", "node-1", BEFORE, { uid: "old", deletionTimestamp: BEFORE });
+    assert.equal(observe(claim(held(old, 4)), gated("db-0"), [old]).kind, "wait");
+    assert.deepEqual(
+      {
+        kind: observe(claim(held(old, 4)), gated("db-0"), []).kind,
+        token: (observe(claim(held(old, 4)), gated("db-0"), []) as { token: number }).token,
+      },
+      { kind: "grant", token: 5 },
+    );
+  });
+
+  test("a holder whose pod finished has no instance left", () => {
+    const old = running("old", "node-1", BEFORE, { uid: "old" });
+    old.status = { phase: "Succeeded" };
+    assert.equal(observe(claim(held(old, 4)), gated("db-0"), [old]).kind, "grant");
+  });
+
+  test("a holder on a node confirmed fenced is dead; one created after the fence is not", () => {
+    const old = running("old", "node-1", BEFORE, { uid: "old" });
+    const d = observe(claim(held(old, 4)), gated("db-0"), [old], [["node-1", FENCED]]);
+    assert.equal(d.kind, "grant");
+    assert.equal((d as { token: number }).token, 5);
+    const late = running("late", "node-1", AFTER, { uid: "late" });
+    assert.equal(observe(claim(held(late, 4)), gated("db-0"), [late], [["node-1", FENCED]]).kind, "wait");
+    // A fence of another node proves nothing about this one.
+    assert.equal(observe(claim(held(old, 4)), gated("db-0"), [old], [["node-2", FENCED]]).kind, "wait");
+  });
+
+  test("a pod using the claim without any record (started before Stockade) counts as a holder", () => {
+    const legacy = running("legacy", "node-3", BEFORE, { uid: "legacy" });
+    const d = observe(claim(), gated("db-0"), [legacy]);
+    assert.equal(d.kind, "wait");
+    assert.match((d as { message: string }).message, /legacy uses it on node node-3/);
+  });
+
+  test("an unscheduled pod created without the gate may be scheduled any moment: it counts", () => {
+    const loose = gated("loose");
+    loose.spec!.schedulingGates = [];
+    assert.equal(observe(claim(), gated("db-0"), [loose]).kind, "wait");
+  });
+
+  test("other gated waiters do not count, but a gated pod already granted does", () => {
+    const waiter = gated("waiter", { created: BEFORE });
+    assert.equal(observe(claim(), gated("db-0"), [waiter]).kind, "grant");
+    assert.equal(observe(claim(held(waiter, 2)), gated("db-0"), [waiter]).kind, "wait");
+  });
+
+  test("the requester already holding it (a crash between grant and un-gating) resumes with the same token", () => {
+    const me = gated("db-0");
+    assert.deepEqual(observe(claim(held(me, 9)), me, []), { kind: "held", token: 9 });
+  });
+
+  test("a lock broken by a fence: the next token is one above the broken holder's", () => {
+    const d = observe(claim({ v: 1, token: 6, time: NOW, brokenBy: "NodeFence node-1" }), gated("db-0"), []);
+    assert.equal((d as { token: number }).token, 7);
+  });
+
+  test("a record removed by hand does not restart below a token a live pod carries", () => {
+    const old = running("old", "node-1", BEFORE, { uid: "old", annotations: { [TOKENS_ANNOTATION]: '{"data":12}' } });
+    old.status = { phase: "Failed" };
+    const d = observe(claim(), gated("db-0"), [old]);
+    assert.equal((d as { token: number }).token, 13);
+  });
+
+  test("a nonsense record is never trusted: no grant", () => {
+    const d = observe(claim('{"v":1,"token":"lots"}'), gated("db-0"), []);
+    assert.equal(d.kind, "invalid");
+  });
+
+  test("a claim being deleted is not granted", () => {
+    const c = claim();
+    c.metadata!.deletionTimestamp = BEFORE;
+    assert.equal(observe(c, gated("db-0"), []).kind, "wait");
+  });
+
+  test("pods that use other claims do not matter", () => {
+    const other = pod("other", { claims: ["logs"], node: "node-1" });
+    assert.equal(observe(claim(), gated("db-0"), [other]).kind, "grant");
+  });
+});
+
+describe("breakLock", () => {
+  test("breaks only the named holder's lock and keeps the token", () => {
+    const p = running("old", "node-1", BEFORE, { uid: "old" });
+    assert.deepEqual(breakLock(claim(held(p, 3)), "old", "NodeFence node-1", NOW), {
+      v: 1,
+      token: 3,
+      time: NOW,
+      brokenBy: "NodeFence node-1",
+    });
+    assert.equal(breakLock(claim(held(p, 3)), "someone-else", "NodeFence node-1", NOW), undefined);
+    assert.equal(breakLock(claim("garbage"), "old", "NodeFence node-1", NOW), undefined);
+  });
+});
