@@ -20,6 +20,7 @@ import { checkLedger, checkProcessTables, deployLedger, instanceStarts, readLedg
 import { readSnapshots } from "./real/node.ts";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../src/api/v1alpha1.ts";
 import { checkInvariant } from "./invariant.ts";
+import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
 
 const run = promisify(execFile);
 export const NS = "default";
@@ -243,7 +244,12 @@ export class Bed {
         ...(o.extraArgs ?? []),
       ],
       {
-        env: { ...this.lab.env, KUBECONFIG: o.kubeconfig ?? this.lab.kubeconfig },
+        // With the webhooks on, the operator is a user of its own, so that the force-delete guard tells its
+        // releases from a person's (kubectl here runs as the lab's admin).
+        env: {
+          ...this.lab.env,
+          KUBECONFIG: o.kubeconfig ?? (this.webhookPort ? this.operatorKubeconfig("stockade-operator") : this.lab.kubeconfig),
+        },
         stdio: ["ignore", "pipe", "pipe"],
       },
     );
@@ -324,6 +330,8 @@ export class Bed {
         replicas,
         image: real.images.ledger!,
         san: sanDir(this.lab.dir),
+        // With the claim lock on, every record carries the writer's fencing token (the checker wants them rising).
+        ...(this.webhookPort ? { tokenAnnotation: TOKEN_ANNOTATION } : {}),
         ...extra,
       });
     } else

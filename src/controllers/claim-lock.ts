@@ -11,12 +11,14 @@ import {
   CLAIM_GATE,
   LOCK_ANNOTATION,
   TOKENS_ANNOTATION,
+  TOKEN_ANNOTATION,
   claimGuard,
   claimNames,
   decideClaim,
   formatLock,
   isGated,
   podTokens,
+  tokenAnnotation,
   type ClaimPolicy,
 } from "../decide/claim-lock.ts";
 import { isNotFound, type Kube } from "../kube/api.ts";
@@ -184,8 +186,13 @@ export class ClaimLockController {
     }
     this.d.leadership.assertLeading(`lift the claim-lock gate of pod ${key}`);
     const merged = { ...podTokens(pod), ...tokens };
+    // The JSON map for programs that hold several claims; one plain number per claim for the downward API.
+    const perClaim = Object.fromEntries(
+      Object.entries(merged).flatMap(([c, t]) => (tokenAnnotation(c) ? [[tokenAnnotation(c)!, String(t)]] : [])),
+    );
+    const only: Record<string, string> = Object.values(merged).length === 1 ? { [TOKEN_ANNOTATION]: String(Object.values(merged)[0]) } : {};
     const annotations = Object.keys(merged).length
-      ? { ...pod.metadata?.annotations, [TOKENS_ANNOTATION]: JSON.stringify(merged) }
+      ? { ...pod.metadata?.annotations, ...perClaim, ...only, [TOKENS_ANNOTATION]: JSON.stringify(merged) }
       : pod.metadata?.annotations;
     await kube.core.replaceNamespacedPod({
       name,

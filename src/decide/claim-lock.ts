@@ -15,6 +15,15 @@ export const LOCK_ANNOTATION = "stockade.io/claim-lock";
 export const CLAIM_GUARD_ANNOTATION = "stockade.io/claim-guard";
 /** On a pod: the fencing token of each claim it holds, JSON {"claim name": token}. */
 export const TOKENS_ANNOTATION = "stockade.io/claim-tokens";
+/** On a pod that holds exactly one guarded claim (the usual case): its token, a decimal string, for the downward API. */
+export const TOKEN_ANNOTATION = "stockade.io/claim-token";
+/** On a pod, one per claim it holds (claim names up to 63 characters): the token as a decimal string. */
+export const TOKEN_ANNOTATION_PREFIX = "claim-token.stockade.io/";
+
+/** The per-claim token annotation's key, or undefined when the claim's name cannot be an annotation name. */
+export function tokenAnnotation(claim: string): string | undefined {
+  return claim.length <= 63 ? `${TOKEN_ANNOTATION_PREFIX}${claim}` : undefined;
+}
 
 /** The lock record. holder is absent when nobody holds the claim (never granted, or broken by a fence). */
 export interface ClaimLock {

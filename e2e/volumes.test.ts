@@ -1,0 +1,312 @@
+// Volume safety (issue 10) on real nodes with the bundle's webhooks: the claim lock (gate, compare-and-swap
+// grant, fencing token), its release by a NodeFence, and the guard on force deletes. Writers are the lab's
+// ledger (each record carries the writer's token), so the ledger checker sees any two writers at once.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { ApiException, type V1Pod, type V1PodSpec } from "@kubernetes/client-node";
+import { Bed, NS } from "../lab/bed.ts";
+import { waitFor } from "../lab/health.ts";
+import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
+import { FORCE_DELETE_ANNOTATION } from "../src/admission/force-delete.ts";
+import type { NodeFence } from "../src/api/v1alpha1.ts";
+import { LOCK_ANNOTATION, TOKEN_ANNOTATION, TOKENS_ANNOTATION, isGated, parseLock } from "../src/decide/claim-lock.ts";
+
+const released = (f: NodeFence) => f.status?.phase === "Released";
+
+describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", () => {
+  let bed: Bed;
+  let images: Record<string, string>;
+
+  before(async () => {
+    bed = await Bed.up({ nodes: 4, name: "volumes", webhooks: true });
+    images = bed.lab.state.real!.images;
+    await bed.policy("default", { guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 } });
+    await bed.startOperator();
+  });
+  after(async () => {
+    const r = await bed?.invariant().catch(() => undefined);
+    if (r) console.log(`invariant: ${r.identities} identities, ${r.replacements} replacements, ${r.violations.length} violations`);
+    await bed?.down();
+  });
+
+  /** A pre-bound SAN volume and its claim (no storage-side lock, like an iSCSI LUN). */
+  async function claim(name: string, accessModes = ["ReadWriteOnce"]): Promise<void> {
+    const path = join(sanDir(bed.lab.dir), `pv-${name}`);
+    mkdirSync(path, { recursive: true });
+    await bed.lab.core.createPersistentVolume({
+      body: {
+        metadata: { name: `pv-${name}` },
+        spec: {
+          capacity: { storage: "1Mi" },
+          accessModes,
+          persistentVolumeReclaimPolicy: "Retain",
+          storageClassName: SAN_STORAGE_CLASS,
+          hostPath: { path, type: "DirectoryOrCreate" },
+          claimRef: { apiVersion: "v1", kind: "PersistentVolumeClaim", namespace: NS, name },
+        },
+      },
+    });
+    await bed.lab.core.createNamespacedPersistentVolumeClaim({
+      namespace: NS,
+      body: { metadata: { name }, spec: { accessModes, storageClassName: SAN_STORAGE_CLASS, resources: { requests: { storage: "1Mi" } } } },
+    });
+  }
+
+  /**
+   * A ledger writer's pod spec on the given claims (the first one holds the ledger), recording its token. Its
+   * identity is the claim, not the pod: the ledger checker then sees every writer of one claim as instances of
+   * one identity (no interleaving, no overlap, tokens rising).
+   */
+  function writerSpec(claims: string[]): V1PodSpec {
+    const t = ledgerManifests({
+      namespace: NS,
+      replicas: 1,
+      image: images.ledger!,
+      san: sanDir(bed.lab.dir),
+      tokenAnnotation: TOKEN_ANNOTATION,
+      onePerNode: false,
+    }).statefulSet.spec!.template.spec!;
+    const c = t.containers[0]!;
+    const env = (c.env ?? []).map((e) => (e.name === "IDENTITY" ? { name: "IDENTITY", value: claims[0] } : e));
+    return {
+      ...t,
+      containers: [{ ...c, env }],
+      volumes: [
+        ...(t.volumes ?? []),
+        ...claims.map((c, i) => ({ name: i === 0 ? "data" : `extra-${i}`, persistentVolumeClaim: { claimName: c } })),
+      ],
+    };
+  }
+
+  const pod = (name: string) => bed.lab.core.readNamespacedPod({ name, namespace: NS });
+  const podsOf = async (app: string) => (await bed.lab.core.listNamespacedPod({ namespace: NS, labelSelector: `app=${app}` })).items;
+  const lockOf = async (c: string) => {
+    const p = parseLock(await bed.lab.core.readNamespacedPersistentVolumeClaim({ name: c, namespace: NS }));
+    assert.ok(p.ok, "the lock record parses");
+    return p.lock;
+  };
+  const events = async (name: string, reason: string) =>
+    (await bed.lab.core.listNamespacedEvent({ namespace: NS, fieldSelector: `involvedObject.name=${name},reason=${reason}` })).items;
+  const refusal = async (req: Promise<unknown>): Promise<{ code: number; message: string } | undefined> => {
+    try {
+      await req;
+      return undefined;
+    } catch (e) {
+      if (!(e instanceof ApiException)) throw e;
+      const body = typeof e.body === "string" ? (JSON.parse(e.body) as { message?: string }) : (e.body as { message?: string });
+      return { code: e.code, message: body?.message ?? "" };
+    }
+  };
+  const running = (p: V1Pod | undefined) => p?.status?.phase === "Running";
+  const runningPod = (name: string) =>
+    waitFor(
+      `${name} Running`,
+      async () => {
+        const p = await pod(name);
+        return running(p) ? p : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+
+  test("a pod on a guarded claim is created gated, granted token 1, then runs; a shared claim is never gated", async () => {
+    await claim("solo");
+    await claim("shared", ["ReadWriteMany"]);
+    const created = await bed.lab.core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: "solo-a", labels: { app: "solo" } }, spec: writerSpec(["solo"]) },
+    });
+    assert.ok(isGated(created), "the webhook added the gate at creation");
+    const shared = await bed.lab.core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: "shared-a", labels: { app: "shared" } }, spec: writerSpec(["shared"]) },
+    });
+    assert.ok(!isGated(shared), "ReadWriteMany: no gate");
+    const p = await runningPod("solo-a");
+    assert.equal(p.metadata?.annotations?.[TOKEN_ANNOTATION], "1");
+    assert.deepEqual(JSON.parse(p.metadata?.annotations?.[TOKENS_ANNOTATION] ?? "{}"), { solo: 1 });
+    assert.deepEqual((await lockOf("solo"))?.holder, { pod: "solo-a", uid: p.metadata?.uid });
+    assert.ok((await events("solo-a", "ClaimLockGranted")).length > 0, "an Event says who got the claim");
+    await bed.lab.core.deleteNamespacedPod({ name: "shared-a", namespace: NS });
+  });
+
+  test("two pods racing for one claim: exactly one is granted; the other starts with token + 1 once the first is gone", async () => {
+    await claim("race");
+    const spec = writerSpec(["race"]);
+    await Promise.all(
+      ["race-a", "race-b"].map((name) =>
+        bed.lab.core.createNamespacedPod({ namespace: NS, body: { metadata: { name, labels: { app: "race" } }, spec } }),
+      ),
+    );
+    const winner = await waitFor("one racer Running", async () => (await podsOf("race")).find(running), { timeoutMs: 60_000 });
+    await new Promise((r) => setTimeout(r, 3000));
+    const all = await podsOf("race");
+    assert.equal(all.filter((p) => !isGated(p)).length, 1, "exactly one racer lost its gate");
+    const loser = all.find((p) => p.metadata?.uid !== winner.metadata?.uid)!;
+    assert.equal(loser.status?.phase, "Pending");
+    const waiting = await events(loser.metadata!.name!, "WaitingForClaim");
+    assert.match(waiting[0]?.message ?? "", new RegExp(`${winner.metadata?.name} holds it \\(token 1\\)`));
+    // Graceful delete: the kubelet confirms, the pod object goes, the loser is granted.
+    await bed.lab.core.deleteNamespacedPod({ name: winner.metadata!.name!, namespace: NS });
+    const next = await runningPod(loser.metadata!.name!);
+    assert.equal(next.metadata?.annotations?.[TOKEN_ANNOTATION], "2");
+    await bed.lab.core.deleteNamespacedPod({ name: loser.metadata!.name!, namespace: NS });
+  });
+
+  test("Deployment at scale 1 with a ReadWriteOnce claim: on rollout the new pod stays gated until the old one is gone", async () => {
+    await claim("deploy-data");
+    await bed.apps.createNamespacedDeployment({
+      namespace: NS,
+      body: {
+        metadata: { name: "deploy" },
+        spec: {
+          replicas: 1,
+          // Surge and unavailability both allowed: the new pod is created while the old one is still terminating.
+          strategy: { type: "RollingUpdate", rollingUpdate: { maxSurge: 1, maxUnavailable: 1 } },
+          selector: { matchLabels: { app: "deploy" } },
+          template: { metadata: { labels: { app: "deploy" } }, spec: writerSpec(["deploy-data"]) },
+        },
+      },
+    });
+    const first = await waitFor("deploy Running", async () => (await podsOf("deploy")).find(running), { timeoutMs: 60_000 });
+    await bed.apps.patchNamespacedDeployment({
+      name: "deploy",
+      namespace: NS,
+      body: [{ op: "add", path: "/spec/template/metadata/annotations", value: { rollout: "2" } }],
+    });
+    // Sample until the new pod runs: while the old pod exists, no other pod may be without its gate.
+    const samples: string[] = [];
+    const second = await waitFor(
+      "the rolled-out pod Running",
+      async () => {
+        const ps = await podsOf("deploy");
+        const old = ps.find((p) => p.metadata?.uid === first.metadata?.uid);
+        const others = ps.filter((p) => p.metadata?.uid !== first.metadata?.uid);
+        if (old)
+          for (const o of others) if (!isGated(o)) samples.push(`${o.metadata?.name} ungated while ${old.metadata?.name} still exists`);
+        return others.find(running);
+      },
+      { timeoutMs: 90_000, intervalMs: 50 },
+    );
+    assert.deepEqual(samples, [], "never two holders");
+    assert.equal(second.metadata?.annotations?.[TOKEN_ANNOTATION], "2");
+  });
+
+  test("StatefulSet pod on a crashed node: the lock is broken by the fence and the replacement starts with token + 1", async () => {
+    const pods = await bed.statefulSet("db", 2);
+    const victim = pods.find((p) => p.metadata?.name === "db-0")!;
+    const node = victim.spec!.nodeName!;
+    const token = Number(victim.metadata?.annotations?.[TOKEN_ANNOTATION]);
+    assert.ok(token >= 1, "the StatefulSet pod was granted its claim");
+    const t0 = Date.now();
+    await bed.lab.crash(node);
+    const replacement = await bed.waitForReplacement("db-0", victim.metadata!.uid!);
+    console.log(`failover with the claim lock: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    assert.equal(replacement.metadata?.annotations?.[TOKEN_ANNOTATION], String(token + 1));
+    const f = await bed.waitForFence(node, released, "Released");
+    const rel = f.status?.releases ?? [];
+    const broken = rel.findIndex((r) => r.kind === "ClaimLock" && r.name === "data-db-0" && r.action === "Broken");
+    const deleted = rel.findIndex((r) => r.kind === "Pod" && r.name === "db-0");
+    assert.ok(broken >= 0 && broken < deleted, `the lock is broken before the pod is released: ${JSON.stringify(rel)}`);
+    assert.deepEqual((await lockOf("data-db-0"))?.holder, { pod: "db-0", uid: replacement.metadata?.uid });
+    await bed.unfence(node);
+  });
+
+  test("kubectl delete --force of a guarded pod on a partitioned, unfenced node is refused; Stockade's own release goes through", async () => {
+    const victim = (await podsOf("db")).find((p) => p.metadata?.name === "db-1")!;
+    const node = victim.spec!.nodeName!;
+    await bed.lab.partition(node);
+    const out = await bed.kubectl("delete", "pod", "db-1", "--force", "--grace-period=0", "--wait=false").then(
+      () => "",
+      (e: { stderr?: string }) => e.stderr ?? String(e),
+    );
+    assert.match(out, /refusing to force-delete pod default\/db-1/);
+    assert.match(out, new RegExp(`kubectl stockade fence ${node}`));
+    assert.ok((await pod("db-1")).metadata?.uid === victim.metadata?.uid, "the pod is still there");
+    assert.ok((await events("db-1", "ForceDeleteRefused")).length > 0);
+    const replacement = await bed.waitForReplacement("db-1", victim.metadata!.uid!);
+    assert.equal(
+      Number(replacement.metadata?.annotations?.[TOKEN_ANNOTATION]),
+      Number(victim.metadata?.annotations?.[TOKEN_ANNOTATION]) + 1,
+    );
+    await bed.waitForFence(node, released, "Released");
+    await bed.unfence(node);
+  });
+
+  test("the override annotation lets a person force-delete, and an Event records it", async () => {
+    await claim("override");
+    await bed.lab.core.createNamespacedPod({
+      namespace: NS,
+      body: {
+        metadata: { name: "override-a", labels: { app: "override" } },
+        spec: {
+          containers: [{ name: "c", image: images.pause!, imagePullPolicy: "Never" }],
+          volumes: [{ name: "v", persistentVolumeClaim: { claimName: "override" } }],
+        },
+      },
+    });
+    await runningPod("override-a");
+    const refused = await refusal(bed.lab.core.deleteNamespacedPod({ name: "override-a", namespace: NS, gracePeriodSeconds: 0 }));
+    assert.equal(refused?.code, 403, "a guarded pod on a healthy node: refused too");
+    await bed.lab.core.patchNamespacedPod({
+      name: "override-a",
+      namespace: NS,
+      body: [{ op: "add", path: `/metadata/annotations`, value: { [FORCE_DELETE_ANNOTATION]: "e2e: checked by hand" } }],
+    });
+    await bed.lab.core.deleteNamespacedPod({ name: "override-a", namespace: NS, gracePeriodSeconds: 0 });
+    const ev = await waitFor("the ForceDeleteAcknowledged Event", async () => (await events("override-a", "ForceDeleteAcknowledged"))[0], {
+      timeoutMs: 10_000,
+    });
+    assert.match(ev.message ?? "", /e2e: checked by hand/);
+  });
+
+  test("operator down: a new pod on a guarded claim is refused (none starts unprotected); once it is back, it is gated and granted", async () => {
+    await claim("down");
+    await bed.killOperator();
+    const body = { metadata: { name: "down-a", labels: { app: "down" } }, spec: writerSpec(["down"]) };
+    const r = await refusal(bed.lab.core.createNamespacedPod({ namespace: NS, body }));
+    assert.ok(r, "refused while no replica serves the webhook");
+    assert.match(r.message, /claim-lock\.stockade\.io/);
+    await bed.startOperator();
+    await bed.lab.core.createNamespacedPod({ namespace: NS, body });
+    const p = await runningPod("down-a");
+    assert.equal(p.metadata?.annotations?.[TOKEN_ANNOTATION], "1");
+  });
+
+  test("bad input: a nonsense lock record is never trusted; a pod with two guarded claims gets both; a pod bound by nodeName is refused", async () => {
+    await claim("bad");
+    await bed.lab.core.patchNamespacedPersistentVolumeClaim({
+      name: "bad",
+      namespace: NS,
+      body: [{ op: "add", path: "/metadata/annotations", value: { [LOCK_ANNOTATION]: '{"v":1,"token":"lots"}' } }],
+    });
+    await bed.lab.core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: "bad-a", labels: { app: "bad" } }, spec: writerSpec(["bad"]) },
+    });
+    const ev = await waitFor("ClaimLockInvalid", async () => (await events("bad-a", "ClaimLockInvalid"))[0], { timeoutMs: 30_000 });
+    assert.match(ev.message ?? "", /not one Stockade writes/);
+    assert.ok(isGated(await pod("bad-a")), "still gated");
+
+    await claim("two-a");
+    await claim("two-b");
+    await bed.lab.core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: "two", labels: { app: "two" } }, spec: writerSpec(["two-a", "two-b"]) },
+    });
+    const two = await runningPod("two");
+    assert.deepEqual(JSON.parse(two.metadata?.annotations?.[TOKENS_ANNOTATION] ?? "{}"), { "two-a": 1, "two-b": 1 });
+    assert.equal(two.metadata?.annotations?.[TOKEN_ANNOTATION], undefined, "no single token for a pod with two claims");
+
+    const node = bed.lab.nodes()[0]!;
+    const r = await refusal(
+      bed.lab.core.createNamespacedPod({
+        namespace: NS,
+        body: { metadata: { name: "bound" }, spec: { ...writerSpec(["bad"]), nodeName: node } },
+      }),
+    );
+    assert.match(r?.message ?? "", /sets spec\.nodeName/);
+    assert.ok(!(await bed.lab.core.listNamespacedPod({ namespace: NS })).items.some((p) => p.metadata?.name === "bound"));
+  });
+});
