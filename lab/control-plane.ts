@@ -101,6 +101,8 @@ function args(s: LabState, c: Component, bins: Bins, t: Timings): { cmd: string;
           "--use-service-account-credentials=true",
           "--node-monitor-period=1s",
           `--node-monitor-grace-period=${t.nodeMonitorGraceSeconds}s`,
+          // The hardening docs/volumes.md asks for: no force detach of a silent node's volumes after 6 minutes.
+          "--disable-force-detach-on-timeout=true",
           "--profiling=false",
         ],
       };

@@ -2,7 +2,7 @@
 // exist, every FenceAgent resolves for the nodes its policies give it (the operator's own check), and each
 // of those nodes' fencing devices answers a live power *status* query through the same driver and runner
 // the operator uses. Never off, never on: a check must not fence anything.
-import type { V1Node } from "@kubernetes/client-node";
+import type { V1MutatingWebhookConfiguration, V1Node, V1ValidatingWebhookConfiguration } from "@kubernetes/client-node";
 import type { FenceAgent, FencingPolicy } from "../api/v1alpha1.ts";
 import { resolveParameters, secretKey, secretRefsFor } from "../agents/parameters.ts";
 import { driverFor } from "../agents/registry.ts";
@@ -27,6 +27,47 @@ export function policyProblems(p: FencingPolicy, agents: ReadonlySet<string>): s
   return p.spec.escalation.flatMap((l, i) =>
     l.agents.filter((a) => !agents.has(a.name)).map((a) => `level ${i + 1} names FenceAgent ${a.name}, which does not exist`),
   );
+}
+
+/** The flag that stops kube-controller-manager from force-detaching volumes of an unhealthy node after 6 minutes. */
+export const FORCE_DETACH_FLAG = "--disable-force-detach-on-timeout";
+
+/**
+ * Warnings about the second line of defence (docs/volumes.md): the webhooks installed, with a CA, failing
+ * closed; kube-controller-manager not force-detaching on its own (where its command line can be seen).
+ */
+export function volumeSafetyWarnings(
+  w: { mutating?: V1MutatingWebhookConfiguration; validating?: V1ValidatingWebhookConfiguration; error?: string },
+  kcm: string[][] | undefined,
+): string[] {
+  const out: string[] = [];
+  if (w.error) out.push(`cannot read the webhook configurations: ${w.error}`);
+  const configs: [string, string, { failurePolicy?: string; clientConfig: { caBundle?: string } }[] | undefined][] = [
+    ["MutatingWebhookConfiguration stockade-claim-lock", "pods that use ReadWriteOnce claims start without the claim lock", w.mutating?.webhooks],
+    ["ValidatingWebhookConfiguration stockade-force-delete", "force deletes of guarded pods are not checked", w.validating?.webhooks],
+  ];
+  for (const [name, risk, hooks] of configs) {
+    if (!hooks) {
+      if (!w.error) out.push(`${name} is not installed: ${risk} (kubectl apply -f manifests/08-webhooks.yaml)`);
+      continue;
+    }
+    if (hooks.some((h) => !h.clientConfig.caBundle)) out.push(`${name} has no caBundle yet: is the operator running? (it writes it at start)`);
+    if (hooks.some((h) => h.failurePolicy === "Ignore")) out.push(`${name} has failurePolicy Ignore: while the operator is down, ${risk}`);
+  }
+  if (kcm === undefined) out.push(`cannot read kube-system pods to check kube-controller-manager for ${FORCE_DETACH_FLAG}`);
+  else if (!kcm.length)
+    out.push(
+      `kube-controller-manager's flags are not visible here: make sure it runs with ${FORCE_DETACH_FLAG} (else it force-detaches a partitioned node's volumes after 6 minutes, whatever the claim lock says)`,
+    );
+  else
+    for (const cmd of kcm) {
+      const flag = cmd.find((a) => a === FORCE_DETACH_FLAG || a.startsWith(`${FORCE_DETACH_FLAG}=`));
+      if (!flag || /=(false|0)$/i.test(flag))
+        out.push(
+          `kube-controller-manager runs without ${FORCE_DETACH_FLAG}: it force-detaches a partitioned node's volumes after 6 minutes, whatever the claim lock says (docs/volumes.md)`,
+        );
+    }
+  return out;
 }
 
 /** Runs `fn` over `items`, at most `limit` at a time, results in order. */
@@ -131,6 +172,9 @@ export async function check(c: Cluster, o: CheckOptions, write: (s: string) => v
       ) + "\n",
     );
   }
+  write("\nVOLUME SAFETY (claim lock, force-delete guard, force detach)\n");
+  const warnings = volumeSafetyWarnings(await c.webhooks(), await c.controllerManagerCommands());
+  write(warnings.length ? warnings.map((w) => `warning: ${w}\n`).join("") : "OK\n");
   write(failures ? `\n${failures} check(s) failed\n` : "\nall checks passed\n");
   return failures === 0;
 }

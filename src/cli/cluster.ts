@@ -6,6 +6,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import {
+  AdmissionregistrationV1Api,
   ApiException,
   CoordinationV1Api,
   KubeConfig,
@@ -15,11 +16,15 @@ import {
   type V1PersistentVolumeClaim,
   type V1Pod,
   type V1PodDisruptionBudget,
+  type V1MutatingWebhookConfiguration,
+  type V1ValidatingWebhookConfiguration,
 } from "@kubernetes/client-node";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { Kube, errorMessage, statusCode } from "../kube/api.ts";
 
 /** An error for the user: printed as "error: <message>" and the process exits with `code`. */
+import { MUTATING_WEBHOOK, VALIDATING_WEBHOOK } from "../admission/tls-keeper.ts";
+
 export class CliError extends Error {
   readonly code: number;
   constructor(message: string, code = 1) {
@@ -216,6 +221,44 @@ export class Cluster {
     } catch (err) {
       if (statusCode(err) === 404) return undefined;
       throw new CliError(describeApiError(err, `read Secret ${namespace}/${name}`, this.server));
+    }
+  }
+
+  /** The webhook configurations of the claim lock and the force-delete guard; undefined when absent or unreadable. */
+  async webhooks(): Promise<{ mutating?: V1MutatingWebhookConfiguration; validating?: V1ValidatingWebhookConfiguration; error?: string }> {
+    const api = this.kc.makeApiClient(AdmissionregistrationV1Api);
+    const out: { mutating?: V1MutatingWebhookConfiguration; validating?: V1ValidatingWebhookConfiguration; error?: string } = {};
+    const read = async <T>(what: string, fn: () => Promise<T>): Promise<T | undefined> => {
+      try {
+        return await this.raw(fn);
+      } catch (err) {
+        if (statusCode(err) !== 404) out.error = describeApiError(err, what, this.server);
+        return undefined;
+      }
+    };
+    out.mutating = await read("read MutatingWebhookConfiguration stockade-claim-lock", () =>
+      api.readMutatingWebhookConfiguration({ name: MUTATING_WEBHOOK }),
+    );
+    out.validating = await read("read ValidatingWebhookConfiguration stockade-force-delete", () =>
+      api.readValidatingWebhookConfiguration({ name: VALIDATING_WEBHOOK }),
+    );
+    return out;
+  }
+
+  /**
+   * The command lines of kube-controller-manager where the cluster shows them (kubeadm-style static pods in
+   * kube-system); [] when none is visible (a managed control plane), undefined when they cannot be read.
+   */
+  async controllerManagerCommands(): Promise<string[][] | undefined> {
+    try {
+      const pods = await this.raw(() =>
+        this.kube.core.listNamespacedPod({ namespace: "kube-system", labelSelector: "component=kube-controller-manager" }),
+      );
+      return pods.items.flatMap((p) =>
+        (p.spec?.containers ?? []).filter((c) => c.name === "kube-controller-manager").map((c) => [...(c.command ?? []), ...(c.args ?? [])]),
+      );
+    } catch {
+      return undefined;
     }
   }
 }

@@ -10,7 +10,7 @@ import type { AddressInfo } from "node:net";
 import { age, clip, humanDuration, iso, table } from "../../src/cli/format.ts";
 import { renderStatus } from "../../src/cli/status.ts";
 import { renderExplain } from "../../src/cli/explain.ts";
-import { policyProblems } from "../../src/cli/check.ts";
+import { policyProblems, volumeSafetyWarnings } from "../../src/cli/check.ts";
 import { retryAfterSeconds } from "../../src/cli/cluster.ts";
 import { main } from "../../src/cli/kubectl-stockade.ts";
 import type { FleetInput } from "../../src/decide/fleet.ts";
@@ -322,3 +322,20 @@ async function withApiserver(handler: (req: IncomingMessage, res: ServerResponse
     await new Promise((resolve) => server.close(resolve));
   }
 }
+
+test("check: volume-safety warnings — webhooks missing, without a CA, failing open; the force-detach flag", () => {
+  const hook = (caBundle?: string, failurePolicy = "Fail") => ({ name: "x", clientConfig: { caBundle }, failurePolicy, sideEffects: "None", admissionReviewVersions: ["v1"] });
+  const good = { mutating: { webhooks: [hook("Q0E=")] }, validating: { webhooks: [hook("Q0E=")] } };
+  const kcmOk = [["kube-controller-manager", "--disable-force-detach-on-timeout=true"]];
+  assert.deepEqual(volumeSafetyWarnings(good, kcmOk), []);
+  assert.deepEqual(volumeSafetyWarnings(good, [["kube-controller-manager", "--disable-force-detach-on-timeout"]]), []);
+  const none = volumeSafetyWarnings({}, kcmOk);
+  assert.equal(none.length, 2);
+  assert.match(none[0]!, /stockade-claim-lock is not installed: pods that use ReadWriteOnce claims start without the claim lock/);
+  assert.match(volumeSafetyWarnings({ ...good, mutating: { webhooks: [hook(undefined)] } }, kcmOk)[0]!, /no caBundle yet/);
+  assert.match(volumeSafetyWarnings({ ...good, validating: { webhooks: [hook("Q0E=", "Ignore")] } }, kcmOk)[0]!, /failurePolicy Ignore/);
+  assert.match(volumeSafetyWarnings(good, [["kube-controller-manager", "--v=2"]])[0]!, /runs without --disable-force-detach-on-timeout/);
+  assert.match(volumeSafetyWarnings(good, [["kube-controller-manager", "--disable-force-detach-on-timeout=false"]])[0]!, /runs without/);
+  assert.match(volumeSafetyWarnings(good, [])[0]!, /flags are not visible here/);
+  assert.match(volumeSafetyWarnings(good, undefined)[0]!, /cannot read kube-system pods/);
+});
