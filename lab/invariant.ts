@@ -2,6 +2,8 @@
 // becomes Running while an earlier instance may still be alive on a node that failed. An instance on
 // a crashed or partitioned node is presumed alive until that machine is powered off or reboots (the
 // lab's own power/boot log); a graceful delete on a healthy node is the kubelet's confirmation.
+// Claims count as identities too (issue 10): the pods granted one guarded claim (they carry a token for it)
+// are instances of "claim ns/name", whatever their names, and their tokens must rise in the order they ran.
 import type { TimelineEntry } from "./recorder.ts";
 
 export interface InvariantReport {
@@ -26,7 +28,36 @@ export function checkInvariant(timeline: readonly TimelineEntry[], forceDeleted:
     inst.set(e.uid, [...(inst.get(e.uid) ?? []), e]);
     byName.set(id, inst);
   }
+  for (const e of timeline) {
+    if (e.source !== "pod") continue;
+    for (const c of e.claims ?? []) {
+      // Only pods the claim lock granted (a token) are the claim's instances; a shared claim has none.
+      const holders = timeline.some((x) => x.source === "pod" && x.uid === e.uid && x.tokens?.[c] !== undefined);
+      if (!holders) continue;
+      const id = `claim ${e.namespace}/${c}`;
+      const inst = byName.get(id) ?? new Map<string, PodEntry[]>();
+      inst.set(e.uid, [...(inst.get(e.uid) ?? []), e]);
+      byName.set(id, inst);
+    }
+  }
   const report: InvariantReport = { identities: byName.size, replacements: 0, fencedReplacements: 0, violations: [] };
+  for (const [id, instances] of byName) {
+    if (!id.startsWith("claim ")) continue;
+    const claim = id.slice(id.lastIndexOf("/") + 1);
+    const ran = [...instances.values()]
+      .map((es) => ({
+        uid: es[0]!.uid,
+        t: es.find((e) => e.phase === "Running")?.t,
+        token: es.find((e) => e.tokens?.[claim])?.tokens?.[claim],
+      }))
+      .filter((x): x is { uid: string; t: number; token: number } => x.t !== undefined && x.token !== undefined)
+      .sort((a, b) => a.t - b.t);
+    for (let i = 1; i < ran.length; i++)
+      if (ran[i]!.token <= ran[i - 1]!.token)
+        report.violations.push(
+          `${id}: pod ${ran[i]!.uid} ran with token ${ran[i]!.token} after pod ${ran[i - 1]!.uid} had run with token ${ran[i - 1]!.token}: tokens must rise`,
+        );
+  }
   for (const [id, instances] of byName) {
     const ordered = [...instances.values()].sort((a, b) => a[0]!.t - b[0]!.t);
     for (let i = 1; i < ordered.length; i++) {

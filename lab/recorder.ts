@@ -4,6 +4,7 @@
 import { openSync, readSync, closeSync, existsSync } from "node:fs";
 import { CoreV1Api, type V1Node, type V1Pod } from "@kubernetes/client-node";
 import { Informer } from "../src/runtime/informer.ts";
+import { claimNames, podTokens } from "../src/decide/claim-lock.ts";
 import type { Lab } from "./lab.ts";
 import { paths, type LabEvent } from "./state.ts";
 
@@ -20,6 +21,9 @@ export type TimelineEntry =
       ready?: string;
       deleting: boolean;
       labels: Record<string, string>;
+      /** PVCs the pod mounts, and the fencing token it was granted for each (stockade.io/claim-tokens). */
+      claims?: string[];
+      tokens?: Record<string, number>;
     }
   | { t: number; source: "node"; type: "add" | "update" | "delete"; name: string; ready?: string; bootID?: string; taints: string[] }
   | { t: number; source: "lab"; kind: LabEvent["kind"]; node?: string; detail: Record<string, unknown> };
@@ -51,6 +55,8 @@ export class Recorder {
           ready: p.status?.conditions?.find((c) => c.type === "Ready")?.status,
           deleting: !!p.metadata?.deletionTimestamp,
           labels: p.metadata?.labels ?? {},
+          claims: claimNames(p),
+          tokens: podTokens(p),
         }),
       );
       this.nodes.on(type, (n) =>

@@ -43,7 +43,11 @@ export function volumeSafetyWarnings(
   const out: string[] = [];
   if (w.error) out.push(`cannot read the webhook configurations: ${w.error}`);
   const configs: [string, string, { failurePolicy?: string; clientConfig: { caBundle?: string } }[] | undefined][] = [
-    ["MutatingWebhookConfiguration stockade-claim-lock", "pods that use ReadWriteOnce claims start without the claim lock", w.mutating?.webhooks],
+    [
+      "MutatingWebhookConfiguration stockade-claim-lock",
+      "pods that use ReadWriteOnce claims start without the claim lock",
+      w.mutating?.webhooks,
+    ],
     ["ValidatingWebhookConfiguration stockade-force-delete", "force deletes of guarded pods are not checked", w.validating?.webhooks],
   ];
   for (const [name, risk, hooks] of configs) {
@@ -51,7 +55,8 @@ export function volumeSafetyWarnings(
       if (!w.error) out.push(`${name} is not installed: ${risk} (kubectl apply -f manifests/08-webhooks.yaml)`);
       continue;
     }
-    if (hooks.some((h) => !h.clientConfig.caBundle)) out.push(`${name} has no caBundle yet: is the operator running? (it writes it at start)`);
+    if (hooks.some((h) => !h.clientConfig.caBundle))
+      out.push(`${name} has no caBundle yet: is the operator running? (it writes it at start)`);
     if (hooks.some((h) => h.failurePolicy === "Ignore")) out.push(`${name} has failurePolicy Ignore: while the operator is down, ${risk}`);
   }
   if (kcm === undefined) out.push(`cannot read kube-system pods to check kube-controller-manager for ${FORCE_DETACH_FLAG}`);

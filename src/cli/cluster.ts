@@ -255,7 +255,9 @@ export class Cluster {
         this.kube.core.listNamespacedPod({ namespace: "kube-system", labelSelector: "component=kube-controller-manager" }),
       );
       return pods.items.flatMap((p) =>
-        (p.spec?.containers ?? []).filter((c) => c.name === "kube-controller-manager").map((c) => [...(c.command ?? []), ...(c.args ?? [])]),
+        (p.spec?.containers ?? [])
+          .filter((c) => c.name === "kube-controller-manager")
+          .map((c) => [...(c.command ?? []), ...(c.args ?? [])]),
       );
     } catch {
       return undefined;

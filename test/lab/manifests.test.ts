@@ -28,6 +28,7 @@ import { waitFor } from "../../lab/health.ts";
 import { paths } from "../../lab/state.ts";
 import { Bed, SECRETS_NS } from "../../lab/bed.ts";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
+import { LOCK_ANNOTATION, formatLock, isGated, parseLock } from "../../src/decide/claim-lock.ts";
 import { ADMISSION_POLICY, ATTEST_VERB } from "../../src/kube/admission-check.ts";
 import { errorMessage, Kube, statusCode } from "../../src/kube/api.ts";
 
@@ -222,6 +223,8 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
       { mode: 0o600 },
     );
     const t0 = new Date();
+    // The bundle's webhooks, pointed at the operator on this host (no Service endpoints in the lab).
+    await bed.installWebhooks();
 
     await bed.policy("default", {});
     await bed.startOperator({ leaderElect: true, kubeconfig });
@@ -234,6 +237,43 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     // A guarded pod that can only run on that node: it returns there after the unfence, so the node can be
     // fenced a second time, which replaces the Unfenced NodeFence (nodefences delete).
     await bed.statefulSet("pin", 1, { nodeSelector: { "kubernetes.io/hostname": node } });
+    // A pod on a guarded claim on that node: gated at creation, granted (pvcs get/update, pods get/list/update),
+    // its lock broken by the fence's release (pvcs update again).
+    await bed.lab.core.createPersistentVolume({
+      body: {
+        metadata: { name: "pv-rbac-claim" },
+        spec: {
+          capacity: { storage: "1Mi" },
+          accessModes: ["ReadWriteOnce"],
+          hostPath: { path: "/tmp/stockade-rbac-claim" },
+          claimRef: { namespace: "default", name: "rbac-claim" },
+        },
+      },
+    });
+    await bed.lab.core.createNamespacedPersistentVolumeClaim({
+      namespace: "default",
+      body: {
+        metadata: { name: "rbac-claim" },
+        spec: { accessModes: ["ReadWriteOnce"], storageClassName: "", resources: { requests: { storage: "1Mi" } } },
+      },
+    });
+    const claimPod = await bed.lab.core.createNamespacedPod({
+      namespace: "default",
+      body: {
+        metadata: { name: "rbac-claim-pod" },
+        spec: {
+          nodeSelector: { "kubernetes.io/hostname": node },
+          containers: [{ name: "c", image: "registry.k8s.io/pause:3.10" }],
+          volumes: [{ name: "v", persistentVolumeClaim: { claimName: "rbac-claim" } }],
+        },
+      },
+    });
+    assert.ok(isGated(claimPod), "gated by the webhook");
+    await waitFor(
+      "rbac-claim-pod granted and Running",
+      async () => (await bed.lab.core.readNamespacedPod({ name: "rbac-claim-pod", namespace: "default" })).status?.phase === "Running",
+      { timeoutMs: 60_000 },
+    );
     await bed.lab.kc.makeApiClient(StorageV1Api).createVolumeAttachment({
       body: {
         metadata: { name: `va-db-0-${node}` },
@@ -244,6 +284,10 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     await bed.waitForReplacement("db-0", victim.metadata!.uid!);
     const first = await bed.waitForFence(node, released, "Released");
     assert.ok(first.status?.releases?.some((r) => r.kind === "VolumeAttachment"));
+    assert.ok(
+      first.status?.releases?.some((r) => r.kind === "ClaimLock" && r.action === "Broken"),
+      "the claim lock was broken",
+    );
     await bed.unfence(node);
 
     // The same node again, once pin-0 runs there again.
@@ -263,6 +307,16 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     );
     assert.equal(second.spec.origin, "Automatic");
     await bed.unfence(node);
+    // A replica that must serve one more name renews the serving certificate (secrets update).
+    await bed.killOperator("SIGTERM");
+    await bed.startOperator({ leaderElect: true, kubeconfig, extraArgs: ["--webhook-hosts", "127.0.0.1,localhost"] });
+    await waitFor(
+      "the serving certificate renewed",
+      () => /renewing the webhook serving certificate: it does not name localhost/.test(bed.operatorLogs()),
+      {
+        timeoutMs: 30_000,
+      },
+    );
     await bed.killOperator("SIGTERM"); // steps down: releases the leader Lease
     assert.deepEqual((await bed.invariant()).violations, []);
 
@@ -314,7 +368,11 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     );
 
     // The custom verbs: each must be proven needed here, since the audit log cannot show it used.
-    assert.deepEqual(custom.map(show), [`stockade.io nodefences ${ATTEST_VERB}`], "a custom verb without a proof below");
+    assert.deepEqual(
+      custom.map(show),
+      [`stockade.io claimlocks ${ATTEST_VERB}`, `stockade.io nodefences ${ATTEST_VERB}`],
+      "a custom verb without a proof below",
+    );
     // attest — manifests/06-admission-policy.yaml checks it on every write to nodefences/status. The operator's
     // own status write (Kube.replaceStatus of the fence's current status) is allowed with the bundle's RBAC,
     // refused by the policy once the ClusterRole lacks the verb, and allowed again when it is back.
@@ -353,6 +411,46 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     const restored = await kubectl(bed.lab, "apply", "-f", join(MANIFESTS, "02-rbac.yaml"));
     assert.equal(restored.code, 0, restored.stderr);
     await waitFor("the operator's status write allowed again", async () => (await writeStatus()) === undefined, {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+    });
+
+    // attest on claimlocks — manifests/06-admission-policy.yaml checks it on every change of a claim's lock record:
+    // the operator's rewrite of the record is allowed with the bundle's RBAC, refused without the verb.
+    const writeLock = async (): Promise<unknown> => {
+      try {
+        const pvc = await operator.core.readNamespacedPersistentVolumeClaim({ name: "rbac-claim", namespace: "default" });
+        const lock = parseLock(pvc);
+        assert.ok(lock.ok && lock.lock, "the claim has a lock record");
+        const annotations = {
+          ...pvc.metadata?.annotations,
+          [LOCK_ANNOTATION]: formatLock({ ...lock.lock, time: new Date().toISOString() }),
+        };
+        await operator.core.replaceNamespacedPersistentVolumeClaim({
+          name: "rbac-claim",
+          namespace: "default",
+          body: { ...pvc, metadata: { ...pvc.metadata, annotations } },
+        });
+        return undefined;
+      } catch (e) {
+        return e;
+      }
+    };
+    assert.equal(await writeLock(), undefined);
+    const removed2 = await kubectl(bed.lab, "apply", "-f", withoutAttest);
+    assert.equal(removed2.code, 0, removed2.stderr);
+    const refusedLock = await waitFor(
+      "the operator's lock write refused without attest",
+      async () => {
+        const e = await writeLock();
+        return statusCode(e) === 403 ? errorMessage(e) : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
+    assert.match(refusedLock, /ValidatingAdmissionPolicy 'stockade-claim-lock-authority'.*only Stockade writes it/);
+    const restored2 = await kubectl(bed.lab, "apply", "-f", join(MANIFESTS, "02-rbac.yaml"));
+    assert.equal(restored2.code, 0, restored2.stderr);
+    await waitFor("the operator's lock write allowed again", async () => (await writeLock()) === undefined, {
       timeoutMs: 30_000,
       intervalMs: 250,
     });

@@ -69,3 +69,47 @@ test("a fault of the node after the old instance was gone from it does not count
   );
   assert.deepEqual(r.violations, []);
 });
+
+const claimPod = (t: number, name: string, uid: string, node: string, type: "add" | "update" | "delete", token: number): TimelineEntry => ({
+  ...(pod(t, uid, node, type) as Extract<TimelineEntry, { source: "pod" }>),
+  name,
+  claims: ["data"],
+  tokens: { data: token },
+});
+
+test("claims are identities: a Deployment's new pod (another name) Running on the claim while the old one's node is partitioned is a violation", () => {
+  const r = checkInvariant([
+    claimPod(0, "web-a", "old", "node-1", "add", 1),
+    lab(10, "partition", "node-1"),
+    claimPod(20, "web-a", "old", "node-1", "delete", 1),
+    claimPod(21, "web-b", "new", "node-2", "add", 2),
+    claimPod(22, "web-b", "new", "node-2", "update", 2),
+  ]);
+  assert.equal(r.violations.length, 1, r.violations.join("\n"));
+  assert.match(r.violations[0]!, /^claim default\/data: replacement new/);
+  // Powered off before the new pod ran: safe.
+  const ok = checkInvariant([
+    claimPod(0, "web-a", "old", "node-1", "add", 1),
+    lab(10, "partition", "node-1"),
+    lab(15, "power", "node-1", { power: "off" }),
+    claimPod(20, "web-a", "old", "node-1", "delete", 1),
+    claimPod(21, "web-b", "new", "node-2", "update", 2),
+  ]);
+  assert.deepEqual(ok.violations, []);
+});
+
+test("claims: tokens must rise in the order the holders ran; pods without a token (a shared claim) are not the claim's instances", () => {
+  const r = checkInvariant([
+    claimPod(0, "web-a", "a", "node-1", "update", 3),
+    claimPod(5, "web-a", "a", "node-1", "delete", 3),
+    claimPod(10, "web-b", "b", "node-2", "update", 3),
+  ]);
+  assert.equal(r.violations.length, 1, r.violations.join("\n"));
+  assert.match(r.violations[0]!, /token 3 after pod a had run with token 3: tokens must rise/);
+  const shared = checkInvariant([
+    { ...(pod(0, "a", "node-1", "update") as Extract<TimelineEntry, { source: "pod" }>), name: "x", claims: ["logs"] },
+    lab(1, "partition", "node-1"),
+    { ...(pod(5, "b", "node-2", "update") as Extract<TimelineEntry, { source: "pod" }>), name: "y", claims: ["logs"] },
+  ]);
+  assert.deepEqual(shared.violations, []);
+});

@@ -324,7 +324,13 @@ async function withApiserver(handler: (req: IncomingMessage, res: ServerResponse
 }
 
 test("check: volume-safety warnings — webhooks missing, without a CA, failing open; the force-detach flag", () => {
-  const hook = (caBundle?: string, failurePolicy = "Fail") => ({ name: "x", clientConfig: { caBundle }, failurePolicy, sideEffects: "None", admissionReviewVersions: ["v1"] });
+  const hook = (caBundle?: string, failurePolicy = "Fail") => ({
+    name: "x",
+    clientConfig: { caBundle },
+    failurePolicy,
+    sideEffects: "None",
+    admissionReviewVersions: ["v1"],
+  });
   const good = { mutating: { webhooks: [hook("Q0E=")] }, validating: { webhooks: [hook("Q0E=")] } };
   const kcmOk = [["kube-controller-manager", "--disable-force-detach-on-timeout=true"]];
   assert.deepEqual(volumeSafetyWarnings(good, kcmOk), []);
