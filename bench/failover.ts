@@ -1,17 +1,24 @@
 // Failover benchmark: on a 4-node lab with the default e2e policy (heartbeat timeout 6 s, fence after
 // 4 s, native IPMI), crash the node of a StatefulSet pod N times and print, per run and summarised,
 // heartbeat lost (the crash) → power off confirmed → old pod released → replacement Running.
-//   node bench/failover.ts [--runs N] [--mode crash|partition]
+//   node bench/failover.ts [--runs N] [--mode crash|partition] [--claim-lock]
+// --claim-lock installs the webhooks: the replacement is gated until it is granted the claim (docs/volumes.md).
 import { parseArgs } from "node:util";
 import { Bed, NS } from "../lab/bed.ts";
 
-const { values } = parseArgs({ options: { runs: { type: "string", default: "5" }, mode: { type: "string", default: "crash" } } });
+const { values } = parseArgs({
+  options: {
+    runs: { type: "string", default: "5" },
+    mode: { type: "string", default: "crash" },
+    "claim-lock": { type: "boolean", default: false },
+  },
+});
 const runs = Number(values.runs);
 const mode = values.mode;
 if (!Number.isInteger(runs) || runs < 1 || runs > 50) throw new Error(`--runs must be 1-50 (got ${values.runs})`);
 if (mode !== "crash" && mode !== "partition") throw new Error(`--mode must be crash or partition (got ${mode})`);
 
-const bed = await Bed.up({ nodes: 4, name: "bench" });
+const bed = await Bed.up({ nodes: 4, name: "bench", webhooks: values["claim-lock"] });
 try {
   await bed.policy("default", { guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 } });
   await bed.startOperator();
@@ -40,7 +47,9 @@ try {
     `min ${xs[0]!.toFixed(1)} / median ${xs[Math.floor(xs.length / 2)]!.toFixed(1)} / max ${xs.at(-1)!.toFixed(1)} s`;
   console.log(`power off confirmed:  ${fmt(col(0))}`);
   console.log(`pod released:         ${fmt(col(1))}`);
-  console.log(`failover (${mode} → replacement Running, ${runs} runs): ${fmt(col(2))}`);
+  console.log(
+    `failover (${mode} → replacement Running, ${runs} runs${values["claim-lock"] ? ", with the claim lock" : ""}): ${fmt(col(2))}`,
+  );
   const inv = await bed.invariant();
   console.log(`invariant: ${inv.fencedReplacements} replacements after a node failure checked, ${inv.violations.length} violations`);
   if (inv.violations.length) process.exitCode = 1;

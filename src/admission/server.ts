@@ -8,8 +8,8 @@ import type { AddressInfo } from "node:net";
 import { createSecureContext } from "node:tls";
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { claimPolicy, fencedSince } from "../controllers/claim-lock.ts";
-import { claimGuard, claimNames } from "../decide/claim-lock.ts";
+import { claimPolicy } from "../controllers/claim-lock.ts";
+import { claimGuard, claimNames, fencedSince } from "../decide/claim-lock.ts";
 import { isGuarded } from "../decide/guarded-pods.ts";
 import { isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -187,7 +187,7 @@ export class AdmissionServer {
       guarded,
       operatorUsers: this.operatorUsers,
       nodeExists: !!nodeObj,
-      fencedSince: fencedSince(fence),
+      fencedSince: fencedSince(fence, nodeObj),
     });
     const name = `${ns}/${pod.metadata?.name}`;
     if (!answer.allowed) {

@@ -6,7 +6,7 @@
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
-import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
+import type { FencingPolicy } from "../api/v1alpha1.ts";
 import {
   CLAIM_GATE,
   LOCK_ANNOTATION,
@@ -15,6 +15,7 @@ import {
   claimGuard,
   claimNames,
   decideClaim,
+  fencedSince,
   formatLock,
   isGated,
   podTokens,
@@ -43,15 +44,6 @@ const RECHECK_MS = 30_000;
 
 export function claimPolicy(policies: readonly FencingPolicy[]): ClaimPolicy {
   return { readWriteOnceVolumes: policies.some((p) => p.spec?.guardedPods?.readWriteOnceVolumes ?? true) };
-}
-
-/** A NodeFence that proves its node's instances dead: evidence recorded, in phase Fenced, Releasing or Released. */
-export function fencedSince(f: NodeFence | undefined): Date | undefined {
-  const phase = f?.status?.phase;
-  if (!f?.status?.evidence || !f.status.fencedTime || !(phase === "Fenced" || phase === "Releasing" || phase === "Released"))
-    return undefined;
-  const t = new Date(f.status.fencedTime);
-  return Number.isNaN(t.getTime()) ? undefined : t;
 }
 
 const podRef = (p: V1Pod): InvolvedObject => ({
@@ -144,7 +136,8 @@ export class ClaimLockController {
       const nodes = new Set(pods.filter((p) => claimNames(p).includes(claim) && p.spec?.nodeName).map((p) => p.spec!.nodeName!));
       const fencedNodes = new Map<string, Date>();
       for (const n of nodes) {
-        const since = fencedSince(await kube.getNodeFence(n));
+        const [fence, nodeObj] = await Promise.all([kube.getNodeFence(n), kube.readNode(n)]);
+        const since = fencedSince(fence, nodeObj);
         if (since) fencedNodes.set(n, since);
       }
       const now = this.d.clock().toUTC().toISO() ?? new Date().toISOString();

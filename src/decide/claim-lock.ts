@@ -4,7 +4,8 @@
 // fencing token one above the last one, and only when no other instance can still be using the claim: every
 // other pod that uses it has gone, finished, or sits on a node confirmed fenced. Then the gate comes off.
 // Pure: the controller (controllers/claim-lock.ts) feeds it fresh reads and applies what it returns.
-import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { NodeFence } from "../api/v1alpha1.ts";
 import { GUARDED_LABEL, isFinished } from "./guarded-pods.ts";
 
 /** The scheduling gate that holds a pod until it holds its guarded claims. */
@@ -207,4 +208,23 @@ export function breakLock(pvc: V1PersistentVolumeClaim, holderUid: string, by: s
   const parsed = parseLock(pvc);
   if (!parsed.ok || parsed.lock?.holder?.uid !== holderUid) return undefined;
   return { v: 1, token: parsed.lock.token, time: now, brokenBy: by };
+}
+
+/**
+ * When the NodeFence proved its node's instances dead, if it does now: evidence recorded, in phase Fenced,
+ * Releasing or Released, and the machine not back — the Node (read fresh) still has the boot ID the fence began
+ * with and is not Ready. A machine that booted again (an action reboot, or someone pressing the button) may run
+ * pods again: only the old boot's instances are proven gone, and which pod is which is not knowable here.
+ */
+export function fencedSince(f: NodeFence | undefined, node: V1Node | undefined): Date | undefined {
+  const phase = f?.status?.phase;
+  if (!f?.status?.evidence || !f.status.fencedTime || !(phase === "Fenced" || phase === "Releasing" || phase === "Released"))
+    return undefined;
+  if (node) {
+    const boot = node.status?.nodeInfo?.bootID;
+    if (f.status.bootID && boot && boot !== f.status.bootID) return undefined;
+    if (node.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True")) return undefined;
+  }
+  const t = new Date(f.status.fencedTime);
+  return Number.isNaN(t.getTime()) ? undefined : t;
 }

@@ -1,6 +1,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { NodeFence } from "../../src/api/v1alpha1.ts";
 import {
   CLAIM_GATE,
   CLAIM_GUARD_ANNOTATION,
@@ -10,6 +11,7 @@ import {
   claimGuard,
   claimNames,
   decideClaim,
+  fencedSince,
   parseLock,
   type ClaimLock,
 } from "../../src/decide/claim-lock.ts";
@@ -214,5 +216,30 @@ describe("breakLock", () => {
     });
     assert.equal(breakLock(claim(held(p, 3)), "someone-else", "NodeFence node-1", NOW), undefined);
     assert.equal(breakLock(claim("garbage"), "old", "NodeFence node-1", NOW), undefined);
+  });
+});
+
+describe("fencedSince", () => {
+  const fence = (phase: string, extra: Record<string, unknown> = {}) =>
+    ({
+      metadata: { name: "node-1" },
+      spec: { nodeName: "node-1" },
+      status: { phase, fencedTime: "2026-01-01T00:05:00Z", bootID: "boot-1", evidence: { method: "PowerOffConfirmed" }, ...extra },
+    }) as unknown as NodeFence;
+  const nodeObj = (bootID: string, ready: string) =>
+    ({ metadata: { name: "node-1" }, status: { nodeInfo: { bootID }, conditions: [{ type: "Ready", status: ready }] } }) as V1Node;
+
+  test("a confirmed fence of a machine still off proves its instances dead, since its confirmation", () => {
+    for (const phase of ["Fenced", "Releasing", "Released"])
+      assert.deepEqual(fencedSince(fence(phase), nodeObj("boot-1", "Unknown")), FENCED);
+    assert.deepEqual(fencedSince(fence("Released"), undefined), FENCED, "a deleted Node does not undo a confirmed power-off");
+  });
+  test("no proof: no evidence, a fence not confirmed or undone, a machine that booted again or heartbeats", () => {
+    assert.equal(fencedSince(fence("Released", { evidence: undefined }), nodeObj("boot-1", "Unknown")), undefined);
+    for (const phase of ["Pending", "Fencing", "Failed", "Unfencing", "Unfenced"])
+      assert.equal(fencedSince(fence(phase), nodeObj("boot-1", "Unknown")), undefined, phase);
+    assert.equal(fencedSince(fence("Released"), nodeObj("boot-2", "Unknown")), undefined, "booted again");
+    assert.equal(fencedSince(fence("Released"), nodeObj("boot-1", "True")), undefined, "Ready again");
+    assert.equal(fencedSince(undefined, nodeObj("boot-1", "Unknown")), undefined);
   });
 });
