@@ -5,7 +5,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { ApiException, type V1Pod, type V1PodSpec } from "@kubernetes/client-node";
+import { AdmissionregistrationV1Api, ApiException, type V1Pod, type V1PodSpec } from "@kubernetes/client-node";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
 import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
@@ -272,6 +272,46 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
     await bed.lab.core.createNamespacedPod({ namespace: NS, body });
     const p = await runningPod("down-a");
     assert.equal(p.metadata?.annotations?.[TOKEN_ANNOTATION], "1");
+  });
+
+  test("operator killed between the grant and lifting the gate: the next operator finishes with the same token, none reused", async () => {
+    await claim("crash");
+    const admission = bed.lab.kc.makeApiClient(AdmissionregistrationV1Api);
+    // Holds the operator's pod updates back, so that it dies with the claim granted and the gate still on.
+    await admission.createValidatingAdmissionPolicy({
+      body: {
+        metadata: { name: "e2e-hold-gate" },
+        spec: {
+          failurePolicy: "Fail",
+          matchConstraints: { resourceRules: [{ apiGroups: [""], apiVersions: ["v1"], operations: ["UPDATE"], resources: ["pods"] }] },
+          validations: [
+            {
+              expression: "request.userInfo.username != 'stockade-operator' || object.metadata.name != 'crash-a'",
+              message: "held by the test",
+            },
+          ],
+        },
+      },
+    });
+    await admission.createValidatingAdmissionPolicyBinding({
+      body: { metadata: { name: "e2e-hold-gate" }, spec: { policyName: "e2e-hold-gate", validationActions: ["Deny"] } },
+    });
+    await new Promise((r) => setTimeout(r, 3000)); // a new policy takes a moment to reach admission
+    await bed.lab.core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: "crash-a", labels: { app: "crash" } }, spec: writerSpec(["crash"]) },
+    });
+    const granted = await waitFor("crash claim granted", async () => (await lockOf("crash"))?.holder, { timeoutMs: 30_000 });
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.ok(isGated(await pod("crash-a")), "the gate is still on");
+    await bed.killOperator();
+    await admission.deleteValidatingAdmissionPolicyBinding({ name: "e2e-hold-gate" });
+    await admission.deleteValidatingAdmissionPolicy({ name: "e2e-hold-gate" });
+    await bed.startOperator();
+    const p = await runningPod("crash-a");
+    assert.equal(granted.pod, "crash-a");
+    assert.equal(p.metadata?.annotations?.[TOKEN_ANNOTATION], "1", "the token granted before the crash");
+    assert.equal((await lockOf("crash"))?.token, 1, "no token handed out twice");
   });
 
   test("bad input: a nonsense lock record is never trusted; a pod with two guarded claims gets both; a pod bound by nodeName is refused", async () => {
