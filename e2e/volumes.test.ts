@@ -339,6 +339,27 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
     assert.deepEqual(JSON.parse(two.metadata?.annotations?.[TOKENS_ANNOTATION] ?? "{}"), { "two-a": 1, "two-b": 1 });
     assert.equal(two.metadata?.annotations?.[TOKEN_ANNOTATION], undefined, "no single token for a pod with two claims");
 
+    // A claim deleted while a pod waits for it: the waiting pod is never granted a claim on its way out.
+    await claim("gone");
+    await bed.lab.core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: "gone-a", labels: { app: "gone" } }, spec: writerSpec(["gone"]) },
+    });
+    await runningPod("gone-a");
+    await bed.lab.core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: "gone-b", labels: { app: "gone" } }, spec: writerSpec(["gone"]) },
+    });
+    await waitFor("gone-b waiting", async () => (await events("gone-b", "WaitingForClaim"))[0], { timeoutMs: 30_000 });
+    await bed.lab.core.deleteNamespacedPersistentVolumeClaim({ name: "gone", namespace: NS });
+    await bed.lab.core.deleteNamespacedPod({ name: "gone-a", namespace: NS });
+    await waitFor(
+      "gone-b told the claim is being deleted",
+      async () => (await events("gone-b", "WaitingForClaim")).find((e) => /claim gone is being deleted/.test(e.message ?? "")),
+      { timeoutMs: 60_000 },
+    );
+    assert.ok(isGated(await pod("gone-b")), "never granted a claim being deleted");
+
     const node = bed.lab.nodes()[0]!;
     const r = await refusal(
       bed.lab.core.createNamespacedPod({
