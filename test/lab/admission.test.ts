@@ -16,6 +16,7 @@ import { promisify } from "node:util";
 import {
   AdmissionregistrationV1Api,
   ApiException,
+  CoreV1Api,
   CustomObjectsApi,
   KubeConfig,
   PatchStrategy,
@@ -30,6 +31,7 @@ import { GROUP, VERSION, type NodeFence } from "../../src/api/v1alpha1.ts";
 import { CONFIRMED_OFF_ANNOTATION } from "../../src/agents/manual.ts";
 import { ADMISSION_BINDING, ADMISSION_POLICY, checkAdmissionPolicy } from "../../src/kube/admission-check.ts";
 import { Kube } from "../../src/kube/api.ts";
+import { CLAIM_GATE, LOCK_ANNOTATION } from "../../src/decide/claim-lock.ts";
 
 const run = promisify(execFile);
 const MANIFESTS = join(repoRoot, "manifests");
@@ -68,6 +70,7 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
   let lab: Lab;
   let admin: CustomObjectsApi;
   const as: Record<string, CustomObjectsApi> = {};
+  const coreAs: Record<string, CoreV1Api> = {};
   let operatorKube: Kube;
   let node: string;
 
@@ -121,6 +124,7 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
       const kc = new KubeConfig();
       kc.loadFromFile(file);
       as[u] = kc.makeApiClient(CustomObjectsApi);
+      coreAs[u] = kc.makeApiClient(CoreV1Api);
     }
     // forger: what "anyone who can write nodefences/status" has; attester: the same plus the custom verb.
     const statusWriter = (name: string, verbs: string[]) => ({
@@ -142,6 +146,12 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
       }),
     );
     await kubectl("apply", "-f", rbac);
+    // For the claim lock: editing pods and claims (what a namespace's users have), and attest on claimlocks.
+    await kubectl("create", "clusterrole", "test-pod-editor", "--verb=get,create,update,patch", "--resource=pods,persistentvolumeclaims");
+    await kubectl("create", "clusterrole", "test-claimlock-attester", "--verb=attest", "--resource=claimlocks.stockade.io");
+    await kubectl("create", "clusterrolebinding", "forger-pods", "--clusterrole=test-pod-editor", "--user=forger");
+    await kubectl("create", "clusterrolebinding", "attester-pods", "--clusterrole=test-pod-editor", "--user=attester");
+    await kubectl("create", "clusterrolebinding", "attester-claimlocks", "--clusterrole=test-claimlock-attester", "--user=attester");
     await kubectl("create", "clusterrolebinding", "forger", "--clusterrole=test-status-writer", "--user=forger");
     await kubectl("create", "clusterrolebinding", "attester", "--clusterrole=test-attester", "--user=attester");
     // requester and confirmer: the bundle's roles for people (manifests/07-user-roles.yaml).
@@ -305,6 +315,58 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
       assert.equal(r?.code, 403, JSON.stringify(r));
       assert.match(r.message, new RegExp(`User "system:node:${node}" cannot`), "refused by the authorizer, before admission");
     }
+  });
+
+  test("claim lock: only attest on claimlocks writes a claim's lock record or lifts a pod's claim-lock gate", async () => {
+    const core = lab.core;
+    // No PVC volume: the claim-lock webhook does not see it; the gate is set by hand, as the webhook would.
+    await core.createNamespacedPod({
+      namespace: "default",
+      body: { metadata: { name: "gated" }, spec: { schedulingGates: [{ name: CLAIM_GATE }], containers: [{ name: "c", image: "x" }] } },
+    });
+    await core.createNamespacedPersistentVolumeClaim({
+      namespace: "default",
+      body: {
+        metadata: { name: "locked", annotations: { [LOCK_ANNOTATION]: '{"v":1,"token":3,"time":"2026-01-01T00:00:00Z"}' } },
+        spec: { accessModes: ["ReadWriteOnce"], resources: { requests: { storage: "1Mi" } } },
+      },
+    });
+    const ungate = (api: CoreV1Api) =>
+      api.patchNamespacedPod({
+        name: "gated",
+        namespace: "default",
+        body: [{ op: "remove", path: "/spec/schedulingGates/0" }],
+        dryRun: "All",
+      });
+    const relock = (api: CoreV1Api) =>
+      api.patchNamespacedPersistentVolumeClaim(
+        {
+          name: "locked",
+          namespace: "default",
+          body: {
+            metadata: {
+              annotations: { [LOCK_ANNOTATION]: '{"v":1,"token":99,"holder":{"pod":"mine","uid":"u"},"time":"2026-01-01T00:00:00Z"}' },
+            },
+          },
+          dryRun: "All",
+        },
+        merge,
+      );
+    const other = (api: CoreV1Api) =>
+      api.patchNamespacedPersistentVolumeClaim(
+        { name: "locked", namespace: "default", body: { metadata: { annotations: { team: "db" } } }, dryRun: "All" },
+        merge,
+      );
+    const gate = await refusal(ungate(coreAs.forger!));
+    assert.equal(gate?.code, 403);
+    assert.match(gate!.message, /stockade-claim-gate-authority.*may not remove the scheduling gate stockade\.io\/claim-lock/);
+    const lock = await refusal(relock(coreAs.forger!));
+    assert.equal(lock?.code, 403);
+    assert.match(lock!.message, /stockade-claim-lock-authority.*only Stockade writes it/);
+    assert.equal(await refusal(other(coreAs.forger!)), undefined, "other annotations stay the users'");
+    assert.equal(await refusal(ungate(coreAs.attester!)), undefined);
+    assert.equal(await refusal(relock(coreAs.attester!)), undefined);
+    assert.equal(await refusal(ungate(operatorKube.core)), undefined, "the operator's ServiceAccount may");
   });
 
   test("without the policy, the same forgeries go through (and the operator's check says so)", async () => {
