@@ -158,13 +158,8 @@ export class ClaimLockController {
           return { requeueAfterMs: RECHECK_MS };
         case "grant": {
           this.d.leadership.assertLeading(`grant claim ${namespace}/${claim} to pod ${name}`);
-          const annotations = { ...pvc.metadata?.annotations, [LOCK_ANNOTATION]: formatLock(decision.record) };
           // The resourceVersion read above is the precondition: a concurrent grant makes this fail with 409.
-          await kube.core.replaceNamespacedPersistentVolumeClaim({
-            name: claim,
-            namespace,
-            body: { ...pvc, metadata: { ...pvc.metadata, annotations } },
-          });
+          await kube.casAnnotateClaim(pvc, { [LOCK_ANNOTATION]: formatLock(decision.record) });
           tokens[claim] = decision.token;
           this.d.metrics?.claimGrants.inc();
           const msg = `granted claim ${claim} to pod ${name} with fencing token ${decision.token} (previous holder: ${decision.previous})`;
@@ -184,18 +179,12 @@ export class ClaimLockController {
       Object.entries(merged).flatMap(([c, t]) => (tokenAnnotation(c) ? [[tokenAnnotation(c)!, String(t)]] : [])),
     );
     const only: Record<string, string> = Object.values(merged).length === 1 ? { [TOKEN_ANNOTATION]: String(Object.values(merged)[0]) } : {};
-    const annotations = Object.keys(merged).length
-      ? { ...pod.metadata?.annotations, ...perClaim, ...only, [TOKENS_ANNOTATION]: JSON.stringify(merged) }
-      : pod.metadata?.annotations;
-    await kube.core.replaceNamespacedPod({
-      name,
-      namespace,
-      body: {
-        ...pod,
-        metadata: { ...pod.metadata, annotations },
-        spec: { ...pod.spec!, schedulingGates: (pod.spec?.schedulingGates ?? []).filter((g) => g.name !== CLAIM_GATE) },
-      },
-    });
+    const annotations = Object.keys(merged).length ? { ...perClaim, ...only, [TOKENS_ANNOTATION]: JSON.stringify(merged) } : {};
+    await kube.casPatchPod(
+      pod,
+      annotations,
+      (pod.spec?.schedulingGates ?? []).filter((g) => g.name !== CLAIM_GATE),
+    );
     const ms = Date.now() - new Date(pod.metadata?.creationTimestamp ?? Date.now()).getTime();
     this.d.metrics?.claimGateSeconds.observe(ms / 1000);
     log.info({ pod: key, tokens: merged }, `pod ${key} holds its claims; gate lifted`);

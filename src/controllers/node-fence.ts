@@ -605,14 +605,7 @@ export class NodeFenceController {
         if (broken) {
           this.leadership.assertLeading(`break the claim lock of ${ns}/${claim}`);
           // Compare-and-swap on the resourceVersion just read: a grant in between makes this fail and retry.
-          await kube.core.replaceNamespacedPersistentVolumeClaim({
-            name: claim,
-            namespace: ns,
-            body: {
-              ...fresh,
-              metadata: { ...fresh.metadata, annotations: { ...fresh.metadata?.annotations, [LOCK_ANNOTATION]: formatLock(broken) } },
-            },
-          });
+          await kube.casAnnotateClaim(fresh, { [LOCK_ANNOTATION]: formatLock(broken) });
           action = "Broken";
         }
       } catch (err) {

@@ -13,6 +13,7 @@ import {
   type V1Lease,
   type V1Node,
   type V1NodeCondition,
+  type V1PersistentVolumeClaim,
   type V1Pod,
   type V1Taint,
 } from "@kubernetes/client-node";
@@ -157,6 +158,34 @@ export class Kube {
   ): Promise<void> {
     const item = condition ? { type, ...condition, lastTransitionTime: new Date().toISOString() } : { type, $patch: "delete" };
     await this.core.patchNamespacedPodStatus({ name, namespace, body: { metadata: { uid }, status: { conditions: [item] } } }, strategic);
+  }
+
+  /**
+   * Sets annotations of a PVC (null removes one) by compare-and-swap: a merge patch carrying the resourceVersion
+   * it was computed from (409 if the claim changed since). A patch, not a PUT: fields this client's models do
+   * not know are left as they are.
+   */
+  async casAnnotateClaim(pvc: V1PersistentVolumeClaim, annotations: Record<string, string | null>): Promise<V1PersistentVolumeClaim> {
+    return await this.core.patchNamespacedPersistentVolumeClaim(
+      {
+        name: pvc.metadata?.name ?? "",
+        namespace: pvc.metadata?.namespace ?? "",
+        body: { metadata: { resourceVersion: pvc.metadata?.resourceVersion, annotations } },
+      },
+      merge,
+    );
+  }
+
+  /** Sets a pod's annotations and its scheduling gates (the whole list), by compare-and-swap as casAnnotateClaim. */
+  async casPatchPod(pod: V1Pod, annotations: Record<string, string | null>, schedulingGates: { name: string }[]): Promise<V1Pod> {
+    return await this.core.patchNamespacedPod(
+      {
+        name: pod.metadata?.name ?? "",
+        namespace: pod.metadata?.namespace ?? "",
+        body: { metadata: { resourceVersion: pod.metadata?.resourceVersion, annotations }, spec: { schedulingGates } },
+      },
+      merge,
+    );
   }
 
   /** Force-deletes exactly this pod (uid precondition: a replacement with the same name is never touched). */
