@@ -370,4 +370,10 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
     assert.match(r?.message ?? "", /sets spec\.nodeName/);
     assert.ok(!(await bed.lab.core.listNamespacedPod({ namespace: NS })).items.some((p) => p.metadata?.name === "bound"));
   });
+
+  test("the invariant over the whole run: one instance per pod and per claim at a time, tokens rising, ledgers without two writers", async () => {
+    const r = await bed.invariant();
+    assert.deepEqual(r.violations, []);
+    assert.ok(r.identities > 0);
+  });
 });
