@@ -175,21 +175,27 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
       namespace: NS,
       body: [{ op: "add", path: "/spec/template/metadata/annotations", value: { rollout: "2" } }],
     });
-    // Sample until the new pod runs: while the old pod exists, no other pod may be without its gate.
+    // Sample until the new pod runs: while the old pod may still run (it exists and its kubelet has not yet
+    // reported it Succeeded/Failed, which it does only once every container stopped), no other pod may be ungated.
     const samples: string[] = [];
+    let gatedSeen = false;
     const second = await waitFor(
       "the rolled-out pod Running",
       async () => {
         const ps = await podsOf("deploy");
         const old = ps.find((p) => p.metadata?.uid === first.metadata?.uid);
         const others = ps.filter((p) => p.metadata?.uid !== first.metadata?.uid);
-        if (old)
-          for (const o of others) if (!isGated(o)) samples.push(`${o.metadata?.name} ungated while ${old.metadata?.name} still exists`);
+        if (old && others.some((o) => isGated(o))) gatedSeen = true;
+        const mayRun = old && old.status?.phase !== "Succeeded" && old.status?.phase !== "Failed";
+        if (mayRun)
+          for (const o of others)
+            if (!isGated(o)) samples.push(`${o.metadata?.name} ungated while ${old.metadata?.name} may still run (${old.status?.phase})`);
         return others.find(running);
       },
       { timeoutMs: 90_000, intervalMs: 50 },
     );
     assert.deepEqual(samples, [], "never two holders");
+    assert.ok(gatedSeen, "the new pod was seen gated while the old one ran");
     assert.equal(second.metadata?.annotations?.[TOKEN_ANNOTATION], "2");
   });
 
