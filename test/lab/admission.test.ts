@@ -142,13 +142,22 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
       JSON.stringify({
         apiVersion: "v1",
         kind: "List",
-        items: [statusWriter("test-status-writer", []), statusWriter("test-attester", ["attest"])],
+        items: [
+          statusWriter("test-status-writer", []),
+          statusWriter("test-attester", ["attest"]),
+          // kubectl create clusterrole refuses a resource the server does not serve; the policy only asks the authorizer.
+          {
+            apiVersion: "rbac.authorization.k8s.io/v1",
+            kind: "ClusterRole",
+            metadata: { name: "test-claimlock-attester" },
+            rules: [{ apiGroups: [GROUP], resources: ["claimlocks"], verbs: ["attest"] }],
+          },
+        ],
       }),
     );
     await kubectl("apply", "-f", rbac);
     // For the claim lock: editing pods and claims (what a namespace's users have), and attest on claimlocks.
     await kubectl("create", "clusterrole", "test-pod-editor", "--verb=get,create,update,patch", "--resource=pods,persistentvolumeclaims");
-    await kubectl("create", "clusterrole", "test-claimlock-attester", "--verb=attest", "--resource=claimlocks.stockade.io");
     await kubectl("create", "clusterrolebinding", "forger-pods", "--clusterrole=test-pod-editor", "--user=forger");
     await kubectl("create", "clusterrolebinding", "attester-pods", "--clusterrole=test-pod-editor", "--user=attester");
     await kubectl("create", "clusterrolebinding", "attester-claimlocks", "--clusterrole=test-claimlock-attester", "--user=attester");

@@ -422,15 +422,7 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
         const pvc = await operator.core.readNamespacedPersistentVolumeClaim({ name: "rbac-claim", namespace: "default" });
         const lock = parseLock(pvc);
         assert.ok(lock.ok && lock.lock, "the claim has a lock record");
-        const annotations = {
-          ...pvc.metadata?.annotations,
-          [LOCK_ANNOTATION]: formatLock({ ...lock.lock, time: new Date().toISOString() }),
-        };
-        await operator.core.replaceNamespacedPersistentVolumeClaim({
-          name: "rbac-claim",
-          namespace: "default",
-          body: { ...pvc, metadata: { ...pvc.metadata, annotations } },
-        });
+        await operator.casAnnotateClaim(pvc, { [LOCK_ANNOTATION]: formatLock({ ...lock.lock, time: new Date().toISOString() }) });
         return undefined;
       } catch (e) {
         return e;
