@@ -112,34 +112,51 @@ export class ClaimLockController {
     const name = key.slice(slash + 1);
     const cached = caches.pods.get(name, namespace);
     if (!cached || !isGated(cached)) return;
-    let pod: V1Pod;
-    try {
-      pod = await kube.core.readNamespacedPod({ name, namespace });
-    } catch (err) {
-      if (isNotFound(err)) return;
-      throw err;
+    // Order matters: every claim is read before the namespace's pods. A pod recorded as a claim's holder was
+    // created before it was granted, so if the list (read after) does not show it, it is gone; read the other
+    // way round, a pod created and granted in between would be missing from the list and taken for gone.
+    const names = claimNames(cached);
+    const [pod, claims] = await Promise.all([
+      kube.core.readNamespacedPod({ name, namespace }).catch((err: unknown) => {
+        if (isNotFound(err)) return undefined;
+        throw err;
+      }),
+      Promise.all(
+        names.map((claim) =>
+          kube.core.readNamespacedPersistentVolumeClaim({ name: claim, namespace }).catch((err: unknown) => {
+            if (isNotFound(err)) return undefined;
+            throw err;
+          }),
+        ),
+      ),
+    ]);
+    if (!pod || !isGated(pod) || pod.metadata?.deletionTimestamp) return;
+    if (claimNames(pod).join() !== names.join()) return { requeueAfterMs: 0 }; // the cache was behind; read again
+    const missing = names.filter((_, i) => !claims[i]);
+    if (missing.length) {
+      await events.record(podRef(pod), "Normal", "ClaimMissing", `waiting for claim ${missing.join(", ")} to exist before granting it`);
+      return { requeueAfterMs: RECHECK_MS };
     }
-    if (!isGated(pod) || pod.metadata?.deletionTimestamp) return;
     const policy = claimPolicy(caches.policies.list());
-    const pods = (await kube.core.listNamespacedPod({ namespace })).items;
-    const tokens: Record<string, number> = {};
-    for (const claim of claimNames(pod)) {
-      let pvc: V1PersistentVolumeClaim;
-      try {
-        pvc = await kube.core.readNamespacedPersistentVolumeClaim({ name: claim, namespace });
-      } catch (err) {
-        if (!isNotFound(err)) throw err;
-        await events.record(podRef(pod), "Normal", "ClaimMissing", `waiting for claim ${claim} to exist before granting it`);
-        return { requeueAfterMs: RECHECK_MS };
-      }
-      if (!claimGuard(pvc, policy).guarded) continue;
-      const nodes = new Set(pods.filter((p) => claimNames(p).includes(claim) && p.spec?.nodeName).map((p) => p.spec!.nodeName!));
-      const fencedNodes = new Map<string, Date>();
-      for (const n of nodes) {
+    const guarded = claims.filter((c): c is V1PersistentVolumeClaim => !!c && claimGuard(c, policy).guarded);
+    const pods = guarded.length ? (await kube.core.listNamespacedPod({ namespace })).items : [];
+    // Where the claims' other users are bound: is that node fenced, and still off? Read fresh, all at once.
+    const users = pods.filter(
+      (p) => p.metadata?.uid !== pod.metadata?.uid && guarded.some((c) => claimNames(p).includes(c.metadata?.name ?? "")),
+    );
+    const nodes = [...new Set(users.flatMap((p) => (p.spec?.nodeName ? [p.spec.nodeName] : [])))];
+    const fencedNodes = new Map<string, Date>();
+    await Promise.all(
+      nodes.map(async (n) => {
         const [fence, nodeObj] = await Promise.all([kube.getNodeFence(n), kube.readNode(n)]);
         const since = fencedSince(fence, nodeObj);
         if (since) fencedNodes.set(n, since);
-      }
+      }),
+    );
+    const tokens: Record<string, number> = {};
+    const later: Promise<void>[] = [];
+    for (const pvc of guarded) {
+      const claim = pvc.metadata?.name ?? "";
       const now = this.d.clock().toUTC().toISO() ?? new Date().toISOString();
       const decision = decideClaim({ requester: pod, pvc, pods, fencedNodes, now });
       switch (decision.kind) {
@@ -164,10 +181,11 @@ export class ClaimLockController {
           this.d.metrics?.claimGrants.inc();
           const msg = `granted claim ${claim} to pod ${name} with fencing token ${decision.token} (previous holder: ${decision.previous})`;
           log.info({ pod: key, claim, token: decision.token }, msg);
-          await Promise.all([
+          // Events are not on the pod's path to its start: recorded once the gate is lifted.
+          later.push(
             events.record(pvcRef(pvc), "Normal", "ClaimLockGranted", msg),
             events.record(podRef(pod), "Normal", "ClaimLockGranted", msg),
-          ]);
+          );
           break;
         }
       }
@@ -188,5 +206,6 @@ export class ClaimLockController {
     const ms = Date.now() - new Date(pod.metadata?.creationTimestamp ?? Date.now()).getTime();
     this.d.metrics?.claimGateSeconds.observe(ms / 1000);
     log.info({ pod: key, tokens: merged }, `pod ${key} holds its claims; gate lifted`);
+    await Promise.all(later);
   }
 }
