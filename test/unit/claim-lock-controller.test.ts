@@ -1,0 +1,160 @@
+// The claim-lock controller against a scripted API: a competing grant that lands between its reads must never
+// leave two holders. The world changes right after the controller lists the namespace's pods: had it read the
+// claim after that list (as it once did), the new holder would be missing from its list and taken for gone.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import { ApiException } from "@kubernetes/client-node";
+import { DateTime } from "luxon";
+import { ClaimLockController } from "../../src/controllers/claim-lock.ts";
+import { CLAIM_GATE, LOCK_ANNOTATION, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
+import { SOLE_LEADER } from "../../src/runtime/leader.ts";
+import { pod as mkPod, pvc as mkPvc } from "./decide-fixtures.ts";
+
+function gatedPod(name: string, uid: string): V1Pod {
+  const p = mkPod(name, { claims: ["data"], uid });
+  delete p.spec!.nodeName;
+  p.spec!.schedulingGates = [{ name: CLAIM_GATE }];
+  p.status = { phase: "Pending" };
+  p.metadata!.resourceVersion = "1";
+  return p;
+}
+
+/** A tiny API: pods and one claim, resourceVersions, and a hook run once right after a pod list. */
+function world() {
+  const pods = new Map<string, V1Pod>();
+  let claim: V1PersistentVolumeClaim = {
+    ...mkPvc("data", ["ReadWriteOnce"]),
+    metadata: { name: "data", namespace: "default", resourceVersion: "10" },
+  };
+  let rv = 10;
+  let hook: (() => void) | undefined;
+  const afterList = () => {
+    const h = hook;
+    hook = undefined;
+    h?.();
+  };
+  const clone = <T>(x: T): T => structuredClone(x);
+  const conflict = () => new ApiException(409, "Conflict", { message: "the object has been modified" }, {});
+  const kube = {
+    core: {
+      readNamespacedPod: async ({ name }: { name: string }) => {
+        const p = pods.get(name);
+        if (!p) throw new ApiException(404, "NotFound", {}, {});
+        return clone(p);
+      },
+      readNamespacedPersistentVolumeClaim: async () => {
+        return clone(claim);
+      },
+      listNamespacedPod: async () => {
+        const items = [...pods.values()].map(clone);
+        afterList();
+        return { items };
+      },
+    },
+    getNodeFence: async () => undefined,
+    readNode: async () => undefined,
+    casAnnotateClaim: async (c: V1PersistentVolumeClaim, annotations: Record<string, string>) => {
+      if (c.metadata?.resourceVersion !== claim.metadata?.resourceVersion) throw conflict();
+      claim = {
+        ...claim,
+        metadata: { ...claim.metadata, resourceVersion: String(++rv), annotations: { ...claim.metadata?.annotations, ...annotations } },
+      };
+      return clone(claim);
+    },
+    casPatchPod: async (p: V1Pod, annotations: Record<string, string>, schedulingGates: { name: string }[]) => {
+      const cur = pods.get(p.metadata!.name!)!;
+      if (p.metadata?.resourceVersion !== cur.metadata?.resourceVersion) throw conflict();
+      pods.set(p.metadata!.name!, {
+        ...cur,
+        metadata: { ...cur.metadata, resourceVersion: String(++rv), annotations: { ...cur.metadata?.annotations, ...annotations } },
+        spec: { ...cur.spec!, schedulingGates },
+      });
+      return clone(pods.get(p.metadata!.name!)!);
+    },
+  };
+  return {
+    pods,
+    kube,
+    claim: () => claim,
+    onList: (h: () => void) => (hook = h),
+    /** Another worker's whole grant of the claim to pod p (created gated just before). */
+    grantTo: (p: V1Pod) => {
+      pods.set(p.metadata!.name!, p);
+      claim = {
+        ...claim,
+        metadata: {
+          ...claim.metadata,
+          resourceVersion: String(++rv),
+          annotations: {
+            [LOCK_ANNOTATION]: formatLock({
+              v: 1,
+              token: 1,
+              holder: { pod: p.metadata!.name!, uid: p.metadata!.uid! },
+              time: "2026-01-01T00:00:00Z",
+            }),
+          },
+        },
+      };
+    },
+  };
+}
+
+function controller(w: ReturnType<typeof world>) {
+  const silent = { info() {}, warn() {}, error() {}, debug() {} };
+  const caches = {
+    pods: { get: (name: string) => w.pods.get(name), on() {}, list: () => [...w.pods.values()] },
+    policies: { list: () => [] },
+    pvcs: { on() {} },
+    fences: { on() {} },
+  };
+  return new ClaimLockController({
+    kube: w.kube as never,
+    caches: caches as never,
+    events: { record: async () => {} } as never,
+    log: silent as never,
+    clock: () => DateTime.now(),
+    leadership: SOLE_LEADER,
+  });
+}
+
+test("a competing grant between the controller's reads never makes two holders", async () => {
+  const w = world();
+  const me = gatedPod("app-a", "uid-a");
+  w.pods.set("app-a", me);
+  // Right after the pod list, another pod is created and granted the claim by someone else.
+  w.onList(() => w.grantTo(gatedPod("app-b", "uid-b")));
+  // No FencingPolicy in this world: opt the claim in.
+  w.kube.core.readNamespacedPersistentVolumeClaim = ((orig) => async () => {
+    const c = await orig();
+    c.metadata = { ...c.metadata, annotations: { ...c.metadata?.annotations, "stockade.io/claim-guard": "true" } };
+    return c;
+  })(w.kube.core.readNamespacedPersistentVolumeClaim);
+  await controller(w)
+    .reconcile("default/app-a")
+    .catch((e: unknown) => assert.equal((e as ApiException<unknown>).code, 409, String(e)));
+  const lock = parseLock(w.claim());
+  assert.ok(lock.ok);
+  assert.equal(lock.lock?.holder?.pod, "app-b", "the other pod's grant stands");
+  assert.ok(
+    (w.pods.get("app-a")!.spec!.schedulingGates ?? []).some((g) => g.name === CLAIM_GATE),
+    "app-a is still gated",
+  );
+});
+
+test("uncontended: the gated pod is granted token 1 and its gate lifted with the token", async () => {
+  const w = world();
+  w.pods.set("app-a", gatedPod("app-a", "uid-a"));
+  w.kube.core.readNamespacedPersistentVolumeClaim = ((orig) => async () => {
+    const c = await orig();
+    c.metadata = { ...c.metadata, annotations: { ...c.metadata?.annotations, "stockade.io/claim-guard": "true" } };
+    return c;
+  })(w.kube.core.readNamespacedPersistentVolumeClaim);
+  await controller(w).reconcile("default/app-a");
+  const lock = parseLock(w.claim());
+  assert.ok(lock.ok);
+  assert.deepEqual(lock.lock?.holder, { pod: "app-a", uid: "uid-a" });
+  const a = w.pods.get("app-a")!;
+  assert.deepEqual(a.spec?.schedulingGates, []);
+  assert.equal(a.metadata?.annotations?.["stockade.io/claim-token"], "1");
+});
