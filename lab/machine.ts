@@ -65,10 +65,18 @@ async function startKubelet(s: LabState, name: string, source: string, bootID: s
     ).catch(() => undefined);
   else await apiRequest(s, "DELETE", lease).catch(() => undefined);
   writeFileSync(p.kwokConfig, kwokConfig(s.kwokStages, bootID));
+  // Under a supervisor, as systemd's Restart=always runs a kubelet (and lab/real/node.ts runs the real one): kwok
+  // v0.8 can die at start (seen in CI: "fatal error: concurrent map writes" initialising its CEL stages), and a
+  // machine whose kubelet crashed once is not a dead machine. Power off and the kubelet-kill fault stop the whole
+  // process group, supervisor included.
   const ref = startDetached({
-    cmd: s.kwok,
+    cmd: "sh",
     logFile: p.kwokLog,
     args: [
+      "-c",
+      'while :; do "$@"; sleep 1; done',
+      "kwok-supervisor",
+      s.kwok,
       `--kubeconfig=${p.kubeconfig}`,
       `--config=${p.kwokConfig}`,
       `--manage-single-node=${name}`,
