@@ -5,9 +5,10 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { AdmissionregistrationV1Api, ApiException, type V1Pod, type V1PodSpec } from "@kubernetes/client-node";
+import { AdmissionregistrationV1Api, type V1Pod, type V1PodSpec } from "@kubernetes/client-node";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
+import { refusal } from "../lab/refusal.ts";
 import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
 import { FORCE_DELETE_ANNOTATION } from "../src/admission/force-delete.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
@@ -89,16 +90,7 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
   };
   const events = async (name: string, reason: string) =>
     (await bed.lab.core.listNamespacedEvent({ namespace: NS, fieldSelector: `involvedObject.name=${name},reason=${reason}` })).items;
-  const refusal = async (req: Promise<unknown>): Promise<{ code: number; message: string } | undefined> => {
-    try {
-      await req;
-      return undefined;
-    } catch (e) {
-      if (!(e instanceof ApiException)) throw e;
-      const body = typeof e.body === "string" ? (JSON.parse(e.body) as { message?: string }) : (e.body as { message?: string });
-      return { code: e.code, message: body?.message ?? "" };
-    }
-  };
+
   const running = (p: V1Pod | undefined) => p?.status?.phase === "Running";
   const runningPod = (name: string) =>
     waitFor(

@@ -15,15 +15,6 @@ export const SERVING_DAYS = 365;
 export const RENEW_SERVING_DAYS = 30;
 export const RENEW_CA_DAYS = 365;
 
-export interface WebhookTls {
-  caCert: string;
-  caKey: string;
-  cert: string;
-  key: string;
-  /** CA certificates the apiserver must trust (the current CA, and the previous one while it is still valid). */
-  caBundle: string;
-}
-
 function keyPair(): { publicKey: string; privateKey: string } {
   return generateKeyPairSync("rsa", {
     modulusLength: 2048,

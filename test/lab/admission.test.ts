@@ -15,7 +15,6 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import {
   AdmissionregistrationV1Api,
-  ApiException,
   CoreV1Api,
   CustomObjectsApi,
   KubeConfig,
@@ -23,6 +22,7 @@ import {
   setHeaderOptions,
 } from "@kubernetes/client-node";
 import { Lab } from "../../lab/lab.ts";
+import { refusal, type Refusal } from "../../lab/refusal.ts";
 import { repoRoot } from "../../lab/bins.ts";
 import { waitFor } from "../../lab/health.ts";
 import { createPki, writeKubeconfig } from "../../lab/pki.ts";
@@ -48,23 +48,6 @@ const forgedStatus = (node: string) => ({
     detail: `chassis power of ${node} is off`,
   },
 });
-
-interface Refusal {
-  code: number;
-  message: string;
-}
-
-/** The apiserver's refusal of a request, or undefined when it was allowed. */
-async function refusal(req: Promise<unknown>): Promise<Refusal | undefined> {
-  try {
-    await req;
-    return undefined;
-  } catch (e) {
-    if (!(e instanceof ApiException)) throw e;
-    const body = typeof e.body === "string" ? (JSON.parse(e.body) as { message?: string }) : (e.body as { message?: string });
-    return { code: e.code, message: body?.message ?? "" };
-  }
-}
 
 describe("admission policy: who may write a NodeFence's status and confirm a manual fence", () => {
   let lab: Lab;
