@@ -5,7 +5,9 @@
 // which dies with its last process. On boots it fresh with a new boot ID (bind-mounted over the
 // machine's /proc/sys/kernel/random/boot_id inside that namespace, so the kubelet reports it).
 import { appendFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, rmdirSync, writeFileSync } from "node:fs";
+import { execFile } from "node:child_process";
 import { join } from "node:path";
+import { promisify } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import { containerdConfig, cniConfig, kubeletArgs, kubeletConfig, nodePaths, type RealNodeLayout } from "./config.ts";
 import { nodeNetns } from "./net.ts";
@@ -153,6 +155,8 @@ function startInNode(ctx: RealNodeContext, cmd: string[], logName: string, ns?: 
 }
 
 /** waitFor with a synchronous condition checked every 20 ms (these are local /proc and cgroup reads). */
+const execFileAsync = promisify(execFile);
+
 const waitUntil = (what: string, ok: () => boolean, timeoutMs: number): Promise<unknown> =>
   waitFor(what, () => ok() || undefined, { timeoutMs, intervalMs: 20 });
 
@@ -201,6 +205,20 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
   });
   writeRef(p.containerd, containerd);
   await waitUntil(`node ${ctx.name}'s containerd socket`, () => existsSync(p.containerdSocket) || !isAlive(containerd), 30_000);
+  if (!isAlive(containerd)) throw new Error(`containerd of node ${ctx.name} exited; see ${join(ctx.logDir, `containerd-${ctx.name}.log`)}`);
+  // The socket file appears when containerd binds it, a moment before it serves (seen in CI under load: the
+  // first import's dial refused). Wait until it answers.
+  await waitFor(
+    `node ${ctx.name}'s containerd to answer`,
+    async () => {
+      if (!isAlive(containerd)) return true;
+      return await execFileAsync("ctr", ["--address", p.containerdSocket, "version"], { timeout: 5_000 }).then(
+        () => true,
+        () => undefined,
+      );
+    },
+    { timeoutMs: 30_000, intervalMs: 100 },
+  );
   if (!isAlive(containerd)) throw new Error(`containerd of node ${ctx.name} exited; see ${join(ctx.logDir, `containerd-${ctx.name}.log`)}`);
   await importImages(
     "ctr",
