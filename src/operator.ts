@@ -224,12 +224,16 @@ export class Operator {
     const bind = this.cfg.webhookBindAddress;
     if (!this.webhooks || !this.tls || !bind || this.stopping) return;
     try {
-      const [pair, me] = await Promise.all([this.tls.ensure(), this.whoAmI()]);
-      this.webhooks.operatorUsers = me ? [me] : [];
+      // Who this operator is does not change: asked until the apiserver has answered once.
+      const [pair, me] = await Promise.all([this.tls.ensure(), this.webhooks.operatorUsers.length ? undefined : this.whoAmI()]);
+      if (me) this.webhooks.operatorUsers = [me];
       if (this.webhookAddress) this.webhooks.reload(pair);
       else {
         this.webhookAddress = await this.webhooks.listen(bind, pair);
-        this.log.info({ webhooks: this.webhookAddress, user: me }, `serving the admission webhooks on ${this.webhookAddress}`);
+        this.log.info(
+          { webhooks: this.webhookAddress, user: this.webhooks.operatorUsers[0] },
+          `serving the admission webhooks on ${this.webhookAddress}`,
+        );
       }
       this.tlsTimer = setTimeout(() => void this.startWebhooks(), TLS_CHECK_MS);
     } catch (err) {

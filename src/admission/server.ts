@@ -8,13 +8,12 @@ import type { AddressInfo } from "node:net";
 import { createSecureContext } from "node:tls";
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { claimPolicy } from "../controllers/claim-lock.ts";
-import { claimGuard, claimNames, fencedSince } from "../decide/claim-lock.ts";
+import { claimGuard, claimNames, claimPolicy, fencedSince } from "../decide/claim-lock.ts";
 import { isGuarded } from "../decide/guarded-pods.ts";
 import { isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Metrics } from "../metrics.ts";
-import type { EventRecorder } from "../runtime/events.ts";
+import { objectRef, type EventRecorder } from "../runtime/events.ts";
 import { gatePod } from "./claim-gate.ts";
 import { checkForceDelete } from "./force-delete.ts";
 
@@ -139,7 +138,7 @@ export class AdmissionServer {
     const ns = r.namespace ?? pod.metadata?.namespace ?? "";
     pod.metadata = { ...pod.metadata, namespace: ns };
     // Until the caches have synced, every exclusive claim counts as guarded: the gate is lifted later if not.
-    const policy = this.d.caches.synced ? claimPolicy(this.d.caches.policies.list()) : { readWriteOnceVolumes: true };
+    const policy = claimPolicy(this.d.caches.synced ? this.d.caches.policies.list() : undefined);
     const answer = gatePod(pod, this.pvcLookup(ns), policy);
     const name = pod.metadata?.name || `${pod.metadata?.generateName ?? ""}*`;
     if (!answer.allowed) {
@@ -174,7 +173,7 @@ export class AdmissionServer {
     if (!pod || grace !== 0) return { uid: r.uid, allowed: true };
     const ns = pod.metadata?.namespace ?? r.namespace ?? "";
     const pvcs = new Map(caches.pvcs.list(ns).map((p) => [`${ns}/${p.metadata?.name}`, p] as const));
-    const policy = caches.synced ? claimPolicy(caches.policies.list()) : { readWriteOnceVolumes: true };
+    const policy = claimPolicy(caches.synced ? caches.policies.list() : undefined);
     const fencing = isGuarded(pod, mergedGuardedPods(caches), pvcs);
     const claim = claimNames(pod).find((c) => claimGuard(caches.pvcs.get(c, ns), policy).guarded);
     const guarded = fencing.guarded ? fencing.why : claim ? `uses guarded claim ${claim}` : undefined;
@@ -216,13 +215,7 @@ function mergedGuardedPods(caches: Caches): { statefulSets: boolean; readWriteOn
   };
 }
 
-const podRef = (p: V1Pod) => ({
-  apiVersion: "v1",
-  kind: "Pod",
-  name: p.metadata?.name ?? "",
-  namespace: p.metadata?.namespace,
-  uid: p.metadata?.uid,
-});
+const podRef = (p: V1Pod) => objectRef("Pod", p);
 
 function deny(uid: string, code: number, reason: string, message: string): AdmissionResponse {
   return { uid, allowed: false, status: { code, reason, message } };

@@ -68,7 +68,7 @@ export class TlsKeeper {
         else await kube.core.createNamespacedSecret({ namespace, body });
       } catch (err) {
         // Another replica renewed at the same time: use what it stored.
-        if (isConflict(err) || (!secret && (err as { code?: number }).code === 409)) continue;
+        if (isConflict(err)) continue;
         throw err;
       }
     }

@@ -6,13 +6,13 @@
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
-import type { FencingPolicy } from "../api/v1alpha1.ts";
 import {
   CLAIM_GATE,
   LOCK_ANNOTATION,
   TOKENS_ANNOTATION,
   TOKEN_ANNOTATION,
   claimGuard,
+  claimPolicy,
   claimNames,
   decideClaim,
   fencedSince,
@@ -20,12 +20,11 @@ import {
   isGated,
   podTokens,
   tokenAnnotation,
-  type ClaimPolicy,
 } from "../decide/claim-lock.ts";
 import { isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Metrics } from "../metrics.ts";
-import type { EventRecorder, InvolvedObject } from "../runtime/events.ts";
+import { objectRef, type EventRecorder } from "../runtime/events.ts";
 import type { Leadership } from "../runtime/leader.ts";
 import type { WorkQueue } from "../runtime/work-queue.ts";
 
@@ -42,24 +41,8 @@ export interface ClaimLockDeps {
 /** How often a waiting pod is looked at again even without an event (a missed event must not strand it). */
 const RECHECK_MS = 30_000;
 
-export function claimPolicy(policies: readonly FencingPolicy[]): ClaimPolicy {
-  return { readWriteOnceVolumes: policies.some((p) => p.spec?.guardedPods?.readWriteOnceVolumes ?? true) };
-}
-
-const podRef = (p: V1Pod): InvolvedObject => ({
-  apiVersion: "v1",
-  kind: "Pod",
-  name: p.metadata?.name ?? "",
-  namespace: p.metadata?.namespace,
-  uid: p.metadata?.uid,
-});
-const pvcRef = (c: V1PersistentVolumeClaim): InvolvedObject => ({
-  apiVersion: "v1",
-  kind: "PersistentVolumeClaim",
-  name: c.metadata?.name ?? "",
-  namespace: c.metadata?.namespace,
-  uid: c.metadata?.uid,
-});
+const podRef = (p: V1Pod) => objectRef("Pod", p);
+const pvcRef = (c: V1PersistentVolumeClaim) => objectRef("PersistentVolumeClaim", c);
 
 export class ClaimLockController {
   private readonly d: ClaimLockDeps;

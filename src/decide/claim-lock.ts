@@ -5,7 +5,7 @@
 // other pod that uses it has gone, finished, or sits on a node confirmed fenced. Then the gate comes off.
 // Pure: the controller (controllers/claim-lock.ts) feeds it fresh reads and applies what it returns.
 import type { V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
-import type { NodeFence } from "../api/v1alpha1.ts";
+import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
 import { GUARDED_LABEL, isFinished } from "./guarded-pods.ts";
 
 /** The scheduling gate that holds a pod until it holds its guarded claims. */
@@ -88,6 +88,12 @@ const exclusive = (pvc: V1PersistentVolumeClaim) =>
 export interface ClaimPolicy {
   /** Some FencingPolicy guards pods that use ReadWriteOnce claims (its guardedPods.readWriteOnceVolumes, default true). */
   readWriteOnceVolumes: boolean;
+}
+
+/** What the FencingPolicies say about claims; without their list yet (caches not synced), exclusive claims count as guarded. */
+export function claimPolicy(policies: readonly FencingPolicy[] | undefined): ClaimPolicy {
+  if (!policies) return { readWriteOnceVolumes: true };
+  return { readWriteOnceVolumes: policies.some((p) => p.spec?.guardedPods?.readWriteOnceVolumes ?? true) };
 }
 
 export type ClaimGuard = { guarded: true; why: string } | { guarded: false; why: string };

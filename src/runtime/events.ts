@@ -16,6 +16,11 @@ export interface InvolvedObject {
 
 export type EventType = "Normal" | "Warning";
 
+/** The InvolvedObject of a core/v1 object (a Pod, a PersistentVolumeClaim …). */
+export function objectRef(kind: string, o: { metadata?: { name?: string; namespace?: string; uid?: string } }): InvolvedObject {
+  return { apiVersion: "v1", kind, name: o.metadata?.name ?? "", namespace: o.metadata?.namespace, uid: o.metadata?.uid };
+}
+
 export interface RecordOutcome {
   event: CoreV1Event;
   action: "create" | "patch";
