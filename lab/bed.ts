@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { AppsV1Api, CustomObjectsApi, loadAllYaml, type V1Pod, type V1Toleration } from "@kubernetes/client-node";
 import { Lab } from "./lab.ts";
+import type { Timings } from "./control-plane.ts";
 import { Recorder } from "./recorder.ts";
 import { waitFor } from "./health.ts";
 import { repoRoot } from "./bins.ts";
@@ -57,11 +58,22 @@ export class Bed {
     runtime?: Runtime;
     /** Install the claim-lock and force-delete webhooks (manifests/08-webhooks.yaml), served by the operator replicas. */
     webhooks?: boolean;
+    /** Control-plane settings other than the lab's defaults (lab/control-plane.ts). */
+    timings?: Partial<Timings>;
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
     const runtime = o.runtime ?? "real";
     const images = runtime === "real" ? await realNodeImages(o.log) : undefined;
-    const lab = await Lab.up({ dir, nodes: o.nodes, zones: o.zones, log: o.log, nodeLeaseSeconds: o.nodeLeaseSeconds, runtime, images });
+    const lab = await Lab.up({
+      dir,
+      nodes: o.nodes,
+      zones: o.zones,
+      log: o.log,
+      nodeLeaseSeconds: o.nodeLeaseSeconds,
+      runtime,
+      images,
+      timings: o.timings,
+    });
     try {
       return await Bed.setUp(lab, o.webhooks ?? false);
     } catch (err) {

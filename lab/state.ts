@@ -5,6 +5,7 @@
 import { mkdirSync, readFileSync, writeFileSync, appendFileSync, rmdirSync, statSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import type { Timings } from "./control-plane.ts";
 
 export interface NodeSpec {
   name: string;
@@ -45,7 +46,7 @@ export interface LabState {
   nodeBin: string;
   nodeLeaseSeconds: number;
   /** Control-plane timings the lab was started with (reused when a component restarts). */
-  timings: { nodeMonitorGraceSeconds: number; defaultTolerationSeconds: number };
+  timings: Timings;
   nodes: NodeSpec[];
   /** Simulated kubelets (kwok, the default) or real ones. */
   runtime?: Runtime;
