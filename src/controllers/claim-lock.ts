@@ -46,35 +46,41 @@ const pvcRef = (c: V1PersistentVolumeClaim) => objectRef("PersistentVolumeClaim"
 
 export class ClaimLockController {
   private readonly d: ClaimLockDeps;
-  /** Gated pods by "namespace/name", kept from pod events (the cache holds every pod; few are gated). */
-  private readonly gated = new Set<string>();
+  /** Gated pods ("namespace/name") and the claims each waits for, kept from pod events (few pods are gated). */
+  private readonly gated = new Map<string, { namespace: string; claims: string[] }>();
 
   constructor(d: ClaimLockDeps) {
     this.d = d;
   }
 
-  /** Wires the caches' events to the queue: anything that may free a claim wakes the gated pods that may want it. */
+  /**
+   * Wires the caches' events to the queue: anything that may free a claim wakes the gated pods that wait for
+   * it, and only those (a pod event wakes the waiters of that pod's claims, a PVC event those of that claim),
+   * so a busy namespace does not re-run every waiter's fresh reads at each of its pods' status updates.
+   */
   watch(queue: WorkQueue): void {
     const c = this.d.caches;
     const key = (p: V1Pod) => `${p.metadata?.namespace ?? ""}/${p.metadata?.name ?? ""}`;
-    const inNamespace = (ns: string | undefined) => {
-      for (const k of this.gated) if (k.startsWith(`${ns ?? ""}/`)) queue.add(k);
-    };
-    const all = () => {
-      for (const k of this.gated) queue.add(k);
+    const waitersOf = (namespace: string | undefined, claims: string[], except?: string) => {
+      if (!claims.length) return;
+      for (const [k, w] of this.gated)
+        if (k !== except && w.namespace === (namespace ?? "") && w.claims.some((x) => claims.includes(x))) queue.add(k);
     };
     const onPod = (p: V1Pod, gone = false) => {
       if (!gone && isGated(p) && !p.metadata?.deletionTimestamp) {
         if (!this.gated.has(key(p))) queue.add(key(p));
-        this.gated.add(key(p));
+        this.gated.set(key(p), { namespace: p.metadata?.namespace ?? "", claims: claimNames(p) });
       } else this.gated.delete(key(p));
-      inNamespace(p.metadata?.namespace);
+      waitersOf(p.metadata?.namespace, claimNames(p), key(p));
+    };
+    const all = () => {
+      for (const k of this.gated.keys()) queue.add(k);
     };
     c.pods.on("add", (p) => onPod(p));
     c.pods.on("update", (p) => onPod(p));
     c.pods.on("delete", (p) => onPod(p, true));
     for (const verb of ["add", "update", "delete"] as const) {
-      c.pvcs.on(verb, (pvc) => inNamespace(pvc.metadata?.namespace));
+      c.pvcs.on(verb, (pvc) => waitersOf(pvc.metadata?.namespace, [pvc.metadata?.name ?? ""]));
       c.fences.on(verb, all);
       c.policies.on(verb, all);
     }

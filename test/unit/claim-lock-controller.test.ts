@@ -158,3 +158,47 @@ test("uncontended: the gated pod is granted token 1 and its gate lifted with the
   assert.deepEqual(a.spec?.schedulingGates, []);
   assert.equal(a.metadata?.annotations?.["stockade.io/claim-token"], "1");
 });
+
+test("events wake only the gated pods that wait for the claim they concern", () => {
+  const handlers: Record<string, ((o: unknown) => void)[]> = {};
+  const informer = (kind: string) => ({
+    on: (verb: string, fn: (o: unknown) => void) => (handlers[`${kind}/${verb}`] ??= []).push(fn),
+  });
+  const ctl = new ClaimLockController({
+    caches: { pods: informer("pods"), pvcs: informer("pvcs"), fences: informer("fences"), policies: informer("policies") },
+  } as never);
+  const queued: string[] = [];
+  ctl.watch({ add: (k: string) => queued.push(k) } as never);
+  const emit = (kind: string, verb: string, o: unknown) => handlers[`${kind}/${verb}`]!.forEach((fn) => fn(o));
+  const waiting = (name: string, claim: string, ns = "default") => {
+    const p = gatedPod(name, `uid-${name}`);
+    p.metadata!.namespace = ns;
+    p.spec!.volumes = [{ name: "v", persistentVolumeClaim: { claimName: claim } }];
+    return p;
+  };
+  emit("pods", "add", waiting("a", "data"));
+  emit("pods", "add", waiting("b", "logs"));
+  emit("pods", "add", waiting("c", "data", "other"));
+  assert.deepEqual(queued.sort(), ["default/a", "default/b", "other/c"], "a new gated pod is looked at once");
+  queued.length = 0;
+
+  const holder = mkPod("old", { claims: ["data"], uid: "uid-old" });
+  emit("pods", "update", holder);
+  emit("pods", "delete", holder);
+  assert.deepEqual(queued, ["default/a", "default/a"], "the holder of data wakes data's waiter in its namespace only");
+  queued.length = 0;
+  emit("pods", "update", mkPod("busy", { uid: "uid-busy" }));
+  emit("pods", "update", mkPod("other-claim", { claims: ["cache"], uid: "uid-oc" }));
+  assert.deepEqual(queued, [], "pods without the waited-for claims wake nobody");
+  emit("pvcs", "update", { metadata: { name: "logs", namespace: "default" } });
+  assert.deepEqual(queued, ["default/b"], "a claim's change wakes its waiters");
+  queued.length = 0;
+  emit("fences", "add", {});
+  assert.deepEqual(queued.sort(), ["default/a", "default/b", "other/c"], "a fence may free any claim");
+  queued.length = 0;
+  const granted = waiting("a", "data");
+  granted.spec!.schedulingGates = [];
+  emit("pods", "update", granted);
+  emit("pods", "update", holder);
+  assert.deepEqual(queued, [], "a granted pod no longer waits");
+});
