@@ -20,7 +20,8 @@ if (!Number.isInteger(interval) || interval < 0) throw new Error(`--interval-ms 
 const bed = await Bed.up({ nodes: 4, name: "bench-gate", runtime: "kwok", webhooks: true });
 try {
   await bed.policy("default", {});
-  await bed.startOperator();
+  // At the log level it ships with: the bed's debug logging of every watch event is not what a cluster runs.
+  const operator = await bed.startOperator({ extraArgs: ["--log-level", "info"] });
   const core = bed.lab.core;
   for (let i = 0; i < n; i++)
     await core.createNamespacedPersistentVolumeClaim({
@@ -28,6 +29,7 @@ try {
       body: { metadata: { name: `gate-${i}` }, spec: { accessModes: ["ReadWriteOnce"], resources: { requests: { storage: "1Mi" } } } },
     });
   const started = new Map<string, number>();
+  const created = new Map<string, number>();
   const lifted = new Map<string, number>();
   const pods = new Informer<V1Pod>({
     kc: bed.lab.kc,
@@ -55,17 +57,46 @@ try {
         },
       },
     });
+    created.set(name, performance.now());
     if (isGated(p)) gatedAtCreate++;
     if (interval) await new Promise((r) => setTimeout(r, interval));
   }
   await waitFor(`all ${n} gates lifted`, () => lifted.size === n, { timeoutMs: 120_000, intervalMs: 100 });
   pods.stop();
-  const ms = [...started].map(([k, t]) => lifted.get(k)! - t).sort((a, b) => a - b);
-  const q = (p: number) => ms[Math.min(ms.length - 1, Math.ceil((p / 100) * ms.length) - 1)]!;
+  const pct = (xs: number[], p: number) => {
+    const v = [...xs].sort((a, b) => a - b);
+    return v[Math.min(v.length - 1, Math.ceil((p / 100) * v.length) - 1)]!;
+  };
+  const line = (what: string, xs: number[]) =>
+    `${what}: p50 ${pct(xs, 50).toFixed(0)} ms, p90 ${pct(xs, 90).toFixed(0)} ms, p99 ${pct(xs, 99).toFixed(0)} ms, max ${Math.max(...xs).toFixed(0)} ms`;
+  const total = [...started].map(([k, t]) => lifted.get(k)! - t);
   console.log(`${n} pods, one every ${interval} ms; ${gatedAtCreate} gated at creation`);
+  console.log(line("create call → gate lifted (seen by a watch)", total));
   console.log(
-    `create → gate lifted: p50 ${q(50).toFixed(0)} ms, p90 ${q(90).toFixed(0)} ms, p99 ${q(99).toFixed(0)} ms, max ${ms.at(-1)!.toFixed(0)} ms`,
+    line(
+      "  of which the create call (webhook included)",
+      [...started].map(([k, t]) => created.get(k)! - t),
+    ),
   );
+  console.log(
+    line(
+      "  of which create answered → gate lifted",
+      [...created].map(([k, t]) => lifted.get(k)! - t),
+    ),
+  );
+  // The operator's own account of each grant (src/controllers/claim-lock.ts logs its phases).
+  const phases = bed
+    .operatorLog(operator)
+    .flatMap((l) => (l.phases ? [l.phases as Record<string, number>] : []))
+    .filter((ph) => ph.pods !== undefined);
+  if (phases.length)
+    for (const k of ["read", "list", "grant", "lift"])
+      console.log(
+        line(
+          `  operator: ${k}`,
+          phases.map((ph) => ph[k]!),
+        ),
+      );
   if (gatedAtCreate !== n) process.exitCode = 1;
 } finally {
   await bed.down();

@@ -6,7 +6,10 @@ import {
   CoordinationV1Api,
   CoreV1Api,
   CustomObjectsApi,
+  HttpMethod,
+  IsomorphicFetchHttpLibrary,
   PatchStrategy,
+  RequestContext,
   StorageV1Api,
   setHeaderOptions,
   type KubeConfig,
@@ -59,6 +62,33 @@ export class Kube {
     this.custom = kc.makeApiClient(CustomObjectsApi);
     this.storage = kc.makeApiClient(StorageV1Api);
     this.coordination = kc.makeApiClient(CoordinationV1Api);
+  }
+
+  /**
+   * A namespace's pods, read fresh (a quorum-consistent list), parsed as plain JSON: client-node's model
+   * deserializer walks every field of every pod and costs more than the request on a busy namespace. Same
+   * transport, credentials and deadline as the generated clients; timestamps stay RFC 3339 strings (readers
+   * go through `new Date(...)`).
+   */
+  async listPodsFresh(namespace: string): Promise<V1Pod[]> {
+    const server = this.kc.getCurrentCluster()?.server ?? "";
+    const ctx = new RequestContext(`${server}/api/v1/namespaces/${encodeURIComponent(namespace)}/pods`, HttpMethod.GET);
+    ctx.setHeaderParam("Accept", "application/json");
+    await this.kc.applySecurityAuthentication(ctx);
+    const res = await new IsomorphicFetchHttpLibrary().send(ctx).toPromise();
+    const text = await res.body.text();
+    if (res.httpStatusCode !== 200) {
+      let body: unknown = text;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        /* not a Status: keep the text */
+      }
+      throw new ApiException(res.httpStatusCode, `listing the pods of namespace ${namespace}`, body, res.headers);
+    }
+    const list = JSON.parse(text) as { items?: V1Pod[] };
+    if (!Array.isArray(list.items)) throw new Error(`listing the pods of namespace ${namespace}: the answer is not a PodList`);
+    return list.items;
   }
 
   async getNodeFence(name: string): Promise<NodeFence | undefined> {

@@ -13,6 +13,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import type { ApiException } from "@kubernetes/client-node";
 import {
   AdmissionregistrationV1Api,
   CoreV1Api,
@@ -359,6 +360,22 @@ describe("admission policy: who may write a NodeFence's status and confirm a man
     assert.equal(await refusal(ungate(coreAs.attester!)), undefined);
     assert.equal(await refusal(relock(coreAs.attester!)), undefined);
     assert.equal(await refusal(ungate(operatorKube.core)), undefined, "the operator's ServiceAccount may");
+  });
+
+  test("the claim lock's fresh pod list: plain JSON with the bundle's RBAC; a refusal is an ApiException with its code", async () => {
+    await lab.core.createNamespacedPod({
+      namespace: "default",
+      body: { metadata: { name: "listed" }, spec: { nodeName: node, containers: [{ name: "c", image: "stockade.lab/none:1" }] } },
+    });
+    const pods = await operatorKube.listPodsFresh("default");
+    const listed = pods.find((p) => p.metadata?.name === "listed");
+    assert.ok(listed, "the pod just created is in the list");
+    assert.equal(listed.spec?.nodeName, node);
+    assert.equal(typeof listed.metadata?.creationTimestamp, "string", "timestamps stay RFC 3339 text");
+    const kc = new KubeConfig();
+    kc.loadFromFile(join(lab.dir, "forger.kubeconfig"));
+    await assert.rejects(new Kube(kc).listPodsFresh("default"), (e: ApiException<unknown>) => e.code === 403);
+    assert.deepEqual(await operatorKube.listPodsFresh("no-such-namespace"), [], "an empty namespace lists nothing");
   });
 
   test("without the policy, the same forgeries go through (and the operator's check says so)", async () => {

@@ -25,8 +25,11 @@ function world() {
   const pods = new Map<string, V1Pod>();
   let claim: V1PersistentVolumeClaim = {
     ...mkPvc("data", ["ReadWriteOnce"]),
-    metadata: { name: "data", namespace: "default", resourceVersion: "10" },
+    // No FencingPolicy in this world: the claim is opted in.
+    metadata: { name: "data", namespace: "default", resourceVersion: "10", annotations: { "stockade.io/claim-guard": "true" } },
   };
+  /** What the controller's cache shows of the claim (by default, the claim as it is now). */
+  let cached: (() => V1PersistentVolumeClaim) | undefined;
   let rv = 10;
   let hook: (() => void) | undefined;
   const afterList = () => {
@@ -46,11 +49,11 @@ function world() {
       readNamespacedPersistentVolumeClaim: async () => {
         return clone(claim);
       },
-      listNamespacedPod: async () => {
-        const items = [...pods.values()].map(clone);
-        afterList();
-        return { items };
-      },
+    },
+    listPodsFresh: async () => {
+      const items = [...pods.values()].map(clone);
+      afterList();
+      return items;
     },
     getNodeFence: async () => undefined,
     readNode: async () => undefined,
@@ -77,6 +80,8 @@ function world() {
     pods,
     kube,
     claim: () => claim,
+    cachedClaim: () => clone(cached ? cached() : claim),
+    setCachedClaim: (c: () => V1PersistentVolumeClaim) => (cached = c),
     onList: (h: () => void) => (hook = h),
     /** Another worker's whole grant of the claim to pod p (created gated just before). */
     grantTo: (p: V1Pod) => {
@@ -87,6 +92,7 @@ function world() {
           ...claim.metadata,
           resourceVersion: String(++rv),
           annotations: {
+            ...claim.metadata?.annotations,
             [LOCK_ANNOTATION]: formatLock({
               v: 1,
               token: 1,
@@ -105,7 +111,7 @@ function controller(w: ReturnType<typeof world>) {
   const caches = {
     pods: { get: (name: string) => w.pods.get(name), on() {}, list: () => [...w.pods.values()] },
     policies: { list: () => [] },
-    pvcs: { on() {} },
+    pvcs: { on() {}, get: () => w.cachedClaim() },
     fences: { on() {} },
   };
   return new ClaimLockController({
@@ -124,12 +130,6 @@ test("a competing grant between the controller's reads never makes two holders",
   w.pods.set("app-a", me);
   // Right after the pod list, another pod is created and granted the claim by someone else.
   w.onList(() => w.grantTo(gatedPod("app-b", "uid-b")));
-  // No FencingPolicy in this world: opt the claim in.
-  w.kube.core.readNamespacedPersistentVolumeClaim = ((orig) => async () => {
-    const c = await orig();
-    c.metadata = { ...c.metadata, annotations: { ...c.metadata?.annotations, "stockade.io/claim-guard": "true" } };
-    return c;
-  })(w.kube.core.readNamespacedPersistentVolumeClaim);
   await controller(w)
     .reconcile("default/app-a")
     .catch((e: unknown) => assert.equal((e as ApiException<unknown>).code, 409, String(e)));
@@ -145,11 +145,6 @@ test("a competing grant between the controller's reads never makes two holders",
 test("uncontended: the gated pod is granted token 1 and its gate lifted with the token", async () => {
   const w = world();
   w.pods.set("app-a", gatedPod("app-a", "uid-a"));
-  w.kube.core.readNamespacedPersistentVolumeClaim = ((orig) => async () => {
-    const c = await orig();
-    c.metadata = { ...c.metadata, annotations: { ...c.metadata?.annotations, "stockade.io/claim-guard": "true" } };
-    return c;
-  })(w.kube.core.readNamespacedPersistentVolumeClaim);
   await controller(w).reconcile("default/app-a");
   const lock = parseLock(w.claim());
   assert.ok(lock.ok);
@@ -157,6 +152,36 @@ test("uncontended: the gated pod is granted token 1 and its gate lifted with the
   const a = w.pods.get("app-a")!;
   assert.deepEqual(a.spec?.schedulingGates, []);
   assert.equal(a.metadata?.annotations?.["stockade.io/claim-token"], "1");
+});
+
+test("a claim the cache shows held by the pod is read fresh: a lock that moved on is not taken for this pod's", async () => {
+  const w = world();
+  const me = gatedPod("app-a", "uid-a");
+  w.pods.set("app-a", me);
+  // app-a was granted, and the operator stopped before lifting its gate; since then the lock moved to app-b.
+  w.grantTo(me);
+  const stale = w.claim();
+  w.setCachedClaim(() => stale);
+  w.grantTo({ ...gatedPod("app-b", "uid-b"), spec: { ...gatedPod("app-b", "uid-b").spec!, nodeName: "node-2", schedulingGates: [] } });
+  w.pods.get("app-b")!.status = { phase: "Running" };
+  await controller(w).reconcile("default/app-a");
+  assert.ok(
+    (w.pods.get("app-a")!.spec!.schedulingGates ?? []).some((g) => g.name === CLAIM_GATE),
+    "app-a stays gated: app-b holds the claim now",
+  );
+});
+
+test("a stale cached claim cannot grant: the compare-and-swap on its version fails", async () => {
+  const w = world();
+  w.pods.set("app-a", gatedPod("app-a", "uid-a"));
+  const before = w.claim();
+  w.setCachedClaim(() => before);
+  w.grantTo(gatedPod("app-b", "uid-b")); // granted a moment ago; its gate not lifted yet
+  await assert.rejects(controller(w).reconcile("default/app-a"), (e: ApiException<unknown>) => e.code === 409);
+  const lock = parseLock(w.claim());
+  assert.ok(lock.ok);
+  assert.equal(lock.lock?.holder?.pod, "app-b");
+  assert.ok((w.pods.get("app-a")!.spec!.schedulingGates ?? []).some((g) => g.name === CLAIM_GATE));
 });
 
 test("events wake only the gated pods that wait for the claim they concern", () => {
