@@ -17,6 +17,7 @@ import { paths } from "../../lab/state.ts";
 import { TcpProxy } from "../../lab/tcp-proxy.ts";
 import { Informer } from "../../src/runtime/informer.ts";
 import { RequestTimeoutError, withRequestTimeout } from "../../src/kube/deadline.ts";
+import { Kube } from "../../src/kube/api.ts";
 
 const NS = "informer";
 const path = `/api/v1/namespaces/${NS}/configmaps`;
@@ -98,6 +99,19 @@ describe("informer: refused and dead watches", () => {
       assert.ok(err instanceof RequestTimeoutError, `rejected with ${String(err)}`);
       assert.match(err.message, /no answer from the Kubernetes API within 2 s \(GET \/api\/v1\/namespaces\/informer\)/);
       assert.ok(took >= 1_900 && took < 5_000, `failed after ${took} ms`);
+
+      // The claim lock's plain-JSON list goes through the same config, so it has the same deadline.
+      proxy.blackhole();
+      const t1 = performance.now();
+      const err2 = await new Kube(timed).listPodsFresh(NS).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      const took2 = performance.now() - t1;
+      proxy.restore();
+      assert.ok(err2 instanceof RequestTimeoutError, `rejected with ${String(err2)}`);
+      assert.ok(took2 >= 1_900 && took2 < 5_000, `failed after ${took2} ms`);
+      assert.deepEqual(await new Kube(timed).listPodsFresh(NS), [], "and answers once the connection is back");
     },
   );
 
