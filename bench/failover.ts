@@ -1,8 +1,11 @@
 // Failover benchmark: on a 4-node lab with the default e2e policy (heartbeat timeout 6 s, fence after
 // 4 s, native IPMI), crash the node of a StatefulSet pod N times and print, per run and summarised,
 // heartbeat lost (the crash) → power off confirmed → old pod released → replacement Running.
-//   node bench/failover.ts [--runs N] [--mode crash|partition] [--claim-lock]
+//   node bench/failover.ts [--runs N] [--mode crash|partition] [--claim-lock] [--kubernetes-timings]
 // --claim-lock installs the webhooks: the replacement is gated until it is granted the claim (docs/volumes.md).
+// --kubernetes-timings: what a stock cluster gets with Stockade's shipped defaults: the lab on Kubernetes' own
+// timings (node-monitor grace 50 s checked every 5 s, 40 s Leases renewed every 10 s, the injected 300 s
+// tolerations) and a FencingPolicy with no detection settings at all.
 import { parseArgs } from "node:util";
 import { Bed, NS } from "../lab/bed.ts";
 
@@ -11,6 +14,7 @@ const { values } = parseArgs({
     runs: { type: "string", default: "5" },
     mode: { type: "string", default: "crash" },
     "claim-lock": { type: "boolean", default: false },
+    "kubernetes-timings": { type: "boolean", default: false },
   },
 });
 const runs = Number(values.runs);
@@ -18,9 +22,10 @@ const mode = values.mode;
 if (!Number.isInteger(runs) || runs < 1 || runs > 50) throw new Error(`--runs must be 1-50 (got ${values.runs})`);
 if (mode !== "crash" && mode !== "partition") throw new Error(`--mode must be crash or partition (got ${mode})`);
 
-const bed = await Bed.up({ nodes: 4, name: "bench", webhooks: values["claim-lock"] });
+const stock = values["kubernetes-timings"];
+const bed = await Bed.up({ nodes: 4, name: "bench", webhooks: values["claim-lock"], kubernetesTimings: stock });
 try {
-  await bed.policy("default", { guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 } });
+  await bed.policy("default", { guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 }, ...(stock ? { detection: {} } : {}) });
   await bed.startOperator();
   await bed.statefulSet("db", 2);
   const rows: number[][] = [];
@@ -48,7 +53,7 @@ try {
   console.log(`power off confirmed:  ${fmt(col(0))}`);
   console.log(`pod released:         ${fmt(col(1))}`);
   console.log(
-    `failover (${mode} → replacement Running, ${runs} runs${values["claim-lock"] ? ", with the claim lock" : ""}): ${fmt(col(2))}`,
+    `failover (${mode} → replacement Running, ${runs} runs${values["claim-lock"] ? ", with the claim lock" : ""}${stock ? ", Kubernetes' timings and the policy's defaults" : ""}): ${fmt(col(2))}`,
   );
   const inv = await bed.invariant();
   console.log(`invariant: ${inv.fencedReplacements} replacements after a node failure checked, ${inv.violations.length} violations`);

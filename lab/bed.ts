@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { AppsV1Api, CustomObjectsApi, loadAllYaml, type V1Pod, type V1Toleration } from "@kubernetes/client-node";
 import { Lab } from "./lab.ts";
-import type { Timings } from "./control-plane.ts";
+import { KUBERNETES_NODE_LEASE_SECONDS, kubernetesTimings, type Timings } from "./control-plane.ts";
 import { Recorder } from "./recorder.ts";
 import { waitFor } from "./health.ts";
 import { repoRoot } from "./bins.ts";
@@ -60,6 +60,9 @@ export class Bed {
     webhooks?: boolean;
     /** Control-plane settings other than the lab's defaults (lab/control-plane.ts). */
     timings?: Partial<Timings>;
+    /** Kubernetes' default timings instead of the lab's fast ones: node-monitor grace 50 s (checked every 5 s),
+     * Leases of 40 s renewed every 10 s, 300 s default tolerations. */
+    kubernetesTimings?: boolean;
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
     const runtime = o.runtime ?? "real";
@@ -69,10 +72,10 @@ export class Bed {
       nodes: o.nodes,
       zones: o.zones,
       log: o.log,
-      nodeLeaseSeconds: o.nodeLeaseSeconds,
+      nodeLeaseSeconds: o.kubernetesTimings ? KUBERNETES_NODE_LEASE_SECONDS : o.nodeLeaseSeconds,
       runtime,
       images,
-      timings: o.timings,
+      timings: o.kubernetesTimings ? { ...kubernetesTimings, ...o.timings } : o.timings,
     });
     try {
       return await Bed.setUp(lab, o.webhooks ?? false);

@@ -3,16 +3,19 @@ import { parseArgs } from "node:util";
 import { join } from "node:path";
 import { repoRoot } from "./bins.ts";
 import { Lab } from "./lab.ts";
+import { KUBERNETES_NODE_LEASE_SECONDS, kubernetesTimings } from "./control-plane.ts";
 import { realNodeImages } from "./images.ts";
 import { readState, readEvents } from "./state.ts";
 
 const usage = `usage: npm run lab -- <command>
 
-  up [--nodes N] [--zones a,b] [--runtime kwok|real]
+  up [--nodes N] [--zones a,b] [--runtime kwok|real] [--kubernetes-timings]
                                  build what is missing, start a control plane and N nodes (default 3) with
                                  their BMCs, wait until every node is Ready, print how to reach them.
                                  kwok (default): simulated kubelets. real: a containerd and a kubelet per
-                                 node in its own network namespace and cgroup (root; images imported, no pull)
+                                 node in its own network namespace and cgroup (root; images imported, no pull).
+                                 --kubernetes-timings: Kubernetes' defaults (node-monitor grace 50 s, 40 s
+                                 Leases renewed every 10 s, 300 s default tolerations) instead of the lab's fast ones
   status                         components, nodes (API view and machine view) and BMCs
   crash <node>                   a hung machine, power on (kwok: kubelet killed; real: every process frozen)
   partition <node>               cut the node from the control plane: no heartbeats, workload keeps running
@@ -34,7 +37,13 @@ async function main(argv: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { nodes: { type: "string" }, zones: { type: "string" }, runtime: { type: "string" }, help: { type: "boolean", short: "h" } },
+    options: {
+      nodes: { type: "string" },
+      zones: { type: "string" },
+      runtime: { type: "string" },
+      "kubernetes-timings": { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+    },
   });
   const [cmd, node, action] = positionals;
   if (values.help || !cmd) {
@@ -56,6 +65,7 @@ async function main(argv: string[]): Promise<number> {
         runtime,
         ...(runtime === "real" ? { images: await realNodeImages((m: string) => console.error(`[lab] ${m}`)) } : {}),
         ...(values.zones ? { zones: values.zones.split(",") } : {}),
+        ...(values["kubernetes-timings"] ? { timings: kubernetesTimings, nodeLeaseSeconds: KUBERNETES_NODE_LEASE_SECONDS } : {}),
         log: (m) => console.error(`[lab] ${m}`),
       });
       printAccess(lab);

@@ -17,12 +17,19 @@ export interface Timings {
   nodeMonitorGraceSeconds: number;
   /** kube-apiserver --default-{not-ready,unreachable}-toleration-seconds. */
   defaultTolerationSeconds: number;
+  /** kube-controller-manager --node-monitor-period, seconds (labs before it was a setting ran 1 s). */
+  nodeMonitorPeriodSeconds?: number;
   /** kube-controller-manager force-detaches a silent node's volumes after 6 minutes (Kubernetes' default;
    * off in the lab, as docs/volumes.md asks: --disable-force-detach-on-timeout). On only to show what it does. */
   forceDetachOnTimeout?: boolean;
 }
 
-export const defaultTimings: Timings = { nodeMonitorGraceSeconds: 10, defaultTolerationSeconds: 5 };
+export const defaultTimings: Timings = { nodeMonitorGraceSeconds: 10, defaultTolerationSeconds: 5, nodeMonitorPeriodSeconds: 1 };
+
+/** Kubernetes' own defaults (kube-controller-manager, kube-apiserver), for measuring what a stock cluster gets. */
+export const kubernetesTimings: Timings = { nodeMonitorGraceSeconds: 50, defaultTolerationSeconds: 300, nodeMonitorPeriodSeconds: 5 };
+/** The kubelet's default Lease duration (renewed every quarter of it: 10 s). */
+export const KUBERNETES_NODE_LEASE_SECONDS = 40;
 
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -102,7 +109,7 @@ function args(s: LabState, c: Component, bins: Bins, t: Timings): { cmd: string;
           `--root-ca-file=${pki("ca.crt")}`,
           `--service-account-private-key-file=${pki("sa.key")}`,
           "--use-service-account-credentials=true",
-          "--node-monitor-period=1s",
+          `--node-monitor-period=${t.nodeMonitorPeriodSeconds ?? 1}s`,
           `--node-monitor-grace-period=${t.nodeMonitorGraceSeconds}s`,
           // The hardening docs/volumes.md asks for: no force detach of a silent node's volumes after 6 minutes.
           `--disable-force-detach-on-timeout=${!t.forceDetachOnTimeout}`,

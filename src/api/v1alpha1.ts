@@ -268,8 +268,11 @@ export interface FencingPolicySpecDetection {
    */
   heartbeatTimeoutSeconds?: number;
   /**
-   * How long a node stays partitioned before it is fenced, 0-86400 seconds.
-   * @default 60
+   * How long a node stays partitioned before it is fenced, 0-86400 seconds. Partitioned means heartbeatTimeoutSeconds
+   * without a heartbeat and the node controller's Ready=Unknown (its node-monitor-grace-period, 50 s by default), so
+   * the default 10 s fences a node that missed five renewals of its Lease at Kubernetes' 10 s period, never one that
+   * missed one or two.
+   * @default 10
    */
   fenceAfterSeconds?: number;
   /**
@@ -285,6 +288,14 @@ export interface FencingPolicySpecDetection {
    * @default 30
    */
   minTolerationSeconds?: number;
+  /**
+   * The tolerationSeconds kube-apiserver gives every pod that has no node.kubernetes.io/unreachable toleration of its
+   * own (--default-unreachable-toleration-seconds, 300 unless changed). A toleration exactly like that one (operator
+   * Exists, effect NoExecute, no value, this many seconds) is not its author's word and counts as none: such a pod
+   * waits fenceAfterSeconds. -1 takes every toleration as written by the pod's author.
+   * @default 300
+   */
+  injectedTolerationSeconds?: number;
 }
 
 /** One escalation level. */

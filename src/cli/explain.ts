@@ -4,7 +4,7 @@
 import type { DateTime } from "luxon";
 import type { FencingPolicy } from "../api/v1alpha1.ts";
 import { decideFleet, type FleetInput } from "../decide/fleet.ts";
-import { podWaitSeconds } from "../decide/forgiveness.ts";
+import { DEFAULT_FENCE_AFTER_SECONDS, isInjectedToleration, podWaitSeconds, unreachableToleration } from "../decide/forgiveness.ts";
 import { isFinished, isGuarded } from "../decide/guarded-pods.ts";
 import { policyForNode } from "../decide/selectors.ts";
 import { CliError, type Cluster } from "./cluster.ts";
@@ -29,7 +29,7 @@ function describePolicy(p: FencingPolicy): string {
   const levels = p.spec.escalation.map((l, i) => `level ${i + 1}: ${l.agents.map((a) => a.name).join(" + ")}`).join(", ");
   const flags = [p.spec.dryRun ? "dryRun" : "", p.spec.paused ? "paused" : ""].filter(Boolean).join(", ");
   return [
-    `heartbeatTimeoutSeconds ${d.heartbeatTimeoutSeconds ?? 40}, fenceAfterSeconds ${d.fenceAfterSeconds ?? 60}, honorPodTolerations ${d.honorPodTolerations ?? true}`,
+    `heartbeatTimeoutSeconds ${d.heartbeatTimeoutSeconds ?? 40}, fenceAfterSeconds ${d.fenceAfterSeconds ?? DEFAULT_FENCE_AFTER_SECONDS}, honorPodTolerations ${d.honorPodTolerations ?? true}`,
     `escalation ${levels}; action ${p.spec.action ?? "off"}${flags ? `; ${flags}` : ""}`,
   ].join("\n");
 }
@@ -89,8 +89,16 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
         if (!g.guarded) return [name, "no", g.why, "-"];
         const w = podWaitSeconds(p, policy.spec.detection);
         const policyWait = podWaitSeconds(p, { ...policy.spec.detection, honorPodTolerations: false });
+        const t = unreachableToleration(p);
+        const injected = t && isInjectedToleration(t, policy.spec.detection) && (policy.spec.detection?.honorPodTolerations ?? true);
         const wait =
-          w === null ? "forever (tolerates unreachable)" : w === policyWait ? `${w}s (fenceAfterSeconds)` : `${w}s (its toleration)`;
+          w === null
+            ? "forever (tolerates unreachable)"
+            : injected
+              ? `${w}s (fenceAfterSeconds: its ${t.tolerationSeconds}s toleration is the one Kubernetes gives every pod)`
+              : w === policyWait
+                ? `${w}s (fenceAfterSeconds)`
+                : `${w}s (its toleration)`;
         return [name, "yes", g.why, wait];
       });
     out.push(table(["POD", "GUARDED", "WHY", "WAITS"], rows));

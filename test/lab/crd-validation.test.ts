@@ -209,7 +209,13 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
     assert.deepEqual(fp.spec, {
       nodeSelector: {},
       guardedPods: { statefulSets: true, readWriteOnceVolumes: true },
-      detection: { heartbeatTimeoutSeconds: 40, fenceAfterSeconds: 60, honorPodTolerations: true, minTolerationSeconds: 30 },
+      detection: {
+        heartbeatTimeoutSeconds: 40,
+        fenceAfterSeconds: 10,
+        honorPodTolerations: true,
+        minTolerationSeconds: 30,
+        injectedTolerationSeconds: 300,
+      },
       escalation: [{ agents: [{ name: "min-manual" }] }],
       action: "off",
       release: { forceDeletePods: true, deleteVolumeAttachments: true, outOfServiceTaint: false },

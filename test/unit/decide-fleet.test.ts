@@ -7,10 +7,14 @@ import { decideFleet, type FleetDecision, type Verdict } from "../../src/decide/
 import { GUARDED_LABEL } from "../../src/decide/guarded-pods.ts";
 import { NODE_DOWN } from "../../src/decide/node-down.ts";
 import { UNREACHABLE_TAINT } from "../../src/decide/forgiveness.ts";
-import { T0, at, fence, fenceMap, lease, leases, node, pdb, pod, policy, pvcMap, stsPod } from "./decide-fixtures.ts";
+import { T0, at, fence, fenceMap, lease, leases, node, pdb, pod, policy as basePolicy, pvcMap, stsPod } from "./decide-fixtures.ts";
+import type { FencingPolicySpec } from "../../src/api/v1alpha1.ts";
 
 // Partitioned nodes last heartbeat at T0; with the default 40 s timeout they are partitioned from T0+40 and,
-// with the default fenceAfterSeconds 60 and no tolerations, due for fencing at T0+100.
+// with fenceAfterSeconds 60 (set here, for round numbers; the default is 10) and no tolerations, due for
+// fencing at T0+100.
+const policy = (name: string, spec: Partial<FencingPolicySpec> = {}) =>
+  basePolicy(name, { ...spec, detection: { fenceAfterSeconds: 60, ...spec.detection } });
 const ZONE = "topology.kubernetes.io/zone";
 
 interface N {
@@ -155,7 +159,7 @@ describe("decideFleet: a partitioned node with a guarded pod", () => {
   test("the shortest unreachable toleration of the guarded pods sets the wait; non-guarded pods' tolerations do not count", () => {
     const tol = (s: number | undefined) => [{ key: UNREACHABLE_TAINT, operator: "Exists", effect: "NoExecute", tolerationSeconds: s }];
     const pods = [
-      stsPod("db-1", { node: "node-2", tolerations: tol(300) }),
+      stsPod("db-1", { node: "node-2", tolerations: tol(600) }),
       stsPod("db-2", { node: "node-2", tolerations: tol(120) }),
       stsPod("db-3", { node: "node-2", tolerations: tol(undefined) }), // forever: does not hold the others back
       pod("web", { node: "node-2", tolerations: tol(5) }), // not guarded
@@ -635,5 +639,39 @@ describe("decideFleet: several policies", () => {
     assert.equal(decisionOf(d, "web-1").policy, "z-catch-all");
     assert.deepEqual(d.policies.get("a-dbs")?.partitioned, ["db-1"]);
     assert.deepEqual(d.policies.get("z-catch-all")?.partitioned, ["db-1"], "the catch-all selects it too");
+  });
+});
+
+describe("decideFleet: the shipped defaults on Kubernetes' own timings", () => {
+  // Kubelets renew their 40 s Lease every 10 s; the node controller says Ready=Unknown 50 s after the last one;
+  // every pod without an unreachable toleration of its own got the injected 300 s one.
+  const injected = [{ key: UNREACHABLE_TAINT, operator: "Exists", effect: "NoExecute", tolerationSeconds: 300 }];
+  const pods = [stsPod("db-1", { node: "node-2", tolerations: injected })];
+  const defaults = [basePolicy("default")];
+  /** node-2's last renewal at T0; Ready stays True until the node controller's 50 s grace has passed. */
+  const world = (now: DateTime) => [
+    up("node-1", now),
+    {
+      node: node("node-2", { ready: now >= at(50) ? "Unknown" : "True", heartbeat: T0 }),
+      lease: lease("node-2", T0),
+    },
+    up("node-3", now),
+  ];
+  const verdictAt = (s: number) => decisionOf(decide(at(s), world(at(s)), { pods, policies: defaults }), "node-2").verdict;
+
+  test("a node that missed one, two or four renewals is never fenced", () => {
+    for (const s of [15, 25, 45, 49]) assert.notEqual(verdictAt(s), "Fence", `at T0+${s}`);
+  });
+
+  test("a dead node is fenced 50 s after its last renewal (40 s timeout + 10 s, once Ready=Unknown), not after the injected 300 s", () => {
+    assert.equal(verdictAt(50), "Fence");
+    const d = decide(at(50), world(at(50)), { pods, policies: defaults });
+    assert.match(decisionOf(d, "node-2").message, /waited 10 s/);
+  });
+
+  test("a toleration the pod's author wrote still sets the wait", () => {
+    const authored = [stsPod("db-1", { node: "node-2", tolerations: [{ ...injected[0]!, tolerationSeconds: 120 }] })];
+    assert.equal(decisionOf(decide(at(100), world(at(100)), { pods: authored, policies: defaults }), "node-2").verdict, "Waiting");
+    assert.equal(decisionOf(decide(at(160), world(at(160)), { pods: authored, policies: defaults }), "node-2").verdict, "Fence");
   });
 });

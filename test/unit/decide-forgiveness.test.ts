@@ -13,16 +13,15 @@ const unreachable = (tolerationSeconds?: number, effect: string | undefined = "N
 const withTolerations = (...tolerations: V1Toleration[]) => pod("db-0", { sts: true, tolerations });
 
 describe("podWaitSeconds", () => {
-  test("no toleration: the policy's fenceAfterSeconds, 60 by default", () => {
-    assert.equal(podWaitSeconds(withTolerations(), undefined), 60);
-    assert.equal(podWaitSeconds(withTolerations(), {}), 60);
+  test("no toleration: the policy's fenceAfterSeconds, 10 by default", () => {
+    assert.equal(podWaitSeconds(withTolerations(), undefined), 10);
+    assert.equal(podWaitSeconds(withTolerations(), {}), 10);
     assert.equal(podWaitSeconds(withTolerations(), { fenceAfterSeconds: 15 }), 15);
     assert.equal(podWaitSeconds(pod("x"), { fenceAfterSeconds: 0 }), 0);
   });
 
   test("the unreachable toleration's tolerationSeconds wins over the policy (shorter or longer), down to minTolerationSeconds", () => {
-    // The DefaultTolerationSeconds admission plugin gives every pod 300 s.
-    assert.equal(podWaitSeconds(withTolerations(unreachable(300)), { fenceAfterSeconds: 60 }), 300);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(301)), { fenceAfterSeconds: 60 }), 301);
     assert.equal(podWaitSeconds(withTolerations(unreachable(45)), { fenceAfterSeconds: 60 }), 45);
     assert.equal(podWaitSeconds(withTolerations(unreachable(10)), { fenceAfterSeconds: 60, minTolerationSeconds: 5 }), 10);
   });
@@ -85,11 +84,26 @@ describe("podWaitSeconds", () => {
     assert.equal(podWaitSeconds(withTolerations(unreachable(undefined), unreachable(120)), undefined), null);
   });
 
+  test("the toleration Kubernetes injects into every pod (300 s, or the cluster's injectedTolerationSeconds) is not the author's word", () => {
+    // kube-apiserver's DefaultTolerationSeconds admission plugin adds exactly this to a pod with none of its own.
+    assert.equal(podWaitSeconds(withTolerations(unreachable(300)), undefined), 10);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(300)), { fenceAfterSeconds: 45 }), 45);
+    // Anything else is written by someone: a different time, another effect spelling, a value, no operator.
+    assert.equal(podWaitSeconds(withTolerations(unreachable(299)), undefined), 299);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(300, "")), undefined), 300);
+    assert.equal(podWaitSeconds(withTolerations({ ...unreachable(300), operator: "Equal", value: "" }), undefined), 300);
+    assert.equal(podWaitSeconds(withTolerations({ operator: "Exists", effect: "NoExecute", tolerationSeconds: 300 }), undefined), 300);
+    // A cluster that injects another default says so; -1 takes every toleration as its author's.
+    assert.equal(podWaitSeconds(withTolerations(unreachable(120)), { injectedTolerationSeconds: 120 }), 10);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(300)), { injectedTolerationSeconds: 120 }), 300);
+    assert.equal(podWaitSeconds(withTolerations(unreachable(300)), { injectedTolerationSeconds: -1 }), 300);
+  });
+
   test("honorPodTolerations: false ignores tolerations, even forever ones", () => {
     const off = { fenceAfterSeconds: 30, honorPodTolerations: false };
     assert.equal(podWaitSeconds(withTolerations(unreachable(300)), off), 30);
     assert.equal(podWaitSeconds(withTolerations(unreachable(undefined)), off), 30);
     assert.equal(podWaitSeconds(withTolerations({ operator: "Exists" }), off), 30);
-    assert.equal(podWaitSeconds(withTolerations(), { honorPodTolerations: false }), 60);
+    assert.equal(podWaitSeconds(withTolerations(), { honorPodTolerations: false }), 10);
   });
 });
