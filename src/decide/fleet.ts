@@ -183,7 +183,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
         return {
           name: n.metadata?.name ?? "",
           labels: n.metadata?.labels ?? {},
-          unhealthy: !h || h.silent || h.ready !== "True",
+          unhealthy: !h || h.silent || h.lagging || h.ready !== "True",
         };
       }),
       activeFences: active,

@@ -22,6 +22,13 @@ export interface NodeHealth {
   bootID: string;
   /** No heartbeat for the timeout, whatever Ready says: the storm guard counts these before the node controller agrees. */
   silent: boolean;
+  /**
+   * Missed two renewals of its own Lease (leaseDurationSeconds / 2), or silent: the storm guard counts these too.
+   * Nodes cut off at the same moment renewed last up to one renewal period apart, so they go silent that far
+   * apart; counted only once silent, the first could be fenced before the others count (a 10 s spread against
+   * the default 10 s fenceAfterSeconds). Counting a node that missed two renewals only ever holds fences back.
+   */
+  lagging: boolean;
   /** When this node's state would change with no further events (a heartbeat going stale). */
   nextCheck: DateTime | undefined;
   /** The heartbeat timeout applied: the policy's, raised to two renewals of the node's own Lease. */
@@ -57,7 +64,9 @@ export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTi
   const lastHeartbeat = later(leaseBeat, toDateTime(ready?.lastHeartbeatTime));
   const bootID = node.status?.nodeInfo?.bootID ?? "";
   const timeoutSeconds = effectiveTimeoutSeconds(lease, heartbeatTimeoutSeconds);
-  const base = { name, ready: readyStatus, lastHeartbeat, bootID, timeoutSeconds };
+  const lagSeconds = Math.min(timeoutSeconds, (lease?.spec?.leaseDurationSeconds ?? 0) / 2 || timeoutSeconds);
+  const lagging = !!lastHeartbeat && now >= lastHeartbeat.plus({ seconds: lagSeconds });
+  const base = { name, ready: readyStatus, lastHeartbeat, bootID, timeoutSeconds, lagging };
   if (!lastHeartbeat) {
     // A node that never reported is being created, not partitioned.
     return { ...base, silent: false, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };

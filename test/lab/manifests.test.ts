@@ -26,6 +26,7 @@ import { Lab } from "../../lab/lab.ts";
 import { repoRoot } from "../../lab/bins.ts";
 import { waitFor } from "../../lab/health.ts";
 import { paths } from "../../lab/state.ts";
+import { refusal } from "../../lab/refusal.ts";
 import { Bed, SECRETS_NS } from "../../lab/bed.ts";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
 import { LOCK_ANNOTATION, formatLock, isGated, parseLock } from "../../src/decide/claim-lock.ts";
@@ -274,6 +275,17 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
       async () => (await bed.lab.core.readNamespacedPod({ name: "rbac-claim-pod", namespace: "default" })).status?.phase === "Running",
       { timeoutMs: 60_000 },
     );
+    // An eviction with grace 0 of a guarded pod on a healthy node: the force-delete guard reads the pod (pods get)
+    // and refuses it.
+    const evicted = pods.find((p) => p.metadata?.name === "db-1")!;
+    const evictionRefusal = await refusal(
+      bed.lab.core.createNamespacedPodEviction({
+        name: "db-1",
+        namespace: evicted.metadata!.namespace!,
+        body: { metadata: { name: "db-1", namespace: evicted.metadata!.namespace! }, deleteOptions: { gracePeriodSeconds: 0 } },
+      }),
+    );
+    assert.match(evictionRefusal?.message ?? "allowed", /kubectl stockade fence/, "the guard refused the eviction");
     await bed.lab.kc.makeApiClient(StorageV1Api).createVolumeAttachment({
       body: {
         metadata: { name: `va-db-0-${node}` },

@@ -675,3 +675,28 @@ describe("decideFleet: the shipped defaults on Kubernetes' own timings", () => {
     assert.equal(decisionOf(decide(at(160), world(at(160)), { pods: authored, policies: defaults }), "node-2").verdict, "Fence");
   });
 });
+
+describe("decideFleet: nodes cut off together go silent up to a renewal apart", () => {
+  test("the storm guard counts a node that missed two renewals, so the first silent node is not fenced before the others count", () => {
+    // The lab's e2e timings: 8 s Leases renewed every 2 s, heartbeatTimeoutSeconds 6, fenceAfterSeconds 2. Three of
+    // four nodes cut at once; node-1 had renewed 3 s before the others (and still showed Ready=Unknown from earlier).
+    const p = [basePolicy("default", { detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 2, honorPodTolerations: false } })];
+    const pods = ["node-1", "node-2", "node-3", "node-4"].map((n, i) => stsPod(`db-${i}`, { node: n }));
+    const at8 = at(8);
+    const ns: N[] = [
+      { node: node("node-1", { ready: "Unknown", heartbeat: T0 }), lease: lease("node-1", T0, 8) },
+      { node: node("node-2", { ready: "True", heartbeat: at(3) }), lease: lease("node-2", at(3), 8) },
+      { node: node("node-3", { ready: "True", heartbeat: at(3) }), lease: lease("node-3", at(3), 8) },
+      { node: node("node-4", { ready: "True", heartbeat: at(7) }), lease: lease("node-4", at(7), 8) },
+    ];
+    const d = decide(at8, ns, { pods, policies: p });
+    // node-1 is due (partitioned at 6 s, + 2 s); node-2 and node-3 are 5 s without a heartbeat: not silent (6 s) yet,
+    // but they missed two renewals.
+    assert.notEqual(decisionOf(d, "node-1").verdict, "Fence", decisionOf(d, "node-1").message);
+    assert.deepEqual(d.create, []);
+    assert.ok(
+      d.policies.get("default")?.holds.some((h) => /3 of 4 nodes are unhealthy/.test(h.message)),
+      JSON.stringify(d.policies.get("default")?.holds),
+    );
+  });
+});
