@@ -17,6 +17,7 @@ import {
 } from "./control-plane.ts";
 import type { BmcEndpoint, FaultDriver } from "./faults.ts";
 import { waitFor } from "./health.ts";
+import { stopScaleKwok } from "./scale.ts";
 import { boot, crash, heal, machineStatus, partition, shutdownMachine, type MachineStatus } from "./machine.ts";
 import { createPki, writeKubeconfig } from "./pki.ts";
 import { freeTcpPorts, freeUdpPort } from "./ports.ts";
@@ -517,6 +518,7 @@ export class Lab implements FaultDriver {
         await stopBmc(s, n.name);
       }),
     );
+    await stopScaleKwok(s.dir);
     await stop(readRef(join(paths(s.dir).pids, "forwarder.json")), 2000);
     await stopClusterDns(s);
     clearRef(join(paths(s.dir).pids, "forwarder.json"));

@@ -1,0 +1,118 @@
+// Scale benchmark (issue 12): one operator replica against a lab of many simulated nodes and pods (lab/scale.ts:
+// one kwok process for all of them, Leases of 40 s renewed every 10 s, pods pre-bound, 5% guarded). Prints how
+// long the population took, how long the operator took to sync its caches, its memory after the sync and at
+// steady state, its CPU share at steady state, and how long one fleet decision (the node-health reconcile) takes.
+//   node bench/scale.ts [--nodes N] [--pods M] [--zones Z] [--steady-seconds S]
+// Not measured yet: 50 nodes silenced at once (fence due → NodeFence → power off → release).
+import { parseArgs } from "node:util";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Bed, NS } from "../lab/bed.ts";
+import { waitFor } from "../lab/health.ts";
+import { SCALE_LEASE_SECONDS, addScaleNodes, addScalePods, startScaleKwok } from "../lab/scale.ts";
+
+const { values } = parseArgs({
+  options: {
+    nodes: { type: "string", default: "1000" },
+    pods: { type: "string", default: "30000" },
+    zones: { type: "string", default: "3" },
+    "steady-seconds": { type: "string", default: "60" },
+  },
+});
+const int = (name: string, v: string | undefined, min: number, max: number) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be a whole number from ${min} to ${max} (got ${v})`);
+  return n;
+};
+const nodes = int("nodes", values.nodes, 1, 10_000);
+const pods = int("pods", values.pods, 0, 300_000);
+const zones = Array.from({ length: int("zones", values.zones, 1, 26) }, (_, i) => `zone-${String.fromCharCode(97 + i)}`);
+const steadyS = int("steady-seconds", values["steady-seconds"], 10, 3600);
+
+/** The operator's /metrics, parsed into "name{labels}" → value. */
+async function scrape(addr: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`http://${addr}/metrics`)).text();
+  const m = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const i = line.lastIndexOf(" ");
+    m.set(line.slice(0, i), Number(line.slice(i + 1)));
+  }
+  return m;
+}
+const mib = (b: number | undefined) => `${((b ?? NaN) / 2 ** 20).toFixed(0)} MiB`;
+const secs = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+/** Quantile of a Prometheus histogram as the upper bound of the bucket it falls in. */
+function histogramQuantile(m: Map<string, number>, name: string, label: string, q: number): string {
+  const buckets = [...m]
+    .filter(([k]) => k.startsWith(`${name}_bucket{`) && k.includes(label))
+    .map(([k, v]) => ({ le: k.match(/le="([^"]+)"/)?.[1] ?? "", v }))
+    .sort((a, b) => a.v - b.v);
+  const total = buckets.at(-1)?.v ?? 0;
+  if (!total) return "no samples";
+  const hit = buckets.find((b) => b.v >= q * total);
+  return hit?.le === "+Inf" ? "> largest bucket" : `≤ ${Number(hit?.le) * 1000} ms`;
+}
+
+const t0 = performance.now();
+const bed = await Bed.up({ nodes: 3, name: "scale", runtime: "kwok", nodeLeaseSeconds: SCALE_LEASE_SECONDS });
+try {
+  const lab = bed.lab;
+  const tNodes = performance.now();
+  const names = await addScaleNodes(lab, nodes, zones);
+  startScaleKwok(lab);
+  await waitFor(
+    `${nodes} scale nodes Ready`,
+    async () => {
+      const list = await lab.core.listNode({ labelSelector: "lab.stockade.io/scale=on" });
+      return list.items.filter((n) => n.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True")).length >= nodes;
+    },
+    { timeoutMs: 600_000, intervalMs: 2000 },
+  );
+  const nodesMs = performance.now() - tNodes;
+  console.log(`${nodes} nodes created and Ready in ${secs(nodesMs)} (lab up in ${secs(tNodes - t0)})`);
+
+  const tPods = performance.now();
+  const made = await addScalePods(lab, { count: pods, nodes: names, namespace: NS });
+  const createdMs = performance.now() - tPods;
+  console.log(
+    `${pods} pods created (pre-bound, ${made.guarded.length} guarded) in ${secs(createdMs)}: ${(pods / (createdMs / 1000)).toFixed(0)} pods/s`,
+  );
+  await waitFor(
+    `${pods} pods Running`,
+    async () => {
+      const list = await lab.core.listNamespacedPod({ namespace: NS, fieldSelector: "status.phase!=Running" });
+      return list.items.length === 0;
+    },
+    { timeoutMs: 900_000, intervalMs: 5000 },
+  );
+  console.log(`all pods Running ${secs(performance.now() - tPods)} after the first create`);
+
+  await bed.policy("default", { detection: {} });
+  const tOp = Date.now();
+  const op = await bed.startOperator({ extraArgs: ["--log-level", "info"] });
+  const log = bed.operatorLog(op);
+  const synced = log.find((l) => l.msg === "caches synced");
+  const addr = log.find((l) => l.msg === "serving /metrics")?.metrics as string;
+  console.log(`operator: caches synced ${secs((synced?.time ?? NaN) - tOp)} after its start`);
+  const after = await scrape(addr);
+  console.log(
+    `after sync: RSS ${mib(after.get("process_resident_memory_bytes"))}, JS heap used ${mib(after.get("nodejs_heap_size_used_bytes"))}`,
+  );
+
+  const cpu0 = after.get("process_cpu_seconds_total") ?? NaN;
+  const w0 = performance.now();
+  await sleep(steadyS * 1000);
+  const steady = await scrape(addr);
+  const share = ((steady.get("process_cpu_seconds_total") ?? NaN) - cpu0) / ((performance.now() - w0) / 1000);
+  console.log(
+    `steady state (${steadyS} s): CPU ${(share * 100).toFixed(1)}% of one core, RSS ${mib(steady.get("process_resident_memory_bytes"))}, JS heap used ${mib(steady.get("nodejs_heap_size_used_bytes"))}`,
+  );
+  const n = steady.get('stockade_workqueue_work_duration_seconds_count{name="node-health"}') ?? 0;
+  const sum = steady.get('stockade_workqueue_work_duration_seconds_sum{name="node-health"}') ?? NaN;
+  console.log(
+    `fleet decision (node-health reconcile): ${n} runs, mean ${((sum / n) * 1000).toFixed(1)} ms, p50 ${histogramQuantile(steady, "stockade_workqueue_work_duration_seconds", 'name="node-health"', 0.5)}, p99 ${histogramQuantile(steady, "stockade_workqueue_work_duration_seconds", 'name="node-health"', 0.99)}`,
+  );
+} finally {
+  await bed.down();
+}

@@ -1,0 +1,133 @@
+// The scale lab (issue 12): many simulated nodes and pods on the lab's real control plane, for bench/scale.ts.
+// The lab's own nodes (each with its own kwok process and ipmi_sim BMC) stay as they are; on top of them one kwok
+// process simulates N more, chosen by a label, with the kubelet's real Lease timing (40 s, renewed every 10 s).
+// Silencing nodes takes the label away at once: kwok stops simulating them, so their Leases stop being renewed,
+// as when machines die. Pods are created pre-bound (spec.nodeName set), many requests at a time: the scheduler
+// would bind a few hundred a second here, and it is not what the bench measures.
+import { randomUUID } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { PatchStrategy, setHeaderOptions, type V1Node, type V1Pod } from "@kubernetes/client-node";
+import { kwokConfig } from "./kwok-config.ts";
+import type { Lab } from "./lab.ts";
+import { readRef, startDetached, stop, writeRef } from "./processes.ts";
+import { paths } from "./state.ts";
+
+/** Nodes the scale kwok simulates carry this label with value "on"; "silent" ones are left alone. */
+export const SCALE_LABEL = "lab.stockade.io/scale";
+/** The kubelet's default Lease (renewed every quarter of it). */
+export const SCALE_LEASE_SECONDS = 40;
+
+const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
+const pidFile = (lab: Lab) => join(paths(lab.dir).pids, "scale-kwok.json");
+
+/** Runs `fn` over `items`, `width` at a time. */
+export async function inParallel<T>(items: readonly T[], width: number, fn: (item: T, i: number) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(width, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        await fn(items[i]!, i);
+      }
+    }),
+  );
+}
+
+export const scaleNodeName = (i: number) => `scale-${String(i + 1).padStart(5, "0")}`;
+
+/** Creates `count` Node objects spread over `zones` (round-robin) for the scale kwok to simulate. */
+export async function addScaleNodes(lab: Lab, count: number, zones: readonly string[], width = 32): Promise<string[]> {
+  const names = Array.from({ length: count }, (_, i) => scaleNodeName(i));
+  await inParallel(names, width, (name, i) => {
+    const body: V1Node = {
+      metadata: {
+        name,
+        labels: {
+          [SCALE_LABEL]: "on",
+          "kubernetes.io/hostname": name,
+          "kubernetes.io/os": "linux",
+          "topology.kubernetes.io/zone": zones[i % zones.length]!,
+          type: "kwok",
+        },
+        annotations: { "kwok.x-k8s.io/node": "fake" },
+      },
+    };
+    return lab.core.createNode({ body });
+  });
+  return names;
+}
+
+/** Starts the one kwok process that simulates every node labelled SCALE_LABEL=on (stopped by the lab's down). */
+export function startScaleKwok(lab: Lab): void {
+  const s = lab.state;
+  const config = join(lab.dir, "scale-kwok.yaml");
+  writeFileSync(config, kwokConfig(s.kwokStages, randomUUID()));
+  const ref = startDetached({
+    cmd: s.kwok,
+    logFile: join(paths(lab.dir).logs, "kwok-scale.log"),
+    args: [
+      `--kubeconfig=${lab.kubeconfig}`,
+      `--config=${config}`,
+      `--manage-nodes-with-label-selector=${SCALE_LABEL}=on`,
+      `--node-lease-duration-seconds=${SCALE_LEASE_SECONDS}`,
+      "--cidr=10.200.0.0/16",
+    ],
+  });
+  writeRef(pidFile(lab), ref);
+}
+
+export async function stopScaleKwok(dir: string): Promise<void> {
+  await stop(readRef(join(paths(dir).pids, "scale-kwok.json")), 0);
+}
+
+export interface ScalePods {
+  /** Pods created, by name. */
+  total: number;
+  /** The guarded ones (labelled stockade.io/guarded=true, as a StatefulSet member or claim holder would be). */
+  guarded: string[];
+}
+
+/**
+ * Creates `count` pods bound round-robin to `nodes`; every `guardedEvery`-th one is guarded (5% at 20). The others
+ * look like Deployment pods (labels, one container, requests) and are never guarded.
+ */
+export async function addScalePods(
+  lab: Lab,
+  o: { count: number; nodes: readonly string[]; namespace: string; guardedEvery?: number; width?: number },
+): Promise<ScalePods> {
+  const every = o.guardedEvery ?? 20;
+  const guarded: string[] = [];
+  const names = Array.from({ length: o.count }, (_, i) => `pod-${String(i + 1).padStart(6, "0")}`);
+  await inParallel(names, o.width ?? 48, (name, i) => {
+    const isGuarded = i % every === 0;
+    if (isGuarded) guarded.push(name);
+    const body: V1Pod = {
+      metadata: {
+        name,
+        labels: { app: `app-${i % 500}`, "pod-template-hash": "5d8f7c9b6", ...(isGuarded ? { "stockade.io/guarded": "true" } : {}) },
+      },
+      spec: {
+        nodeName: o.nodes[i % o.nodes.length]!,
+        containers: [
+          {
+            name: "app",
+            image: "registry.example/app:1.0",
+            resources: { requests: { cpu: "10m", memory: "16Mi" } },
+            ports: [{ containerPort: 8080, name: "http" }],
+          },
+        ],
+        terminationGracePeriodSeconds: 30,
+      },
+    };
+    return lab.core.createNamespacedPod({ namespace: o.namespace, body });
+  });
+  return { total: o.count, guarded };
+}
+
+/** Silences `nodes` at the same moment (one label change each, all in flight at once); returns when all took. */
+export async function silence(lab: Lab, nodes: readonly string[]): Promise<void> {
+  await inParallel(nodes, nodes.length, (name) =>
+    lab.core.patchNode({ name, body: { metadata: { labels: { [SCALE_LABEL]: "silent" } } } }, mergePatch),
+  );
+}
