@@ -1,0 +1,74 @@
+// The scale lab (lab/scale.ts) on a real control plane: one kwok process simulates every labelled node with the
+// kubelet's Lease timing, pre-bound pods run, and silenced nodes stop renewing their Leases while the rest go on.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { CoordinationV1Api } from "@kubernetes/client-node";
+import { Lab } from "../../lab/lab.ts";
+import { waitFor } from "../../lab/health.ts";
+import { SCALE_LABEL, SCALE_LEASE_SECONDS, addScaleNodes, addScalePods, silence, startScaleKwok } from "../../lab/scale.ts";
+
+describe("scale lab", () => {
+  let lab: Lab;
+  let names: string[];
+  before(async () => {
+    lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), "stockade-scale-lab-")), nodes: 1, nodeLeaseSeconds: SCALE_LEASE_SECONDS });
+    names = await addScaleNodes(lab, 20, ["zone-a", "zone-b"]);
+    startScaleKwok(lab);
+  });
+  after(async () => {
+    await lab?.down();
+  });
+
+  const renewTime = async (name: string) => {
+    const l = await lab.kc.makeApiClient(CoordinationV1Api).readNamespacedLease({ name, namespace: "kube-node-lease" });
+    return { at: new Date(l.spec?.renewTime ?? 0).getTime(), duration: l.spec?.leaseDurationSeconds };
+  };
+
+  test("every labelled node is Ready, spread over the zones, with a 40 s Lease", async () => {
+    await waitFor(
+      "20 scale nodes Ready",
+      async () =>
+        (await lab.core.listNode({ labelSelector: `${SCALE_LABEL}=on` })).items.filter((n) =>
+          n.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True"),
+        ).length === 20,
+      { timeoutMs: 60_000 },
+    );
+    const zones = (await lab.core.listNode({ labelSelector: `${SCALE_LABEL}=on` })).items.map(
+      (n) => n.metadata?.labels?.["topology.kubernetes.io/zone"],
+    );
+    assert.equal(zones.filter((z) => z === "zone-a").length, 10);
+    assert.equal(zones.filter((z) => z === "zone-b").length, 10);
+    assert.equal((await renewTime(names[0]!)).duration, SCALE_LEASE_SECONDS);
+  });
+
+  test("pods are created bound to the nodes, one in twenty guarded, and run", async () => {
+    const made = await addScalePods(lab, { count: 100, nodes: names, namespace: "default" });
+    assert.equal(made.guarded.length, 5);
+    await waitFor(
+      "100 pods Running",
+      async () => (await lab.core.listNamespacedPod({ namespace: "default", fieldSelector: "status.phase=Running" })).items.length === 100,
+      { timeoutMs: 60_000 },
+    );
+    const pods = (await lab.core.listNamespacedPod({ namespace: "default" })).items;
+    assert.equal(pods.filter((p) => p.metadata?.labels?.["stockade.io/guarded"] === "true").length, 5);
+    assert.equal(new Set(pods.map((p) => p.spec?.nodeName)).size, 20, "spread over every node");
+  });
+
+  test("silenced nodes stop renewing their Leases; the others keep renewing every 10 s", async () => {
+    const quiet = names.slice(0, 5);
+    const loud = names.slice(5, 8);
+    await silence(lab, quiet);
+    const t0 = Date.now();
+    const before = await Promise.all([...quiet, ...loud].map(renewTime));
+    await sleep(25_000); // more than two renewal periods
+    const later = await Promise.all([...quiet, ...loud].map(renewTime));
+    for (let i = 0; i < quiet.length; i++) {
+      assert.ok(later[i]!.at <= t0 + 3000, `${quiet[i]} renewed at ${new Date(later[i]!.at).toISOString()}, after it was silenced`);
+    }
+    for (let i = quiet.length; i < later.length; i++) assert.ok(later[i]!.at > before[i]!.at, `${loud[i - quiet.length]} kept renewing`);
+  });
+});
