@@ -2,7 +2,8 @@
 // one kwok process for all of them, Leases of 40 s renewed every 10 s, pods pre-bound, 5% guarded). Prints how
 // long the population took, how long the operator took to sync its caches, its memory after the sync and at
 // steady state, its CPU share at steady state, and how long one fleet decision (the node-health reconcile) takes.
-//   node bench/scale.ts [--nodes N] [--pods M] [--zones Z] [--steady-seconds S]
+//   node bench/scale.ts [--nodes N] [--pods M] [--zones Z] [--steady-seconds S] [--operator-log-level L] [--keep]
+// --keep leaves the lab's directory (logs, the operator's log) in place after it is stopped.
 // Not measured yet: 50 nodes silenced at once (fence due → NodeFence → power off → release).
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -16,6 +17,8 @@ const { values } = parseArgs({
     pods: { type: "string", default: "30000" },
     zones: { type: "string", default: "3" },
     "steady-seconds": { type: "string", default: "60" },
+    "operator-log-level": { type: "string", default: "info" },
+    keep: { type: "boolean", default: false },
   },
 });
 const int = (name: string, v: string | undefined, min: number, max: number) => {
@@ -90,7 +93,7 @@ try {
 
   await bed.policy("default", { detection: {} });
   const tOp = Date.now();
-  const op = await bed.startOperator({ extraArgs: ["--log-level", "info"] });
+  const op = await bed.startOperator({ extraArgs: ["--log-level", values["operator-log-level"]!] });
   const log = bed.operatorLog(op);
   const synced = log.find((l) => l.msg === "caches synced");
   const addr = log.find((l) => l.msg === "serving /metrics")?.metrics as string;
@@ -115,4 +118,5 @@ try {
   );
 } finally {
   await bed.down();
+  if (values.keep) console.log(`logs kept in ${bed.lab.dir}`);
 }
