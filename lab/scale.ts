@@ -2,7 +2,8 @@
 // The lab's own nodes (each with its own kwok process and ipmi_sim BMC) stay as they are; on top of them one kwok
 // process simulates N more, chosen by a label, with the kubelet's real Lease timing (40 s, renewed every 10 s).
 // Silencing nodes takes the label away at once: kwok stops simulating them, so their Leases stop being renewed,
-// as when machines die. Pods are created pre-bound (spec.nodeName set), many requests at a time: the scheduler
+// as when machines die. Run it on Kubernetes' timings (lab/control-plane.ts kubernetesTimings): the lab's fast
+// node-monitor grace (10 s) would take nodes renewing every 10 s for dead. Pods are created pre-bound (spec.nodeName set), many requests at a time: the scheduler
 // would bind a few hundred a second here, and it is not what the bench measures.
 import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";

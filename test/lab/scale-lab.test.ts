@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { CoordinationV1Api } from "@kubernetes/client-node";
 import { Lab } from "../../lab/lab.ts";
+import { kubernetesTimings } from "../../lab/control-plane.ts";
 import { waitFor } from "../../lab/health.ts";
 import { SCALE_LABEL, SCALE_LEASE_SECONDS, addScaleNodes, addScalePods, silence, startScaleKwok } from "../../lab/scale.ts";
 
@@ -15,7 +16,13 @@ describe("scale lab", () => {
   let lab: Lab;
   let names: string[];
   before(async () => {
-    lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), "stockade-scale-lab-")), nodes: 1, nodeLeaseSeconds: SCALE_LEASE_SECONDS });
+    // Kubernetes' timings: the lab's fast node-monitor grace (10 s) would take nodes renewing every 10 s for dead.
+    lab = await Lab.up({
+      dir: mkdtempSync(join(tmpdir(), "stockade-scale-lab-")),
+      nodes: 1,
+      nodeLeaseSeconds: SCALE_LEASE_SECONDS,
+      timings: kubernetesTimings,
+    });
     names = await addScaleNodes(lab, 20, ["zone-a", "zone-b"]);
     startScaleKwok(lab);
   });
