@@ -7,7 +7,6 @@ import type { Logger } from "pino";
 import { API_VERSION, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { decideFleet, type FenceIntent, type FleetDecision, type PolicyState } from "../decide/fleet.ts";
 import { NODE_DOWN } from "../decide/node-down.ts";
-import { lagSecondsOf } from "../decide/node-health.ts";
 import type { Kube } from "../kube/api.ts";
 import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -37,18 +36,8 @@ const ref = (kind: string, name: string, uid?: string, namespace?: string, apiVe
 const RETRY_BASE_MS = 1_000;
 const RETRY_MAX_MS = 300_000;
 
-/** What the last decision saw of a healthy node's Lease: a later renewal that keeps it so changes nothing. */
-interface Routine {
-  holder: string | undefined;
-  duration: number | undefined;
-  /** Until then (epoch ms) the node is not lagging even without another renewal. */
-  quietUntil: number;
-}
-
 export class NodeHealthController {
   private readonly lastVerdict = new Map<string, string>();
-  /** Nodes the last decision found Healthy, Ready and not lagging, with what it saw of their Leases. */
-  private readonly routine = new Map<string, Routine>();
   private readonly failing = new Map<string, { failures: number; retryAt: number }>();
   private readonly d: NodeHealthDeps;
 
@@ -74,25 +63,9 @@ export class NodeHealthController {
     });
   }
 
-  /**
-   * Whether a Lease update is a routine renewal that changes no decision: its node was Healthy, Ready and not
-   * lagging in the last decision, the holder and duration are those that decision saw, and the renewal comes
-   * before the node would have started lagging. At 1,000 nodes these are 100 events a second, and each used to
-   * re-run the whole fleet decision; they are skipped. Anything else (a node back from silence, a new holder, a
-   * renewal after a lag, any Node, Pod or policy event) still runs it, and it runs anyway at every deadline and
-   * at least every 5 s.
-   */
-  isRoutineRenewal(lease: V1Lease): boolean {
-    const seen = this.routine.get(lease.metadata?.name ?? "");
-    if (!seen) return false;
-    if (lease.spec?.holderIdentity !== seen.holder || lease.spec?.leaseDurationSeconds !== seen.duration) return false;
-    return this.d.clock().toMillis() < seen.quietUntil;
-  }
-
   async reconcile(): Promise<{ requeueAfterMs: number }> {
     const now = this.d.clock();
     const d = this.decide();
-    this.rememberRoutine(d);
     this.logDecisions(d);
     // Each object's write is isolated: one pod whose condition cannot be written never stops a fence.
     for (const ch of d.nodeDown) await this.isolated(`pod ${ch.namespace}/${ch.name}`, () => this.applyNodeDown(ch));
@@ -103,20 +76,6 @@ export class NodeHealthController {
     const wait = d.nextCheck ? Math.max(100, d.nextCheck.diff(now).as("milliseconds") + 50) : 5_000;
     const retry = Math.min(...[...this.failing.values()].map((f) => f.retryAt - Date.now()));
     return { requeueAfterMs: Math.max(100, Math.min(wait, 5_000, retry)) };
-  }
-
-  private rememberRoutine(d: FleetDecision): void {
-    this.routine.clear();
-    for (const x of d.decisions) {
-      const h = x.health;
-      if (h.state !== "Healthy" || h.ready !== "True" || h.lagging || h.silent || !h.lastHeartbeat) continue;
-      const lease = this.d.caches.leases.get(x.node, "kube-node-lease");
-      this.routine.set(x.node, {
-        holder: lease?.spec?.holderIdentity,
-        duration: lease?.spec?.leaseDurationSeconds,
-        quietUntil: h.lastHeartbeat.plus({ seconds: lagSecondsOf(lease, h.timeoutSeconds) }).toMillis(),
-      });
-    }
   }
 
   /** Runs one object's write; a failure is logged and retried for that object alone, with backoff. */

@@ -44,11 +44,6 @@ export function effectiveTimeoutSeconds(lease: V1Lease | undefined, heartbeatTim
   return Math.max(heartbeatTimeoutSeconds, duration / 2);
 }
 
-/** How long without a heartbeat makes a node lagging: two renewals of its Lease, or the timeout if sooner. */
-export function lagSecondsOf(lease: V1Lease | undefined, timeoutSeconds: number): number {
-  return Math.min(timeoutSeconds, (lease?.spec?.leaseDurationSeconds ?? 0) / 2 || timeoutSeconds);
-}
-
 export const toDateTime = (v: Date | string | undefined | null): DateTime | undefined => {
   if (v === undefined || v === null) return undefined;
   const d = typeof v === "string" ? DateTime.fromISO(v) : DateTime.fromJSDate(v);
@@ -69,7 +64,7 @@ export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTi
   const lastHeartbeat = later(leaseBeat, toDateTime(ready?.lastHeartbeatTime));
   const bootID = node.status?.nodeInfo?.bootID ?? "";
   const timeoutSeconds = effectiveTimeoutSeconds(lease, heartbeatTimeoutSeconds);
-  const lagSeconds = lagSecondsOf(lease, timeoutSeconds);
+  const lagSeconds = Math.min(timeoutSeconds, (lease?.spec?.leaseDurationSeconds ?? 0) / 2 || timeoutSeconds);
   const lagging = !!lastHeartbeat && now >= lastHeartbeat.plus({ seconds: lagSeconds });
   const base = { name, ready: readyStatus, lastHeartbeat, bootID, timeoutSeconds, lagging };
   if (!lastHeartbeat) {
