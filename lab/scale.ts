@@ -9,6 +9,7 @@ import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { PatchStrategy, setHeaderOptions, type V1Node, type V1Pod } from "@kubernetes/client-node";
+import { mapLimit } from "../src/cli/check.ts";
 import { kwokConfig } from "./kwok-config.ts";
 import type { Lab } from "./lab.ts";
 import { readRef, startDetached, stop, writeRef } from "./processes.ts";
@@ -22,25 +23,12 @@ export const SCALE_LEASE_SECONDS = 40;
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 const pidFile = (lab: Lab) => join(paths(lab.dir).pids, "scale-kwok.json");
 
-/** Runs `fn` over `items`, `width` at a time. */
-export async function inParallel<T>(items: readonly T[], width: number, fn: (item: T, i: number) => Promise<unknown>): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(width, items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        await fn(items[i]!, i);
-      }
-    }),
-  );
-}
-
 export const scaleNodeName = (i: number) => `scale-${String(i + 1).padStart(5, "0")}`;
 
 /** Creates `count` Node objects spread over `zones` (round-robin) for the scale kwok to simulate. */
 export async function addScaleNodes(lab: Lab, count: number, zones: readonly string[], width = 32): Promise<string[]> {
   const names = Array.from({ length: count }, (_, i) => scaleNodeName(i));
-  await inParallel(names, width, (name, i) => {
+  await mapLimit(names, width, (name, i) => {
     const body: V1Node = {
       metadata: {
         name,
@@ -100,7 +88,7 @@ export async function addScalePods(
   const every = o.guardedEvery ?? 20;
   const guarded: string[] = [];
   const names = Array.from({ length: o.count }, (_, i) => `pod-${String(i + 1).padStart(6, "0")}`);
-  await inParallel(names, o.width ?? 48, (name, i) => {
+  await mapLimit(names, o.width ?? 48, (name, i) => {
     const isGuarded = i % every === 0;
     if (isGuarded) guarded.push(name);
     const body: V1Pod = {
@@ -128,7 +116,7 @@ export async function addScalePods(
 
 /** Silences `nodes` at the same moment (one label change each, all in flight at once); returns when all took. */
 export async function silence(lab: Lab, nodes: readonly string[]): Promise<void> {
-  await inParallel(nodes, nodes.length, (name) =>
+  await mapLimit(nodes, nodes.length, (name) =>
     lab.core.patchNode({ name, body: { metadata: { labels: { [SCALE_LABEL]: "silent" } } } }, mergePatch),
   );
 }

@@ -131,14 +131,12 @@ export class ClaimLockController {
     }
     const tRead = performance.now();
     // The pod itself comes from the same fresh list: gone, granted meanwhile or being deleted means nothing to do.
-    const all = await kube.listPodsFresh(namespace);
+    const pods = await kube.listPodsFresh(namespace);
     const tList = performance.now();
-    const pod = all.find((p) => p.metadata?.uid === cached.metadata?.uid);
+    const pod = pods.find((p) => p.metadata?.uid === cached.metadata?.uid);
     if (!pod || !isGated(pod) || pod.metadata?.deletionTimestamp) return;
-    if (claimNames(pod).join() !== names.join()) return { requeueAfterMs: 0 }; // cannot happen (volumes are immutable)
     const policy = claimPolicy(caches.policies.list());
     const guarded = claims.filter((c): c is V1PersistentVolumeClaim => !!c && claimGuard(c, policy).guarded);
-    const pods = all;
     // Where the claims' other users are bound: is that node fenced, and still off? Read fresh, all at once.
     const users = pods.filter(
       (p) => p.metadata?.uid !== pod.metadata?.uid && guarded.some((c) => claimNames(p).includes(c.metadata?.name ?? "")),
