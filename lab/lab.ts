@@ -2,7 +2,15 @@
 // (ipmi_sim). Lab.up() starts one; Lab.attach() finds a running one (how the CLI's later commands work).
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, setHeaderOptions, type V1Node } from "@kubernetes/client-node";
+import {
+  ApiextensionsV1Api,
+  CoordinationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  KubeConfig,
+  setHeaderOptions,
+  type V1Node,
+} from "@kubernetes/client-node";
 import { binPaths, ensureBins, repoRoot, which } from "./bins.ts";
 import { newBmcPassword, startBmc, stopBmc, writeBmcConfig, ipmitool, setBmcReachable, bmcReachable } from "./bmc.ts";
 import {
@@ -347,6 +355,29 @@ export class Lab implements FaultDriver {
         return Lab.readyStatus(n) === "True" && n.status?.nodeInfo?.bootID === want ? n : undefined;
       },
       { timeoutMs: o.timeoutMs ?? 60_000, intervalMs: 250 },
+    );
+  }
+
+  /**
+   * Waits until every node is Ready and renewing its Lease on schedule: its renewTime (the kubelet's clock when it
+   * sent the renewal) within one renewal period and a half of now. A node just reconnected may still be catching up
+   * (TCP retransmits after a cut delivered a renewal here 4 s after the kubelet stamped it), so it would go silent
+   * ahead of nodes cut off with it; tests of simultaneous failures start from this.
+   */
+  async waitForSteadyHeartbeats(names: readonly string[], timeoutMs = 60_000): Promise<void> {
+    const coordination = this.kc.makeApiClient(CoordinationV1Api);
+    const periodMs = (this.state.nodeLeaseSeconds * 1000) / 4;
+    await waitFor(
+      `steady heartbeats from ${names.join(", ")}`,
+      async () => {
+        for (const name of names) {
+          const lease = await coordination.readNamespacedLease({ name, namespace: "kube-node-lease" });
+          const renewed = lease.spec?.renewTime ? new Date(lease.spec.renewTime).getTime() : 0;
+          if (Date.now() - renewed > periodMs * 1.5 || Lab.readyStatus(await this.node(name)) !== "True") return undefined;
+        }
+        return true;
+      },
+      { timeoutMs, intervalMs: 250 },
     );
   }
 
