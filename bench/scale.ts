@@ -4,12 +4,20 @@
 // steady state, its CPU share at steady state, and how long one fleet decision (the node-health reconcile) takes.
 //   node bench/scale.ts [--nodes N] [--pods M] [--zones Z] [--steady-seconds S] [--operator-log-level L] [--keep]
 // --keep leaves the lab's directory (logs, the operator's log) in place after it is stopped.
-// Not measured yet: 50 nodes silenced at once (fence due → NodeFence → power off → release).
+// Then --failures F nodes (default 50, spread over the zones) are silenced at the same moment, and for each the bench
+// prints when its fence became due (its last Lease renewal + heartbeatTimeoutSeconds + fenceAfterSeconds, or the
+// node controller's Ready=Unknown if later), and how long after that its NodeFence appeared, its power-off was
+// confirmed and its guarded pods were released (p50/p99/max, each seen by a watch here). The scale nodes have no
+// BMC: they are fenced through a test double that answers at once (lab/instant-agent.ts).
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
-import { addScaleNodes, addScalePods, startScaleKwok } from "../lab/scale.ts";
+import { addScaleNodes, addScalePods, SCALE_LABEL, silence, startScaleKwok } from "../lab/scale.ts";
+import { INSTANT_AGENT, installInstantAgent } from "../lab/instant-agent.ts";
+import { CoordinationV1Api, Watch, type V1Node } from "@kubernetes/client-node";
+import { join } from "node:path";
+import type { NodeFence } from "../src/api/v1alpha1.ts";
 
 const { values } = parseArgs({
   options: {
@@ -18,6 +26,7 @@ const { values } = parseArgs({
     zones: { type: "string", default: "3" },
     "steady-seconds": { type: "string", default: "60" },
     "operator-log-level": { type: "string", default: "info" },
+    failures: { type: "string", default: "50" },
     keep: { type: "boolean", default: false },
   },
 });
@@ -30,6 +39,10 @@ const nodes = int("nodes", values.nodes, 1, 10_000);
 const pods = int("pods", values.pods, 0, 300_000);
 const zones = Array.from({ length: int("zones", values.zones, 1, 26) }, (_, i) => `zone-${String.fromCharCode(97 + i)}`);
 const steadyS = int("steady-seconds", values["steady-seconds"], 10, 3600);
+const failures = int("failures", values.failures, 0, Math.min(100, nodes));
+// The shipped defaults (crds/): what the bench's policy leaves unset.
+const TIMEOUT_S = 40;
+const FENCE_AFTER_S = 10;
 
 /** The operator's /metrics, parsed into "name{labels}" → value. */
 async function scrape(addr: string): Promise<Map<string, number>> {
@@ -93,9 +106,25 @@ try {
   );
   console.log(`all pods Running ${secs(performance.now() - tPods)} after the first create`);
 
-  await bed.policy("default", { detection: {} });
+  // The scale nodes only, on the shipped detection defaults, fenced through the instant test double; enough fence
+  // slots for every failure at once (the shipped default is 1).
+  const doubleBin = join(lab.dir, "test-double-bin");
+  installInstantAgent(doubleBin, join(lab.dir, "test-double-power"));
+  await bed.create("fenceagents", {
+    metadata: { name: "instant-test-double" },
+    spec: { type: "fenceAgent", agent: INSTANT_AGENT, nodeTemplates: { plug: "{{ name }}" }, timeoutSeconds: 10 },
+  });
+  await bed.policy("default", {
+    nodeSelector: { matchExpressions: [{ key: SCALE_LABEL, operator: "Exists" }] },
+    detection: {},
+    escalation: [{ agents: [{ name: "instant-test-double" }] }],
+    guards: { maxUnhealthyNodes: "50%", maxConcurrentFences: Math.max(1, failures) },
+  });
   const tOp = Date.now();
-  const op = await bed.startOperator({ extraArgs: ["--log-level", values["operator-log-level"]!] });
+  const op = await bed.startOperator({
+    extraArgs: ["--log-level", values["operator-log-level"]!],
+    env: { PATH: `${doubleBin}:${bed.lab.env.PATH ?? ""}` },
+  });
   const log = bed.operatorLog(op);
   const synced = log.find((l) => l.msg === "caches synced");
   const addr = log.find((l) => l.msg === "serving /metrics")?.metrics as string;
@@ -118,7 +147,88 @@ try {
   console.log(
     `fleet decision (node-health reconcile): ${n} runs, mean ${((sum / n) * 1000).toFixed(1)} ms, p50 ${histogramQuantile(steady, "stockade_workqueue_work_duration_seconds", 'name="node-health"', 0.5)}, p99 ${histogramQuantile(steady, "stockade_workqueue_work_duration_seconds", 'name="node-health"', 0.99)}`,
   );
+
+  if (failures > 0) await measureFailures(names);
 } finally {
   await bed.down();
   if (values.keep) console.log(`logs kept in ${bed.lab.dir}`);
+}
+
+/**
+ * Silences `failures` nodes at once (spread evenly over the list, hence over the zones) and times, per node, from
+ * its fence becoming due to its NodeFence appearing, its power-off confirmed (Fenced=True) and its guarded pods
+ * released (Released=True). Times are when this process's watches saw each change.
+ */
+async function measureFailures(all: readonly string[]): Promise<void> {
+  const lab = bed.lab;
+  const step = Math.floor(all.length / failures);
+  const victims = all.filter((_, i) => i % step === 0).slice(0, failures);
+  const seen = new Map<string, { unknown?: number; created?: number; fenced?: number; released?: number }>(victims.map((v) => [v, {}]));
+  const watch = new Watch(lab.kc);
+  const cond = (f: NodeFence, type: string) => f.status?.conditions?.some((c) => c.type === type && c.status === "True");
+  const fenceWatch = await watch.watch(
+    "/apis/stockade.io/v1alpha1/nodefences",
+    {},
+    (_type, f: NodeFence) => {
+      const s = seen.get(f.metadata?.name ?? "");
+      if (!s) return;
+      const now = Date.now();
+      s.created ??= now;
+      if (cond(f, "Fenced")) s.fenced ??= now;
+      if (cond(f, "Released")) s.released ??= now;
+    },
+    () => undefined,
+  );
+  const nodeWatch = await watch.watch(
+    "/api/v1/nodes",
+    { labelSelector: `${SCALE_LABEL}=silent` },
+    (_type, n: V1Node) => {
+      const s = seen.get(n.metadata?.name ?? "");
+      if (s && n.status?.conditions?.some((c) => c.type === "Ready" && c.status === "Unknown")) s.unknown ??= Date.now();
+    },
+    () => undefined,
+  );
+  const tSilence = Date.now();
+  await silence(lab, victims);
+  console.log(`${victims.length} nodes silenced at once (${secs(Date.now() - tSilence)} to relabel them all)`);
+  try {
+    await waitFor(`${victims.length} NodeFences Released`, async () => [...seen.values()].every((s) => s.released), {
+      timeoutMs: (TIMEOUT_S + FENCE_AFTER_S + 240) * 1000,
+      intervalMs: 1000,
+    });
+  } finally {
+    fenceWatch.abort();
+    nodeWatch.abort();
+  }
+  const coordination = lab.kc.makeApiClient(CoordinationV1Api);
+  const rows: { due: number; created: number; fenced: number; released: number }[] = [];
+  for (const v of victims) {
+    const lease = await coordination.readNamespacedLease({ name: v, namespace: "kube-node-lease" });
+    const renewed = new Date(lease.spec?.renewTime ?? 0).getTime();
+    const s = seen.get(v)!;
+    const due = Math.max(renewed + (TIMEOUT_S + FENCE_AFTER_S) * 1000, s.unknown ?? 0);
+    rows.push({ due, created: s.created! - due, fenced: s.fenced! - due, released: s.released! - due });
+  }
+  const q = (xs: number[], p: number) => {
+    const sorted = [...xs].sort((a, b) => a - b);
+    return sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)]!;
+  };
+  const ms = (x: number) => `${(x / 1000).toFixed(2)} s`;
+  const line = (what: string, xs: number[]) =>
+    console.log(`  ${what}: p50 ${ms(q(xs, 0.5))}, p99 ${ms(q(xs, 0.99))}, max ${ms(Math.max(...xs))}`);
+  console.log(
+    `${victims.length} simultaneous failures, from each fence becoming due (due times spread over ${ms(Math.max(...rows.map((r) => r.due)) - Math.min(...rows.map((r) => r.due)))}):`,
+  );
+  line(
+    "NodeFence created",
+    rows.map((r) => r.created),
+  );
+  line(
+    "power-off confirmed (Fenced)",
+    rows.map((r) => r.fenced),
+  );
+  line(
+    "guarded pods released (Released)",
+    rows.map((r) => r.released),
+  );
 }

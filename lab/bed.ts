@@ -233,7 +233,9 @@ export class Bed {
    * Starts an operator replica (a child process, logs in the lab directory); resolves once it runs its
    * controllers, or, with leader election, once its caches are synced (a follower never runs them).
    */
-  async startOperator(o: { leaderElect?: boolean; kubeconfig?: string; extraArgs?: string[] } = {}): Promise<ChildProcess> {
+  async startOperator(
+    o: { leaderElect?: boolean; kubeconfig?: string; extraArgs?: string[]; env?: NodeJS.ProcessEnv } = {},
+  ): Promise<ChildProcess> {
     const log = join(this.lab.dir, "logs", `operator-${++this.opRuns}.log`);
     const out = createWriteStream(log);
     const child = spawn(
@@ -263,6 +265,7 @@ export class Bed {
         // releases from a person's (kubectl here runs as the lab's admin).
         env: {
           ...this.lab.env,
+          ...o.env,
           KUBECONFIG: o.kubeconfig ?? (this.webhookPort ? this.operatorKubeconfig("stockade-operator") : this.lab.kubeconfig),
         },
         stdio: ["ignore", "pipe", "pipe"],

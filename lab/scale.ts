@@ -78,8 +78,9 @@ export interface ScalePods {
 }
 
 /**
- * Creates `count` pods bound round-robin to `nodes`; every `guardedEvery`-th one is guarded (5% at 20). The others
- * look like Deployment pods (labels, one container, requests) and are never guarded.
+ * Creates `count` pods bound round-robin to `nodes`; one in `guardedEvery` is guarded (5% at 20), spread so that
+ * every node holds some once each has `guardedEvery` pods (a node without one is never fenced). The others look
+ * like Deployment pods (labels, one container, requests) and are never guarded.
  */
 export async function addScalePods(
   lab: Lab,
@@ -89,7 +90,9 @@ export async function addScalePods(
   const guarded: string[] = [];
   const names = Array.from({ length: o.count }, (_, i) => `pod-${String(i + 1).padStart(6, "0")}`);
   await mapLimit(names, o.width ?? 48, (name, i) => {
-    const isGuarded = i % every === 0;
+    // Pod i goes to node i % N in round floor(i / N); guarding i % every === round % every staggers the guarded
+    // ones over the nodes (i % every alone would put them all on the nodes whose index is a multiple of it).
+    const isGuarded = i % every === Math.floor(i / o.nodes.length) % every;
     if (isGuarded) guarded.push(name);
     const body: V1Pod = {
       metadata: {

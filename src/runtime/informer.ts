@@ -180,6 +180,9 @@ export class Informer<T extends KubernetesObject> {
   }
 
   private upsert(o: T): void {
+    // Who wrote which field: nothing here reads it, and it is a large part of every object (issue 12: memory at
+    // 150,000 pods). The cache owns these objects (fresh from a list or a watch event), so it is dropped in place.
+    if (o.metadata?.managedFields) delete o.metadata.managedFields;
     const k = keyOf(o);
     const old = this.objects.get(k);
     this.objects.set(k, o);

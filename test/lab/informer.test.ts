@@ -81,11 +81,16 @@ describe("informer: refused and dead watches", () => {
       const timed = withRequestTimeout(viaProxy, 2_000);
       const core = timed.makeApiClient(CoreV1Api);
       const inf = new Informer<V1ConfigMap>({ kc: timed, path, list: () => core.listNamespacedConfigMap({ namespace: NS }) });
+      await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "listed" } } });
       await inf.start();
       await sleep(4_000);
       await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "past-the-deadline" } } });
       await waitFor("the watch to deliver past-the-deadline", () => !!inf.get("past-the-deadline", NS), { timeoutMs: 10_000 });
       assert.equal(inf.restarts, 0, "the watch outlived the request deadline");
+      // The apiserver sends managedFields with both; the cache keeps neither (memory at scale).
+      assert.ok((await lab.core.readNamespacedConfigMap({ name: "listed", namespace: NS })).metadata?.managedFields?.length);
+      assert.equal(inf.get("listed", NS)?.metadata?.managedFields, undefined, "from the list");
+      assert.equal(inf.get("past-the-deadline", NS)?.metadata?.managedFields, undefined, "from the watch");
       inf.stop();
 
       proxy.blackhole();

@@ -61,7 +61,9 @@ describe("scale lab", () => {
       { timeoutMs: 60_000 },
     );
     const pods = (await lab.core.listNamespacedPod({ namespace: "default" })).items;
-    assert.equal(pods.filter((p) => p.metadata?.labels?.["stockade.io/guarded"] === "true").length, 5);
+    const guarded = pods.filter((p) => p.metadata?.labels?.["stockade.io/guarded"] === "true");
+    assert.equal(guarded.length, 5);
+    assert.equal(new Set(guarded.map((p) => p.spec?.nodeName)).size, 5, "guarded pods on different nodes, not stacked on a few");
     assert.equal(new Set(pods.map((p) => p.spec?.nodeName)).size, 20, "spread over every node");
   });
 
