@@ -9,7 +9,7 @@ import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { PatchStrategy, setHeaderOptions, type V1Node, type V1Pod } from "@kubernetes/client-node";
-import { mapLimit } from "../src/cli/check.ts";
+import { mapLimit } from "../src/runtime/map-limit.ts";
 import { kwokConfig } from "./kwok-config.ts";
 import type { Lab } from "./lab.ts";
 import { readRef, startDetached, stop, writeRef } from "./processes.ts";

@@ -12,6 +12,7 @@ import { matchesSelector } from "../decide/selectors.ts";
 import type { Cluster } from "./cluster.ts";
 import { CliError } from "./cluster.ts";
 import { table } from "./format.ts";
+import { mapLimit } from "../runtime/map-limit.ts";
 
 export interface CheckOptions {
   /** Query only this node's agents. */
@@ -72,20 +73,6 @@ export function volumeSafetyWarnings(
           `kube-controller-manager runs without ${FORCE_DETACH_FLAG}: it force-detaches a partitioned node's volumes after 6 minutes, whatever the claim lock says (docs/volumes.md)`,
         );
     }
-  return out;
-}
-
-/** Runs `fn` over `items`, at most `limit` at a time, results in order. */
-export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (t: T, i: number) => Promise<R>): Promise<R[]> {
-  const out: R[] = new Array<R>(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i] as T, i);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
   return out;
 }
 

@@ -82,7 +82,10 @@ export function decideFleet(i: FleetInput): FleetDecision {
   const podsByNode = new Map<string, V1Pod[]>();
   for (const p of i.pods) {
     const n = p.spec?.nodeName;
-    if (n) podsByNode.set(n, [...(podsByNode.get(n) ?? []), p]);
+    if (!n) continue;
+    const list = podsByNode.get(n);
+    if (list) list.push(p);
+    else podsByNode.set(n, [p]);
   }
   const decisions: NodeDecision[] = [];
   const nodeDown: NodeDownChange[] = [];

@@ -44,41 +44,55 @@ export function effectiveTimeoutSeconds(lease: V1Lease | undefined, heartbeatTim
   return Math.max(heartbeatTimeoutSeconds, duration / 2);
 }
 
+/** How long without a heartbeat makes a node lagging: two renewals of its Lease, or the timeout if sooner. */
+export function lagSecondsOf(lease: V1Lease | undefined, timeoutSeconds: number): number {
+  return Math.min(timeoutSeconds, (lease?.spec?.leaseDurationSeconds ?? 0) / 2 || timeoutSeconds);
+}
+
 export const toDateTime = (v: Date | string | undefined | null): DateTime | undefined => {
   if (v === undefined || v === null) return undefined;
   const d = typeof v === "string" ? DateTime.fromISO(v) : DateTime.fromJSDate(v);
   return d.isValid ? d : undefined;
 };
 
-const later = (a: DateTime | undefined, b: DateTime | undefined) => (!a ? b : !b ? a : a > b ? a : b);
-
 export function readyCondition(node: V1Node) {
   return node.status?.conditions?.find((c) => c.type === "Ready");
 }
 
+/** Epoch milliseconds of a timestamp as the API client gives it (a Date from a list, a string from a watch). */
+function millisOf(v: Date | string | undefined | null): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  const ms = typeof v === "string" ? Date.parse(v) : v.getTime();
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+// Runs for every node on every fleet decision: plain epoch milliseconds, and a DateTime only for what it returns.
 export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTime, heartbeatTimeoutSeconds: number): NodeHealth {
   const name = node.metadata?.name ?? "";
   const ready = readyCondition(node);
   const readyStatus = ready?.status ?? "Missing";
-  const leaseBeat = toDateTime(lease?.spec?.renewTime);
-  const lastHeartbeat = later(leaseBeat, toDateTime(ready?.lastHeartbeatTime));
+  const leaseBeat = millisOf(lease?.spec?.renewTime);
+  const readyBeat = millisOf(ready?.lastHeartbeatTime);
+  const lastMs = leaseBeat === undefined ? readyBeat : readyBeat === undefined ? leaseBeat : Math.max(leaseBeat, readyBeat);
+  const lastHeartbeat = lastMs === undefined ? undefined : DateTime.fromMillis(lastMs, { zone: "utc" });
   const bootID = node.status?.nodeInfo?.bootID ?? "";
   const timeoutSeconds = effectiveTimeoutSeconds(lease, heartbeatTimeoutSeconds);
-  const lagSeconds = Math.min(timeoutSeconds, (lease?.spec?.leaseDurationSeconds ?? 0) / 2 || timeoutSeconds);
-  const lagging = !!lastHeartbeat && now >= lastHeartbeat.plus({ seconds: lagSeconds });
+  const lagSeconds = lagSecondsOf(lease, timeoutSeconds);
+  const nowMs = now.toMillis();
+  const lagging = lastMs !== undefined && nowMs >= lastMs + lagSeconds * 1000;
   const base = { name, ready: readyStatus, lastHeartbeat, bootID, timeoutSeconds, lagging };
-  if (!lastHeartbeat) {
+  if (lastMs === undefined) {
     // A node that never reported is being created, not partitioned.
     return { ...base, silent: false, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
   }
-  const staleAt = lastHeartbeat.plus({ seconds: timeoutSeconds });
-  if (now < staleAt) {
+  const staleAtMs = lastMs + timeoutSeconds * 1000;
+  if (nowMs < staleAtMs) {
     return {
       ...base,
       silent: false,
       state: readyStatus === "True" ? "Healthy" : "Suspect",
       partitionedSince: undefined,
-      nextCheck: staleAt,
+      nextCheck: DateTime.fromMillis(staleAtMs, { zone: "utc" }),
     };
   }
   if (readyStatus !== "Unknown") {
@@ -86,5 +100,11 @@ export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTi
     // wakes us with an event); automatic fencing needs both signals.
     return { ...base, silent: true, state: "Suspect", partitionedSince: undefined, nextCheck: undefined };
   }
-  return { ...base, silent: true, state: "Partitioned", partitionedSince: staleAt, nextCheck: undefined };
+  return {
+    ...base,
+    silent: true,
+    state: "Partitioned",
+    partitionedSince: DateTime.fromMillis(staleAtMs, { zone: "utc" }),
+    nextCheck: undefined,
+  };
 }

@@ -76,7 +76,10 @@ export function evaluateGuards(i: GuardInput): GuardVerdict {
     const zones = new Map<string, GuardNode[]>();
     for (const n of i.nodes) {
       const z = n.labels[key];
-      if (z !== undefined) zones.set(z, [...(zones.get(z) ?? []), n]);
+      if (z === undefined) continue;
+      const members = zones.get(z);
+      if (members) members.push(n);
+      else zones.set(z, [n]);
     }
     for (const [zone, members] of zones) {
       if (members.length >= (g.minZoneSize ?? 2) && members.every((n) => n.unhealthy)) {
