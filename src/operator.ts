@@ -145,8 +145,10 @@ export class Operator {
     }
 
     const c = this.caches;
-    for (const inf of [c.nodes, c.leases, c.pods, c.pvcs, c.pdbs, c.policies, c.fences] as const)
+    for (const inf of [c.nodes, c.pods, c.pvcs, c.pdbs, c.policies, c.fences] as const)
       enqueueFrom(inf as never, this.fleet.queue, () => FLEET_KEY);
+    // Leases: a routine renewal of a healthy node changes no decision (NodeHealthController.isRoutineRenewal).
+    enqueueFrom(c.leases, this.fleet.queue, (l) => (this.health.isRoutineRenewal(l) ? undefined : FLEET_KEY));
     enqueueFrom(c.fences, fences.queue, (f) => f.metadata?.name);
     enqueueFrom(c.nodes, fences.queue, (n) => (c.fences.get(n.metadata?.name ?? "") ? n.metadata?.name : undefined));
     const allFences = () => c.fences.list().map((f) => f.metadata?.name ?? "");

@@ -7,11 +7,13 @@ import type { Logger } from "pino";
 import { API_VERSION, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { decideFleet, type FenceIntent, type FleetDecision, type PolicyState } from "../decide/fleet.ts";
 import { NODE_DOWN } from "../decide/node-down.ts";
+import { lagSecondsOf } from "../decide/node-health.ts";
 import type { Kube } from "../kube/api.ts";
 import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import type { EventRecorder } from "../runtime/events.ts";
+import { mapLimit } from "../runtime/map-limit.ts";
 
 export const FLEET_KEY = "fleet";
 export const ORIGIN_LABEL = "stockade.io/origin";
@@ -34,10 +36,22 @@ const ref = (kind: string, name: string, uid?: string, namespace?: string, apiVe
 
 /** Per-object retry after a failed write: 1 s doubling to 5 min, so one bad object neither blocks nor floods. */
 const RETRY_BASE_MS = 1_000;
+/** NodeDown condition writes in flight at once (each is one pod's status patch). */
+const NODE_DOWN_WRITES_IN_FLIGHT = 8;
 const RETRY_MAX_MS = 300_000;
+
+/** What the last decision saw of a healthy node's Lease: a later renewal that keeps it so changes nothing. */
+interface Routine {
+  holder: string | undefined;
+  duration: number | undefined;
+  /** Until then (epoch ms) the node is not lagging even without another renewal. */
+  quietUntil: number;
+}
 
 export class NodeHealthController {
   private readonly lastVerdict = new Map<string, string>();
+  /** Nodes the last decision found Healthy, Ready and not lagging, with what it saw of their Leases. */
+  private readonly routine = new Map<string, Routine>();
   private readonly failing = new Map<string, { failures: number; retryAt: number }>();
   private readonly d: NodeHealthDeps;
 
@@ -63,19 +77,52 @@ export class NodeHealthController {
     });
   }
 
+  /**
+   * Whether a Lease update is a routine renewal that changes no decision: its node was Healthy, Ready and not
+   * lagging in the last decision, the holder and duration are those that decision saw, and the renewal comes
+   * before the node would have started lagging. At 1,000 nodes these are 100 events a second, and each used to
+   * re-run the whole fleet decision; they are skipped. Anything else (a node back from silence, a new holder, a
+   * renewal after a lag, any Node, Pod or policy event) still runs it, and it runs anyway at every deadline and
+   * at least every 5 s.
+   */
+  isRoutineRenewal(lease: V1Lease): boolean {
+    const seen = this.routine.get(lease.metadata?.name ?? "");
+    if (!seen) return false;
+    if (lease.spec?.holderIdentity !== seen.holder || lease.spec?.leaseDurationSeconds !== seen.duration) return false;
+    return this.d.clock().toMillis() < seen.quietUntil;
+  }
+
   async reconcile(): Promise<{ requeueAfterMs: number }> {
     const now = this.d.clock();
     const d = this.decide();
+    this.rememberRoutine(d);
     this.logDecisions(d);
-    // Each object's write is isolated: one pod whose condition cannot be written never stops a fence.
-    for (const ch of d.nodeDown) await this.isolated(`pod ${ch.namespace}/${ch.name}`, () => this.applyNodeDown(ch));
+    // Each object's write is isolated: one pod whose condition cannot be written never stops a fence. Fences
+    // first: 50 nodes failing at once carry ~1,500 NodeDown writes, which must not queue a fence behind them.
     for (const intent of d.create) await this.isolated(`NodeFence ${intent.node}`, () => this.createFence(intent));
+    await mapLimit(d.nodeDown, NODE_DOWN_WRITES_IN_FLIGHT, (ch) =>
+      this.isolated(`pod ${ch.namespace}/${ch.name}`, () => this.applyNodeDown(ch)),
+    );
     for (const p of this.d.caches.policies.list())
       await this.isolated(`FencingPolicy ${p.metadata?.name}`, () => this.updatePolicyStatus(p, d.policies.get(p.metadata?.name ?? "")));
     // Time alone changes verdicts (a heartbeat going stale); look again then, and at least every 5 s for the guards.
     const wait = d.nextCheck ? Math.max(100, d.nextCheck.diff(now).as("milliseconds") + 50) : 5_000;
     const retry = Math.min(...[...this.failing.values()].map((f) => f.retryAt - Date.now()));
     return { requeueAfterMs: Math.max(100, Math.min(wait, 5_000, retry)) };
+  }
+
+  private rememberRoutine(d: FleetDecision): void {
+    this.routine.clear();
+    for (const x of d.decisions) {
+      const h = x.health;
+      if (h.state !== "Healthy" || h.ready !== "True" || h.lagging || h.silent || !h.lastHeartbeat) continue;
+      const lease = this.d.caches.leases.get(x.node, "kube-node-lease");
+      this.routine.set(x.node, {
+        holder: lease?.spec?.holderIdentity,
+        duration: lease?.spec?.leaseDurationSeconds,
+        quietUntil: h.lastHeartbeat.plus({ seconds: lagSecondsOf(lease, h.timeoutSeconds) }).toMillis(),
+      });
+    }
   }
 
   /** Runs one object's write; a failure is logged and retried for that object alone, with backoff. */

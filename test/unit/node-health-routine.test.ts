@@ -1,0 +1,75 @@
+// The fleet decision's fast path for Leases: a routine renewal of a healthy node skips the fleet decision, anything
+// that could change a decision does not.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { V1Lease, V1Node } from "@kubernetes/client-node";
+import type { DateTime } from "luxon";
+import { NodeHealthController } from "../../src/controllers/node-health.ts";
+import { at, lease, node, policy, stsPod } from "./decide-fixtures.ts";
+
+function world() {
+  let now: DateTime = at(0);
+  const nodes = new Map<string, V1Node>();
+  const leases = new Map<string, V1Lease>();
+  const inf = <T>(m: Map<string, T>) => ({ list: () => [...m.values()], get: (name: string) => m.get(name), on() {} });
+  const caches = {
+    nodes: inf(nodes),
+    leases: inf(leases),
+    pods: inf(new Map([["db-0", stsPod("db-0", { node: "node-1" })]])),
+    pvcs: inf(new Map()),
+    pdbs: inf(new Map()),
+    policies: inf(new Map([["default", policy("default")]])),
+    fences: inf(new Map()),
+    heartbeatStalenessSeconds: () => 0,
+  };
+  const silent = { info() {}, warn() {}, error() {}, debug() {} };
+  const ctl = new NodeHealthController({
+    caches: caches as never,
+    kube: {} as never,
+    events: { record: async () => {} } as never,
+    log: silent as never,
+    clock: () => now,
+    leadership: { assertLeading() {} } as never,
+  } as never);
+  /** node-1 last renewed at `beat` (seconds after T0), Ready as given; 40 s Leases (two renewals: 20 s). */
+  const set = (beat: number, ready: "True" | "Unknown" = "True", holder = "node-1") => {
+    nodes.set("node-1", node("node-1", { ready, heartbeat: at(beat) }));
+    const l = lease("node-1", at(beat), 40);
+    l.spec!.holderIdentity = holder;
+    leases.set("node-1", l);
+    return l;
+  };
+  return { ctl, set, tick: (s: number) => (now = at(s)) };
+}
+
+test("a renewal of a node the last decision found healthy, before it could lag, skips the fleet decision", async () => {
+  const w = world();
+  w.set(0);
+  await w.ctl.reconcile();
+  w.tick(10);
+  assert.equal(w.ctl.isRoutineRenewal(w.set(10)), true);
+  w.tick(19);
+  assert.equal(w.ctl.isRoutineRenewal(w.set(19)), true, "still within two renewals of what the decision saw");
+});
+
+test("anything that may change a decision runs it: a renewal after a lag, a new holder or duration, a node not Ready or never decided", async () => {
+  const w = world();
+  assert.equal(w.ctl.isRoutineRenewal(w.set(0)), false, "no decision yet");
+  await w.ctl.reconcile();
+  w.tick(21);
+  assert.equal(
+    w.ctl.isRoutineRenewal(w.set(21)),
+    false,
+    "the node lagged (two renewals missed) before this one: the storm guard counted it",
+  );
+  w.tick(5);
+  assert.equal(w.ctl.isRoutineRenewal(w.set(5, "True", "node-1-restarted")), false, "a new holder");
+  const longer = w.set(5);
+  longer.spec!.leaseDurationSeconds = 80;
+  assert.equal(w.ctl.isRoutineRenewal(longer), false, "a new duration");
+  w.tick(50);
+  w.set(0, "Unknown");
+  await w.ctl.reconcile(); // partitioned now
+  w.tick(51);
+  assert.equal(w.ctl.isRoutineRenewal(w.set(51, "Unknown")), false, "a node back from a partition");
+});
