@@ -19,6 +19,7 @@ import {
 } from "@kubernetes/client-node";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { Informer } from "../runtime/informer.ts";
+import { slimPod } from "./slim.ts";
 
 export interface CacheOptions {
   staleAfterMs?: number;
@@ -40,8 +41,8 @@ export class Caches {
   constructor(kc: KubeConfig, o: CacheOptions = {}) {
     const core = kc.makeApiClient(CoreV1Api);
     const custom = kc.makeApiClient(CustomObjectsApi);
-    const mk = <T extends KubernetesObject>(path: string, list: () => Promise<KubernetesListObject<T>>) =>
-      new Informer<T>({ kc, path, list, staleAfterMs: o.staleAfterMs, onError: (err, ms) => o.onError?.(path, err, ms) });
+    const mk = <T extends KubernetesObject>(path: string, list: () => Promise<KubernetesListObject<T>>, transform?: (o: T) => T) =>
+      new Informer<T>({ kc, path, list, transform, staleAfterMs: o.staleAfterMs, onError: (err, ms) => o.onError?.(path, err, ms) });
     const crd = <T extends KubernetesObject>(plural: string) =>
       mk<T>(
         `/apis/${GROUP}/${VERSION}/${plural}`,
@@ -52,7 +53,7 @@ export class Caches {
     this.leases = mk("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", () =>
       coordination.listNamespacedLease({ namespace: "kube-node-lease" }),
     );
-    this.pods = mk("/api/v1/pods", () => core.listPodForAllNamespaces());
+    this.pods = mk("/api/v1/pods", () => core.listPodForAllNamespaces(), slimPod);
     this.pvcs = mk("/api/v1/persistentvolumeclaims", () => core.listPersistentVolumeClaimForAllNamespaces());
     const policy = kc.makeApiClient(PolicyV1Api);
     this.pdbs = mk("/apis/policy/v1/poddisruptionbudgets", () => policy.listPodDisruptionBudgetForAllNamespaces());

@@ -30,6 +30,8 @@ export interface InformerOptions<T extends KubernetesObject> {
   /** Backoff of restarts after errors: first delay and cap. Defaults 250 ms and 30 s. */
   backoff?: { initialMs: number; maxMs: number };
   onError?: (err: unknown, restartInMs: number) => void;
+  /** What the cache keeps of each object (e.g. only the fields the decisions read); handlers see the result too. */
+  transform?: (o: T) => T;
 }
 
 type Verb = "add" | "update" | "delete";
@@ -179,10 +181,11 @@ export class Informer<T extends KubernetesObject> {
     }
   }
 
-  private upsert(o: T): void {
+  private upsert(raw: T): void {
     // Who wrote which field: nothing here reads it, and it is a large part of every object (issue 12: memory at
     // 150,000 pods). The cache owns these objects (fresh from a list or a watch event), so it is dropped in place.
-    if (o.metadata?.managedFields) delete o.metadata.managedFields;
+    if (raw.metadata?.managedFields) delete raw.metadata.managedFields;
+    const o = this.o.transform ? this.o.transform(raw) : raw;
     const k = keyOf(o);
     const old = this.objects.get(k);
     this.objects.set(k, o);

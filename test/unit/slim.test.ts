@@ -1,0 +1,70 @@
+// What the pod cache keeps: every field a decision reads, so a slimmed pod decides exactly like the whole one, and
+// nothing else (containers are most of a pod and no decision reads them).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import { slimPod } from "../../src/kube/slim.ts";
+import { isGuarded, isFinished } from "../../src/decide/guarded-pods.ts";
+import { podWaitSeconds } from "../../src/decide/forgiveness.ts";
+import { claimNames } from "../../src/decide/claim-lock.ts";
+import { podPriority } from "../../src/decide/priority.ts";
+
+const full: V1Pod = {
+  apiVersion: "v1",
+  kind: "Pod",
+  metadata: {
+    name: "db-0",
+    namespace: "prod",
+    uid: "u1",
+    resourceVersion: "42",
+    labels: { app: "db" },
+    annotations: { "stockade.io/claim-token": "7" },
+    ownerReferences: [{ apiVersion: "apps/v1", kind: "StatefulSet", name: "db", uid: "s1", controller: true }],
+    deletionTimestamp: new Date("2026-11-23T10:00:00Z"),
+  },
+  spec: {
+    nodeName: "node-1",
+    priority: 1000,
+    tolerations: [{ key: "node.kubernetes.io/unreachable", operator: "Exists", effect: "NoExecute", tolerationSeconds: 30 }],
+    schedulingGates: [{ name: "stockade.io/claim-lock" }],
+    containers: [{ name: "db", image: "postgres:17", env: [{ name: "PGDATA", value: "/data" }], command: ["postgres"] }],
+    volumes: [
+      { name: "data", persistentVolumeClaim: { claimName: "data-db-0" } },
+      { name: "scratch", ephemeral: { volumeClaimTemplate: { spec: { accessModes: ["ReadWriteOnce"], resources: {} } } } },
+      { name: "config", configMap: { name: "db-config" } },
+      { name: "token", projected: { sources: [] } },
+    ],
+  },
+  status: {
+    phase: "Running",
+    conditions: [{ type: "NodeDown", status: "True", reason: "NodePartitioned", message: "m" }],
+    containerStatuses: [{ name: "db", image: "postgres:17", imageID: "x", ready: true, restartCount: 0 }],
+    podIP: "10.0.0.1",
+  },
+};
+
+test("a slimmed pod keeps what the decisions read and decides like the whole pod", () => {
+  const slim = slimPod(structuredClone(full));
+  const pvcs = new Map<string, V1PersistentVolumeClaim>([
+    ["prod/data-db-0", { metadata: { name: "data-db-0", namespace: "prod" }, spec: { accessModes: ["ReadWriteOnce"] } }],
+  ]);
+  for (const policy of [
+    undefined,
+    { statefulSets: false, readWriteOnceVolumes: true },
+    { statefulSets: false, readWriteOnceVolumes: false },
+  ])
+    assert.deepEqual(isGuarded(slim, policy, pvcs), isGuarded(full, policy, pvcs));
+  const detection = { heartbeatTimeoutSeconds: 40, fenceAfterSeconds: 10, honorPodTolerations: true };
+  assert.equal(podWaitSeconds(slim, detection), podWaitSeconds(full, detection));
+  assert.deepEqual(claimNames(slim), claimNames(full));
+  assert.equal(podPriority(slim), podPriority(full));
+  assert.equal(isFinished(slim), isFinished(full));
+  assert.deepEqual(slim.metadata, full.metadata);
+  assert.deepEqual(slim.status, { phase: "Running", conditions: full.status!.conditions });
+  assert.deepEqual(slim.spec?.schedulingGates, full.spec!.schedulingGates);
+  assert.deepEqual(
+    slim.spec?.volumes?.map((v) => v.name),
+    ["data", "scratch"],
+  );
+  assert.equal(slim.spec?.containers, undefined, "containers are not kept");
+});
