@@ -32,6 +32,8 @@ export const LEADER_LEASE = "stockade-operator";
 const ADMISSION_CHECK_MS = 10 * 60_000;
 /** How often the webhooks' certificates are checked for renewal (and the caBundles for drift). */
 const TLS_CHECK_MS = 60 * 60_000;
+/** Pod, claim and budget events reach the fleet decision within this, many as one pass. */
+const OBJECT_EVENTS_COALESCE_MS = 1_000;
 
 const errorText = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -145,8 +147,15 @@ export class Operator {
     }
 
     const c = this.caches;
-    for (const inf of [c.nodes, c.pods, c.pvcs, c.pdbs, c.policies, c.fences] as const)
-      enqueueFrom(inf as never, this.fleet.queue, () => FLEET_KEY);
+    for (const inf of [c.nodes, c.policies, c.fences] as const) enqueueFrom(inf as never, this.fleet.queue, () => FLEET_KEY);
+    // Pods, claims and budgets change all the time in a big cluster (every pod status update), and one pass of the
+    // fleet decision reads them all: their changes reach it within a second, coalesced into one pass.
+    const soon = () => this.fleet.queue.addAfter(FLEET_KEY, OBJECT_EVENTS_COALESCE_MS);
+    for (const verb of ["add", "update", "delete"] as const) {
+      c.pods.on(verb, soon);
+      c.pvcs.on(verb, soon);
+      c.pdbs.on(verb, soon);
+    }
     // Leases: a routine renewal of a healthy node changes no decision (NodeHealthController.isRoutineRenewal).
     enqueueFrom(c.leases, this.fleet.queue, (l) => (this.health.isRoutineRenewal(l) ? undefined : FLEET_KEY));
     enqueueFrom(c.fences, fences.queue, (f) => f.metadata?.name);

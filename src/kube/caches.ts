@@ -41,24 +41,29 @@ export class Caches {
   constructor(kc: KubeConfig, o: CacheOptions = {}) {
     const core = kc.makeApiClient(CoreV1Api);
     const custom = kc.makeApiClient(CustomObjectsApi);
-    const mk = <T extends KubernetesObject>(path: string, list: () => Promise<KubernetesListObject<T>>, transform?: (o: T) => T) =>
-      new Informer<T>({ kc, path, list, transform, staleAfterMs: o.staleAfterMs, onError: (err, ms) => o.onError?.(path, err, ms) });
+    type Page = { limit: number; _continue?: string };
+    const mk = <T extends KubernetesObject>(
+      path: string,
+      list: (page: Page) => Promise<KubernetesListObject<T>>,
+      transform?: (o: T) => T,
+    ) => new Informer<T>({ kc, path, list, transform, staleAfterMs: o.staleAfterMs, onError: (err, ms) => o.onError?.(path, err, ms) });
     const crd = <T extends KubernetesObject>(plural: string) =>
       mk<T>(
         `/apis/${GROUP}/${VERSION}/${plural}`,
-        async () => (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as KubernetesListObject<T>,
+        async (page) =>
+          (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural, ...page })) as KubernetesListObject<T>,
       );
-    this.nodes = mk("/api/v1/nodes", () => core.listNode());
+    this.nodes = mk("/api/v1/nodes", (page) => core.listNode(page));
     const coordination = kc.makeApiClient(CoordinationV1Api);
-    this.leases = mk("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", () =>
-      coordination.listNamespacedLease({ namespace: "kube-node-lease" }),
+    this.leases = mk("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", (page) =>
+      coordination.listNamespacedLease({ namespace: "kube-node-lease", ...page }),
     );
-    this.pods = mk("/api/v1/pods", () => core.listPodForAllNamespaces(), slimPod);
-    this.pvcs = mk("/api/v1/persistentvolumeclaims", () => core.listPersistentVolumeClaimForAllNamespaces());
+    this.pods = mk("/api/v1/pods", (page) => core.listPodForAllNamespaces(page), slimPod);
+    this.pvcs = mk("/api/v1/persistentvolumeclaims", (page) => core.listPersistentVolumeClaimForAllNamespaces(page));
     const policy = kc.makeApiClient(PolicyV1Api);
-    this.pdbs = mk("/apis/policy/v1/poddisruptionbudgets", () => policy.listPodDisruptionBudgetForAllNamespaces());
+    this.pdbs = mk("/apis/policy/v1/poddisruptionbudgets", (page) => policy.listPodDisruptionBudgetForAllNamespaces(page));
     const storage = kc.makeApiClient(StorageV1Api);
-    this.volumeAttachments = mk("/apis/storage.k8s.io/v1/volumeattachments", () => storage.listVolumeAttachment());
+    this.volumeAttachments = mk("/apis/storage.k8s.io/v1/volumeattachments", (page) => storage.listVolumeAttachment(page));
     this.policies = crd<FencingPolicy>("fencingpolicies");
     this.agents = crd<FenceAgent>("fenceagents");
     this.fences = crd<NodeFence>("nodefences");

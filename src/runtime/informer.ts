@@ -22,7 +22,12 @@ export interface InformerOptions<T extends KubernetesObject> {
   kc: KubeConfig;
   /** API path of the collection, e.g. /api/v1/pods or /apis/stockade.io/v1alpha1/nodefences. */
   path: string;
-  list: () => Promise<KubernetesListObject<T>>;
+  /**
+   * One page of the collection. The informer asks for pages of LIST_PAGE_SIZE and follows `_continue`, so that a
+   * first list of 150,000 pods is never one response held whole in memory; a list that ignores the arguments is
+   * read as one page.
+   */
+  list: (page: { limit: number; _continue?: string }) => Promise<KubernetesListObject<T>>;
   labelSelector?: string;
   fieldSelector?: string;
   /** Time without proof of freshness after which the watch is abandoned and the informer relists. Default 120 s. */
@@ -37,6 +42,9 @@ export interface InformerOptions<T extends KubernetesObject> {
 type Verb = "add" | "update" | "delete";
 type Handler<T> = (obj: T) => void;
 type WatchEnd = { kind: "closed" } | { kind: "gone" } | { kind: "failed"; err: unknown };
+
+/** Objects per page of a list (client-go's pager uses 500 too). */
+export const LIST_PAGE_SIZE = 500;
 
 /** A watch that stayed up this long has proven healthy: the next failure starts the backoff over. */
 const HEALTHY_AFTER_MS = 10_000;
@@ -135,9 +143,18 @@ export class Informer<T extends KubernetesObject> {
       if (!this.resourceVersion) {
         this.phase = "listing";
         try {
-          const list = await this.o.list();
-          if (gen !== this.gen) return;
-          this.replace(list);
+          const items: T[] = [];
+          let cont: string | undefined;
+          let resourceVersion = "";
+          do {
+            const page = await this.o.list({ limit: LIST_PAGE_SIZE, ...(cont ? { _continue: cont } : {}) });
+            if (gen !== this.gen) return;
+            for (const o of page.items ?? []) items.push(this.keep(o));
+            // Every page of one list is the same snapshot and carries its resourceVersion.
+            resourceVersion = page.metadata?.resourceVersion ?? resourceVersion;
+            cont = page.metadata?._continue || undefined;
+          } while (cont);
+          this.replace(items, resourceVersion);
         } catch (err) {
           [failure, failed] = [err, true];
         }
@@ -165,15 +182,15 @@ export class Informer<T extends KubernetesObject> {
   }
 
   /** Replaces the cache with a list's items, calling handlers for what changed. */
-  private replace(list: KubernetesListObject<T>): void {
-    const fresh = new Map((list.items ?? []).map((o) => [keyOf(o), o] as const));
+  private replace(items: readonly T[], resourceVersion: string): void {
+    const fresh = new Map(items.map((o) => [keyOf(o), o] as const));
     for (const [k, old] of this.objects) {
       if (fresh.has(k)) continue;
       this.objects.delete(k);
       this.emit("delete", old);
     }
     for (const o of fresh.values()) this.upsert(o);
-    this.resourceVersion = list.metadata?.resourceVersion ?? "";
+    this.resourceVersion = resourceVersion;
     this.proof();
     if (!this.synced) {
       this.synced = true;
@@ -181,11 +198,15 @@ export class Informer<T extends KubernetesObject> {
     }
   }
 
-  private upsert(raw: T): void {
+  /** What the cache keeps of an object fresh from a list or a watch event (which the cache owns). */
+  private keep(raw: T): T {
     // Who wrote which field: nothing here reads it, and it is a large part of every object (issue 12: memory at
-    // 150,000 pods). The cache owns these objects (fresh from a list or a watch event), so it is dropped in place.
+    // 150,000 pods).
     if (raw.metadata?.managedFields) delete raw.metadata.managedFields;
-    const o = this.o.transform ? this.o.transform(raw) : raw;
+    return this.o.transform ? this.o.transform(raw) : raw;
+  }
+
+  private upsert(o: T): void {
     const k = keyOf(o);
     const old = this.objects.get(k);
     this.objects.set(k, o);
@@ -226,7 +247,7 @@ export class Informer<T extends KubernetesObject> {
           this.current?.abort();
           return;
         }
-        if (type === "ADDED" || type === "MODIFIED") this.upsert(obj);
+        if (type === "ADDED" || type === "MODIFIED") this.upsert(this.keep(obj));
         else if (type === "DELETED") {
           this.objects.delete(keyOf(obj));
           this.emit("delete", obj);

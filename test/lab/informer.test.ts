@@ -15,7 +15,8 @@ import { waitFor } from "../../lab/health.ts";
 import { createPki, writeKubeconfig } from "../../lab/pki.ts";
 import { paths } from "../../lab/state.ts";
 import { TcpProxy } from "../../lab/tcp-proxy.ts";
-import { Informer } from "../../src/runtime/informer.ts";
+import { Informer, LIST_PAGE_SIZE } from "../../src/runtime/informer.ts";
+import { mapLimit } from "../../src/runtime/map-limit.ts";
 import { RequestTimeoutError, withRequestTimeout } from "../../src/kube/deadline.ts";
 import { Kube } from "../../src/kube/api.ts";
 
@@ -81,17 +82,22 @@ describe("informer: refused and dead watches", () => {
       const timed = withRequestTimeout(viaProxy, 2_000);
       const core = timed.makeApiClient(CoreV1Api);
       const inf = new Informer<V1ConfigMap>({ kc: timed, path, list: () => core.listNamespacedConfigMap({ namespace: NS }) });
-      await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "listed" } } });
+      // With data: a ConfigMap with nothing but a name has no managedFields to drop.
+      await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "listed" }, data: { k: "v" } } });
       await inf.start();
       await sleep(4_000);
-      await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "past-the-deadline" } } });
-      await waitFor("the watch to deliver past-the-deadline", () => !!inf.get("past-the-deadline", NS), { timeoutMs: 10_000 });
-      assert.equal(inf.restarts, 0, "the watch outlived the request deadline");
-      // The apiserver sends managedFields with both; the cache keeps neither (memory at scale).
-      assert.ok((await lab.core.readNamespacedConfigMap({ name: "listed", namespace: NS })).metadata?.managedFields?.length);
-      assert.equal(inf.get("listed", NS)?.metadata?.managedFields, undefined, "from the list");
-      assert.equal(inf.get("past-the-deadline", NS)?.metadata?.managedFields, undefined, "from the watch");
-      inf.stop();
+      try {
+        await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "past-the-deadline" }, data: { k: "v" } } });
+        await waitFor("the watch to deliver past-the-deadline", () => !!inf.get("past-the-deadline", NS), { timeoutMs: 10_000 });
+        assert.equal(inf.restarts, 0, "the watch outlived the request deadline");
+        // The apiserver sends managedFields with both; the cache keeps neither (memory at scale).
+        for (const name of ["listed", "past-the-deadline"])
+          assert.ok((await lab.core.readNamespacedConfigMap({ name, namespace: NS })).metadata?.managedFields?.length, name);
+        assert.equal(inf.get("listed", NS)?.metadata?.managedFields, undefined, "from the list");
+        assert.equal(inf.get("past-the-deadline", NS)?.metadata?.managedFields, undefined, "from the watch");
+      } finally {
+        inf.stop(); // a running informer keeps the test process alive
+      }
 
       proxy.blackhole();
       const t0 = performance.now();
@@ -119,6 +125,31 @@ describe("informer: refused and dead watches", () => {
       assert.deepEqual(await new Kube(timed).listPodsFresh(NS), [], "and answers once the connection is back");
     },
   );
+
+  test("a first list longer than a page is read in pages of LIST_PAGE_SIZE, and every object is in the cache", async () => {
+    const ns = "informer-pages";
+    await lab.core.createNamespace({ body: { metadata: { name: ns } } });
+    const count = 2 * LIST_PAGE_SIZE + 100;
+    await mapLimit(
+      Array.from({ length: count }, (_, i) => `cm-${i}`),
+      32,
+      (name) => lab.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name }, data: { k: "v" } } }),
+    );
+    const pages: { limit: number; _continue?: string }[] = [];
+    const inf = new Informer<V1ConfigMap>({
+      kc: lab.kc,
+      path: `/api/v1/namespaces/${ns}/configmaps`,
+      list: (page) => (pages.push(page), lab.core.listNamespacedConfigMap({ namespace: ns, ...page })),
+    });
+    await inf.start();
+    inf.stop();
+    // Every namespace also gets its kube-root-ca.crt ConfigMap.
+    assert.equal(inf.list().filter((c) => c.metadata?.name?.startsWith("cm-")).length, count);
+    assert.equal(pages.length, 3, "three pages");
+    assert.ok(pages.every((p) => p.limit === LIST_PAGE_SIZE));
+    assert.equal(pages[0]!._continue, undefined);
+    assert.ok(pages[1]!._continue && pages[2]!._continue, "later pages continue the first");
+  });
 
   test("list allowed, watch forbidden by RBAC: restarts back off (a successful list does not reset the backoff)", async () => {
     const pki = createPki(paths(lab.dir).pki, [{ name: "list-only", cn: "stockade-list-only", groups: [] }]);
