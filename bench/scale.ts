@@ -15,7 +15,8 @@ import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
 import { addScaleNodes, addScalePods, SCALE_LABEL, silence, startScaleKwok } from "../lab/scale.ts";
 import { INSTANT_AGENT, installInstantAgent } from "../lab/instant-agent.ts";
-import { CoordinationV1Api, Watch, type V1Node } from "@kubernetes/client-node";
+import { CoordinationV1Api, CustomObjectsApi, type V1Node } from "@kubernetes/client-node";
+import { Informer } from "../src/runtime/informer.ts";
 import { join } from "node:path";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 
@@ -122,7 +123,9 @@ try {
   });
   const tOp = Date.now();
   const op = await bed.startOperator({
-    extraArgs: ["--log-level", values["operator-log-level"]!],
+    // One worker per simultaneous failure: a worker waits on its agent (the shipped default, 4, would take the 50 four
+    // at a time).
+    extraArgs: ["--log-level", values["operator-log-level"]!, "--fence-workers", String(Math.min(64, Math.max(4, failures)))],
     env: { PATH: `${doubleBin}:${bed.lab.env.PATH ?? ""}` },
   });
   const log = bed.operatorLog(op);
@@ -164,30 +167,39 @@ async function measureFailures(all: readonly string[]): Promise<void> {
   const step = Math.floor(all.length / failures);
   const victims = all.filter((_, i) => i % step === 0).slice(0, failures);
   const seen = new Map<string, { unknown?: number; created?: number; fenced?: number; released?: number }>(victims.map((v) => [v, {}]));
-  const watch = new Watch(lab.kc);
+  // The operator's own informer (it re-watches; a bare client-node watch ends after 30 s without events).
   const cond = (f: NodeFence, type: string) => f.status?.conditions?.some((c) => c.type === type && c.status === "True");
-  const fenceWatch = await watch.watch(
-    "/apis/stockade.io/v1alpha1/nodefences",
-    {},
-    (_type, f: NodeFence) => {
-      const s = seen.get(f.metadata?.name ?? "");
-      if (!s) return;
-      const now = Date.now();
-      s.created ??= now;
-      if (cond(f, "Fenced")) s.fenced ??= now;
-      if (cond(f, "Released")) s.released ??= now;
-    },
-    () => undefined,
-  );
-  const nodeWatch = await watch.watch(
-    "/api/v1/nodes",
-    { labelSelector: `${SCALE_LABEL}=silent` },
-    (_type, n: V1Node) => {
-      const s = seen.get(n.metadata?.name ?? "");
-      if (s && n.status?.conditions?.some((c) => c.type === "Ready" && c.status === "Unknown")) s.unknown ??= Date.now();
-    },
-    () => undefined,
-  );
+  const custom = lab.kc.makeApiClient(CustomObjectsApi);
+  const fences = new Informer<NodeFence>({
+    kc: lab.kc,
+    path: "/apis/stockade.io/v1alpha1/nodefences",
+    list: async (page) =>
+      (await custom.listClusterCustomObject({ group: "stockade.io", version: "v1alpha1", plural: "nodefences", ...page })) as never,
+  });
+  const onFence = (f: NodeFence) => {
+    const s = seen.get(f.metadata?.name ?? "");
+    if (!s) return;
+    const now = Date.now();
+    s.created ??= now;
+    if (cond(f, "Fenced")) s.fenced ??= now;
+    if (cond(f, "Released")) s.released ??= now;
+  };
+  fences.on("add", onFence);
+  fences.on("update", onFence);
+  const selector = `${SCALE_LABEL}=silent`;
+  const silentNodes = new Informer<V1Node>({
+    kc: lab.kc,
+    path: "/api/v1/nodes",
+    labelSelector: selector,
+    list: (page) => lab.core.listNode({ labelSelector: selector, ...page }),
+  });
+  const onNode = (n: V1Node) => {
+    const s = seen.get(n.metadata?.name ?? "");
+    if (s && n.status?.conditions?.some((c) => c.type === "Ready" && c.status === "Unknown")) s.unknown ??= Date.now();
+  };
+  silentNodes.on("add", onNode);
+  silentNodes.on("update", onNode);
+  await Promise.all([fences.start(), silentNodes.start()]);
   const tSilence = Date.now();
   await silence(lab, victims);
   console.log(`${victims.length} nodes silenced at once (${secs(Date.now() - tSilence)} to relabel them all)`);
@@ -197,8 +209,8 @@ async function measureFailures(all: readonly string[]): Promise<void> {
       intervalMs: 1000,
     });
   } finally {
-    fenceWatch.abort();
-    nodeWatch.abort();
+    fences.stop();
+    silentNodes.stop();
   }
   const coordination = lab.kc.makeApiClient(CoordinationV1Api);
   const rows: { due: number; created: number; fenced: number; released: number }[] = [];

@@ -36,6 +36,8 @@ const ref = (kind: string, name: string, uid?: string, namespace?: string, apiVe
 
 /** Per-object retry after a failed write: 1 s doubling to 5 min, so one bad object neither blocks nor floods. */
 const RETRY_BASE_MS = 1_000;
+/** NodeFences created at once (each a fresh read of the node and its Lease, then a create): 50 due together. */
+const FENCE_CREATES_IN_FLIGHT = 8;
 /** NodeDown condition writes in flight at once (each is one pod's status patch). */
 const NODE_DOWN_WRITES_IN_FLIGHT = 8;
 const RETRY_MAX_MS = 300_000;
@@ -99,7 +101,9 @@ export class NodeHealthController {
     this.logDecisions(d);
     // Each object's write is isolated: one pod whose condition cannot be written never stops a fence. Fences
     // first: 50 nodes failing at once carry ~1,500 NodeDown writes, which must not queue a fence behind them.
-    for (const intent of d.create) await this.isolated(`NodeFence ${intent.node}`, () => this.createFence(intent));
+    await mapLimit(d.create, FENCE_CREATES_IN_FLIGHT, (intent) =>
+      this.isolated(`NodeFence ${intent.node}`, () => this.createFence(intent)),
+    );
     await mapLimit(d.nodeDown, NODE_DOWN_WRITES_IN_FLIGHT, (ch) =>
       this.isolated(`pod ${ch.namespace}/${ch.name}`, () => this.applyNodeDown(ch)),
     );
