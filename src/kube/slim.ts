@@ -4,6 +4,7 @@
 // controllers read; a controller that needs more reads the pod from the apiserver. No write ever sends a cached pod
 // back whole (status and gates change by patch), so nothing dropped here can be written away.
 import type { V1Pod, V1PodSpec } from "@kubernetes/client-node";
+import { NODE_DOWN } from "../decide/node-down.ts";
 
 export function slimPod(p: V1Pod): V1Pod {
   const spec = p.spec;
@@ -23,6 +24,8 @@ export function slimPod(p: V1Pod): V1Pod {
         volumes: spec.volumes?.filter((v) => v.persistentVolumeClaim || v.ephemeral),
       } as V1PodSpec,
     }),
-    ...(status && { status: { phase: status.phase, conditions: status.conditions } }),
+    // Of the conditions, decisions read only their own NodeDown; a running pod's five others (each with its times)
+    // were almost half of what a slim pod kept (1,340 instead of 2,400 bytes a pod, 30,000 pods).
+    ...(status && { status: { phase: status.phase, conditions: status.conditions?.filter((c) => c.type === NODE_DOWN) } }),
   };
 }

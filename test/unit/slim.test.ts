@@ -8,6 +8,7 @@ import { isGuarded, isFinished } from "../../src/decide/guarded-pods.ts";
 import { podWaitSeconds } from "../../src/decide/forgiveness.ts";
 import { claimNames } from "../../src/decide/claim-lock.ts";
 import { podPriority } from "../../src/decide/priority.ts";
+import { nodeDownChange } from "../../src/decide/node-down.ts";
 
 const full: V1Pod = {
   apiVersion: "v1",
@@ -37,7 +38,11 @@ const full: V1Pod = {
   },
   status: {
     phase: "Running",
-    conditions: [{ type: "NodeDown", status: "True", reason: "NodePartitioned", message: "m" }],
+    conditions: [
+      { type: "PodScheduled", status: "True" },
+      { type: "NodeDown", status: "True", reason: "NodePartitioned", message: "m" },
+      { type: "Ready", status: "True", lastTransitionTime: new Date("2026-11-23T09:00:00Z") },
+    ],
     containerStatuses: [{ name: "db", image: "postgres:17", imageID: "x", ready: true, restartCount: 0 }],
     podIP: "10.0.0.1",
   },
@@ -60,7 +65,13 @@ test("a slimmed pod keeps what the decisions read and decides like the whole pod
   assert.equal(podPriority(slim), podPriority(full));
   assert.equal(isFinished(slim), isFinished(full));
   assert.deepEqual(slim.metadata, full.metadata);
-  assert.deepEqual(slim.status, { phase: "Running", conditions: full.status!.conditions });
+  for (const want of [
+    null,
+    { status: "True" as const, reason: "NodePartitioned", message: "m" },
+    { status: "True" as const, reason: "NodeFenced", message: "x" },
+  ])
+    assert.deepEqual(nodeDownChange(slim, want), nodeDownChange(full, want));
+  assert.deepEqual(slim.status, { phase: "Running", conditions: [full.status!.conditions![1]] }, "of the conditions, only NodeDown");
   assert.deepEqual(slim.spec?.schedulingGates, full.spec!.schedulingGates);
   assert.deepEqual(
     slim.spec?.volumes?.map((v) => v.name),
