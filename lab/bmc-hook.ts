@@ -1,8 +1,10 @@
-// Entry point for a simulated BMC's chassis_control program ("set" requests; "get" is answered by the
-// shell wrapper). ipmi_sim runs it as: bmc-hook.ts <lab-dir> <node> set power 0|1 [reset 1] [...]
-// Output on stdout is an error message for ipmi_sim; success prints nothing and exits 0.
+// What a simulated BMC's "set" requests do to its machine ("get" is answered by the shell wrapper, lab/bmc.ts,
+// which has already acknowledged the request and runs this in the background):
+//   bmc-hook.ts <lab-dir> <node> set power 0|1 [reset 1] [...]
+// A failure is written to the node's bmc-hook log and leaves the power as it was, which the status says.
+import { rmSync } from "node:fs";
 import { setPower } from "./machine.ts";
-import { readState } from "./state.ts";
+import { paths, readState } from "./state.ts";
 
 const [dir, node, op, ...pairs] = process.argv.slice(2);
 try {
@@ -18,6 +20,9 @@ try {
     else throw new Error(`unsupported: ${param} ${value}`);
   }
 } catch (e) {
-  process.stdout.write(`${(e as Error).message}\n`);
+  process.stdout.write(`${new Date().toISOString()} ${pairs.join(" ")}: ${(e as Error).message}\n`);
   process.exitCode = 1;
+} finally {
+  // The machine is on (or the request failed): from here the power file alone answers.
+  if (dir && node) rmSync(paths(dir).node(node).bmcOnRequested, { force: true });
 }

@@ -2,6 +2,7 @@
 // (ipmi_sim). Lab.up() starts one; Lab.attach() finds a running one (how the CLI's later commands work).
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import {
   ApiextensionsV1Api,
   CoordinationV1Api,
@@ -497,10 +498,20 @@ export class Lab implements FaultDriver {
       const r = await ipmitool(spec, ["chassis", "power", action]);
       if (r.code !== 0) throw new Error(`ipmitool chassis power ${action} on ${node}'s BMC failed: ${(r.stderr || r.stdout).trim()}`);
     }
-    const r = await ipmitool(spec, ["chassis", "power", "status"]);
-    const m = /Chassis Power is (on|off)/i.exec(r.stdout);
-    if (r.code !== 0 || !m) throw new Error(`ipmitool chassis power status on ${node}'s BMC failed: ${(r.stderr || r.stdout).trim()}`);
-    return m[1]!.toLowerCase() as "on" | "off";
+    const status = async () => {
+      const r = await ipmitool(spec, ["chassis", "power", "status"]);
+      const m = /Chassis Power is (on|off)/i.exec(r.stdout);
+      if (r.code !== 0 || !m) throw new Error(`ipmitool chassis power status on ${node}'s BMC failed: ${(r.stderr || r.stdout).trim()}`);
+      return m[1]!.toLowerCase() as "on" | "off";
+    };
+    // The BMC acknowledges a command before the power has changed, as a real one does: as an administrator
+    // would, watch the status until it says so.
+    const until = Date.now() + 30_000;
+    for (;;) {
+      const power = await status();
+      if (action === "status" || power === action || Date.now() > until) return power;
+      await sleep(200);
+    }
   }
 
   // ---- control plane -------------------------------------------------------------------------------

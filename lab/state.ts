@@ -78,6 +78,9 @@ export const paths = (dir: string) => ({
       bmcDir: join(d, "bmc"),
       bmcPid: join(d, "ipmi_sim.pid.json"),
       bmcLog: join(dir, "logs", `bmc-${name}.log`),
+      /** Present from a BMC's "power on" until the machine's power change is done: its status says on meanwhile. */
+      bmcOnRequested: join(d, "bmc", "power-on-requested"),
+      bmcHookLog: join(dir, "logs", `bmc-hook-${name}.log`),
       faults: join(d, "faults.json"),
     };
   },
