@@ -13,6 +13,7 @@ import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import type { EventRecorder } from "../runtime/events.ts";
+import type { InFlight } from "../runtime/in-flight.ts";
 import { mapLimit } from "../runtime/map-limit.ts";
 
 export const FLEET_KEY = "fleet";
@@ -24,7 +25,11 @@ export interface NodeHealthDeps {
   events: EventRecorder;
   log: Logger;
   clock: () => DateTime;
+  /** Shutdown waits for the NodeDown writes under way. */
+  inflight?: InFlight;
 }
+
+type NodeDownChange = FleetDecision["nodeDown"][number];
 
 const ref = (kind: string, name: string, uid?: string, namespace?: string, apiVersion = "v1") => ({
   apiVersion,
@@ -41,6 +46,8 @@ const FENCE_CREATES_IN_FLIGHT = 8;
 /** NodeDown condition writes in flight at once (each is one pod's status patch). */
 const NODE_DOWN_WRITES_IN_FLIGHT = 8;
 const RETRY_MAX_MS = 300_000;
+/** A NodeDown write just made is not made again while the cache may not show it yet. */
+const NODE_DOWN_ECHO_MS = 30_000;
 
 /** What the last decision saw of a healthy node's Lease: a later renewal that keeps it so changes nothing. */
 interface Routine {
@@ -55,6 +62,11 @@ export class NodeHealthController {
   /** Nodes the last decision found Healthy, Ready and not lagging, with what it saw of their Leases. */
   private readonly routine = new Map<string, Routine>();
   private readonly failing = new Map<string, { failures: number; retryAt: number }>();
+  /** NodeDown writes waiting, by pod (the latest decision wins), and those under way or just made. */
+  private readonly nodeDownQueue = new Map<string, NodeDownChange>();
+  private readonly nodeDownBusy = new Set<string>();
+  private readonly nodeDownWritten = new Map<string, { present: boolean; at: number }>();
+  private nodeDownDrain: Promise<void> | undefined;
   private readonly d: NodeHealthDeps;
 
   constructor(d: NodeHealthDeps) {
@@ -99,14 +111,13 @@ export class NodeHealthController {
     const d = this.decide();
     this.rememberRoutine(d);
     this.logDecisions(d);
-    // Each object's write is isolated: one pod whose condition cannot be written never stops a fence. Fences
-    // first: 50 nodes failing at once carry ~1,500 NodeDown writes, which must not queue a fence behind them.
+    // Each object's write is isolated: one pod whose condition cannot be written never stops a fence. NodeDown
+    // writes go on in the background: 50 nodes failing at once carry ~1,500 of them, and a pass that waited for
+    // them held back the next one, and with it every fence that fell due meanwhile.
     await mapLimit(d.create, FENCE_CREATES_IN_FLIGHT, (intent) =>
       this.isolated(`NodeFence ${intent.node}`, () => this.createFence(intent)),
     );
-    await mapLimit(d.nodeDown, NODE_DOWN_WRITES_IN_FLIGHT, (ch) =>
-      this.isolated(`pod ${ch.namespace}/${ch.name}`, () => this.applyNodeDown(ch)),
-    );
+    this.queueNodeDown(d.nodeDown);
     for (const p of this.d.caches.policies.list())
       await this.isolated(`FencingPolicy ${p.metadata?.name}`, () => this.updatePolicyStatus(p, d.policies.get(p.metadata?.name ?? "")));
     // Time alone changes verdicts (a heartbeat going stale); look again then, and at least every 5 s for the guards.
@@ -167,7 +178,53 @@ export class NodeHealthController {
     }
   }
 
-  private async applyNodeDown(ch: FleetDecision["nodeDown"][number]): Promise<void> {
+  /** NodeDown writes still queued or under way (tests, and the scale bench's view of the backlog). */
+  nodeDownBacklog(): number {
+    return this.nodeDownQueue.size + this.nodeDownBusy.size;
+  }
+
+  /** Waits until the NodeDown writes queued so far have been made. */
+  async nodeDownSettled(): Promise<void> {
+    while (this.nodeDownDrain) await this.nodeDownDrain;
+  }
+
+  private queueNodeDown(changes: NodeDownChange[]): void {
+    const now = Date.now();
+    for (const [k, w] of this.nodeDownWritten) if (now - w.at > NODE_DOWN_ECHO_MS) this.nodeDownWritten.delete(k);
+    for (const ch of changes) {
+      const key = `${ch.namespace}/${ch.name}/${ch.uid}`;
+      // Under way, or just made and not in the cache yet: the pass after its watch event decides again.
+      if (this.nodeDownBusy.has(key)) continue;
+      if (this.nodeDownWritten.get(key)?.present === !!ch.condition) continue;
+      this.nodeDownQueue.set(key, ch);
+    }
+    if (this.nodeDownQueue.size && !this.nodeDownDrain && !this.d.inflight?.stopping) {
+      const drain = this.drainNodeDown().finally(() => (this.nodeDownDrain = undefined));
+      this.nodeDownDrain = drain;
+      this.d.inflight?.track(drain);
+    }
+  }
+
+  private async drainNodeDown(): Promise<void> {
+    while (this.nodeDownQueue.size && !this.d.inflight?.stopping) {
+      const batch = [...this.nodeDownQueue];
+      this.nodeDownQueue.clear();
+      for (const [key] of batch) this.nodeDownBusy.add(key);
+      await mapLimit(batch, NODE_DOWN_WRITES_IN_FLIGHT, async ([key, ch]) => {
+        try {
+          await this.isolated(`pod ${ch.namespace}/${ch.name}`, async () => {
+            await this.applyNodeDown(ch);
+            this.nodeDownWritten.set(key, { present: !!ch.condition, at: Date.now() });
+          });
+        } finally {
+          this.nodeDownBusy.delete(key);
+        }
+      });
+    }
+    this.nodeDownQueue.clear();
+  }
+
+  private async applyNodeDown(ch: NodeDownChange): Promise<void> {
     try {
       await this.d.kube.setPodCondition(ch.namespace, ch.name, ch.uid, NODE_DOWN, ch.condition);
     } catch (err) {
