@@ -46,7 +46,8 @@ const FENCE_CREATES_IN_FLIGHT = 8;
 /** NodeDown condition writes in flight at once (each is one pod's status patch). */
 const NODE_DOWN_WRITES_IN_FLIGHT = 8;
 const RETRY_MAX_MS = 300_000;
-/** A NodeDown write just made is not made again while the cache may not show it yet. */
+/** A NodeDown write just made is not made again while the cache may not show it yet (monotonic time: a wall
+ * clock set back must not make it last). */
 const NODE_DOWN_ECHO_MS = 30_000;
 
 /** What the last decision saw of a healthy node's Lease: a later renewal that keeps it so changes nothing. */
@@ -189,7 +190,7 @@ export class NodeHealthController {
   }
 
   private queueNodeDown(changes: NodeDownChange[]): void {
-    const now = Date.now();
+    const now = performance.now();
     for (const [k, w] of this.nodeDownWritten) if (now - w.at > NODE_DOWN_ECHO_MS) this.nodeDownWritten.delete(k);
     for (const ch of changes) {
       const key = `${ch.namespace}/${ch.name}/${ch.uid}`;
@@ -214,7 +215,7 @@ export class NodeHealthController {
         try {
           await this.isolated(`pod ${ch.namespace}/${ch.name}`, async () => {
             await this.applyNodeDown(ch);
-            this.nodeDownWritten.set(key, { present: !!ch.condition, at: Date.now() });
+            this.nodeDownWritten.set(key, { present: !!ch.condition, at: performance.now() });
           });
         } finally {
           this.nodeDownBusy.delete(key);
