@@ -131,8 +131,9 @@ class Story {
     );
     await bed.lab.waitForNodeReadyStatus("node-1", "Unknown");
     // A person "unsticks" the Terminating pod, and its successor is started on node-2.
-    await bed.kubectl("delete", "pod", "writer-1", "-n", NS, "--grace-period=0", "--force");
+    // Taken before the call: the controller's wait starts when it sees the deletion, never before the request.
     this.deletedAt = Date.now();
+    await bed.kubectl("delete", "pod", "writer-1", "-n", NS, "--grace-period=0", "--force");
     await this.pod("writer-2", "node-2");
     await waitFor(
       "the controller to refuse node-2 the volume (Multi-Attach)",

@@ -504,12 +504,15 @@ export class Lab implements FaultDriver {
       if (r.code !== 0 || !m) throw new Error(`ipmitool chassis power status on ${node}'s BMC failed: ${(r.stderr || r.stdout).trim()}`);
       return m[1]!.toLowerCase() as "on" | "off";
     };
+    if (action === "status") return status();
     // The BMC acknowledges a command before the power has changed, as a real one does: as an administrator
-    // would, watch the status until it says so.
+    // would, watch the status until it says so, and (the lab knowing more) until the machine has finished
+    // changing: after "on" the status says on at once, while the machine is still booting.
+    const pending = paths(this.state.dir).node(spec.name).bmcOnRequested;
     const until = Date.now() + 30_000;
     for (;;) {
       const power = await status();
-      if (action === "status" || power === action || Date.now() > until) return power;
+      if ((power === action && this.machine(node).power === action && !existsSync(pending)) || Date.now() > until) return power;
       await sleep(200);
     }
   }

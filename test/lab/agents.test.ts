@@ -98,6 +98,8 @@ describe("fence agents against simulated BMCs", { timeout: 120_000 }, () => {
     const on = await timed("ipmi on", () => runOperation(ipmi, ipmiCtx, "on", opts));
     assert.equal(on.outcome, "Succeeded", on.message);
     assert.equal((await runOperation(ipmi, ipmiCtx, "status", opts)).power, "on");
+    // The BMC acknowledges "on" and says on at once; the machine boots a moment later (lab/bmc.ts).
+    for (let i = 0; i < 150 && lab.machine("node-1").power !== "on"; i++) await sleep(200);
     assert.equal(lab.machine("node-1").power, "on");
   });
 

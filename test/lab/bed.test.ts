@@ -152,7 +152,11 @@ describe("lab: a real control plane with simulated nodes and BMCs", () => {
 
     const t0 = Date.now();
     await ipmi("chassis", "power", "off");
-    assert.match((await ipmi("chassis", "power", "status")).stdout, /Chassis Power is off/);
+    // Acknowledged at once, like a real BMC; the status says off once every process of the machine is dead.
+    await waitFor("the BMC's status says off", async () => /Chassis Power is off/.test((await ipmi("chassis", "power", "status")).stdout), {
+      timeoutMs: 30_000,
+      intervalMs: 200,
+    });
     assert.equal(lab.machine("node-1").kubelet, "stopped", "power off killed the node's kubelet");
     const renew = await leaseRenewTime("node-1");
     await sleep(4_000);
