@@ -103,7 +103,9 @@ try {
       const list = await lab.core.listNamespacedPod({ namespace: NS, fieldSelector: "status.phase!=Running" });
       return list.items.length === 0;
     },
-    { timeoutMs: 900_000, intervalMs: 5000 },
+    // kwok marked ~42 pods a second Running at 2,000 nodes (the apiserver busy with their Leases): 15 minutes
+    // were not enough for 60,000.
+    { timeoutMs: Math.max(900_000, pods * 50), intervalMs: 5000 },
   );
   console.log(`all pods Running ${secs(performance.now() - tPods)} after the first create`);
 
