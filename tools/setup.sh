@@ -15,7 +15,7 @@ command -v ipmitool >/dev/null || need+=(ipmitool)
 command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
-[ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ldd /bin/busybox 2>&1 | grep -q "not a dynamic" || need+=(busybox-static)
+[ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && { ldd /bin/busybox 2>&1 || true; } | grep -q "not a dynamic" || need+=(busybox-static)
 command -v iptables >/dev/null || need+=(iptables)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
