@@ -213,6 +213,60 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
     await bed.unfence(node);
   });
 
+  test("Deployment at scale 1 on a crashed node: the ReplicaSet's new pod stays gated until the node is fenced, then starts with token + 1", async () => {
+    await claim("dcrash-data");
+    // Evicted as soon as its node is unreachable: the ReplicaSet then creates the new pod while the old one is still
+    // Terminating on the dead node, the proposal's case of a second writer next to a merely terminating first one.
+    const evictAtOnce = ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"].map((key) => ({
+      key,
+      operator: "Exists",
+      effect: "NoExecute",
+      tolerationSeconds: 0,
+    }));
+    await bed.apps.createNamespacedDeployment({
+      namespace: NS,
+      body: {
+        metadata: { name: "dcrash" },
+        spec: {
+          replicas: 1,
+          selector: { matchLabels: { app: "dcrash" } },
+          template: { metadata: { labels: { app: "dcrash" } }, spec: { ...writerSpec(["dcrash-data"]), tolerations: evictAtOnce } },
+        },
+      },
+    });
+    const first = await waitFor("dcrash Running", async () => (await podsOf("dcrash")).find(running), { timeoutMs: 60_000 });
+    const node = first.spec!.nodeName!;
+    const token = Number(first.metadata?.annotations?.[TOKEN_ANNOTATION]);
+    assert.ok(token >= 1, "the Deployment's pod was granted its claim");
+    await bed.lab.crash(node);
+    const samples: string[] = [];
+    let gatedSeen = false;
+    const second = await waitFor(
+      "the ReplicaSet's new pod Running",
+      async () => {
+        // Pods first, then the fence: a pod seen ungated before a fence with evidence existed was granted without it.
+        const ps = await podsOf("dcrash");
+        const fenced = !!(await bed.getFence(node))?.status?.evidence;
+        const old = ps.find((p) => p.metadata?.uid === first.metadata?.uid);
+        const others = ps.filter((p) => p.metadata?.uid !== first.metadata?.uid);
+        if (old && others.some((o) => isGated(o))) gatedSeen = true;
+        if (old && !fenced)
+          for (const o of others)
+            if (!isGated(o))
+              samples.push(`${o.metadata?.name} ungated while ${old.metadata?.name} is on unfenced ${node} (${old.status?.phase})`);
+        return others.find(running);
+      },
+      { timeoutMs: 150_000, intervalMs: 100 },
+    );
+    assert.deepEqual(samples, [], "never two holders");
+    assert.ok(gatedSeen, "the new pod was seen gated while the old one was still on the dead node");
+    assert.equal(second.metadata?.annotations?.[TOKEN_ANNOTATION], String(token + 1));
+    assert.notEqual(second.spec?.nodeName, node);
+    await bed.waitForFence(node, released, "Released");
+    await bed.apps.deleteNamespacedDeployment({ name: "dcrash", namespace: NS });
+    await bed.unfence(node);
+  });
+
   test("kubectl delete --force of a guarded pod on a partitioned, unfenced node is refused; Stockade's own release goes through", async () => {
     const victim = (await podsOf("db")).find((p) => p.metadata?.name === "db-1")!;
     const node = victim.spec!.nodeName!;
