@@ -148,6 +148,37 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
     await bed.lab.core.deleteNamespacedPod({ name: loser.metadata!.name!, namespace: NS });
   });
 
+  /**
+   * Polls the app's pods until one other than `first` runs. Meanwhile, whenever `first` still exists and
+   * `oldMayRun` (called after the pods were read) says it may still run, every other pod seen without the gate is
+   * a sample of two holders. Returns the running pod, those samples and whether another pod was seen gated.
+   */
+  async function followReplacement(
+    app: string,
+    first: V1Pod,
+    oldMayRun: (old: V1Pod) => boolean | Promise<boolean>,
+    why: string,
+    o: { timeoutMs: number; intervalMs: number },
+  ): Promise<{ second: V1Pod; samples: string[]; gatedSeen: boolean }> {
+    const samples: string[] = [];
+    let gatedSeen = false;
+    const second = await waitFor(
+      `a new ${app} pod Running`,
+      async () => {
+        const ps = await podsOf(app);
+        const old = ps.find((p) => p.metadata?.uid === first.metadata?.uid);
+        const others = ps.filter((p) => p.metadata?.uid !== first.metadata?.uid);
+        if (old && others.some((x) => isGated(x))) gatedSeen = true;
+        if (old && (await oldMayRun(old)))
+          for (const x of others)
+            if (!isGated(x)) samples.push(`${x.metadata?.name} ungated while ${old.metadata?.name} ${why} (${old.status?.phase})`);
+        return others.find(running);
+      },
+      o,
+    );
+    return { second, samples, gatedSeen };
+  }
+
   test("Deployment at scale 1 with a ReadWriteOnce claim: on rollout the new pod stays gated until the old one is gone", async () => {
     await claim("deploy-data");
     await bed.apps.createNamespacedDeployment({
@@ -171,21 +202,11 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
     });
     // Sample until the new pod runs: while the old pod may still run (it exists and its kubelet has not yet
     // reported it Succeeded/Failed, which it does only once every container stopped), no other pod may be ungated.
-    const samples: string[] = [];
-    let gatedSeen = false;
-    const second = await waitFor(
-      "the rolled-out pod Running",
-      async () => {
-        const ps = await podsOf("deploy");
-        const old = ps.find((p) => p.metadata?.uid === first.metadata?.uid);
-        const others = ps.filter((p) => p.metadata?.uid !== first.metadata?.uid);
-        if (old && others.some((o) => isGated(o))) gatedSeen = true;
-        const mayRun = old && old.status?.phase !== "Succeeded" && old.status?.phase !== "Failed";
-        if (mayRun)
-          for (const o of others)
-            if (!isGated(o)) samples.push(`${o.metadata?.name} ungated while ${old.metadata?.name} may still run (${old.status?.phase})`);
-        return others.find(running);
-      },
+    const { second, samples, gatedSeen } = await followReplacement(
+      "deploy",
+      first,
+      (old) => old.status?.phase !== "Succeeded" && old.status?.phase !== "Failed",
+      "may still run",
       { timeoutMs: 90_000, intervalMs: 50 },
     );
     assert.deepEqual(samples, [], "never two holders");
@@ -239,23 +260,12 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
     const token = Number(first.metadata?.annotations?.[TOKEN_ANNOTATION]);
     assert.ok(token >= 1, "the Deployment's pod was granted its claim");
     await bed.lab.crash(node);
-    const samples: string[] = [];
-    let gatedSeen = false;
-    const second = await waitFor(
-      "the ReplicaSet's new pod Running",
-      async () => {
-        // Pods first, then the fence: a pod seen ungated before a fence with evidence existed was granted without it.
-        const ps = await podsOf("dcrash");
-        const fenced = !!(await bed.getFence(node))?.status?.evidence;
-        const old = ps.find((p) => p.metadata?.uid === first.metadata?.uid);
-        const others = ps.filter((p) => p.metadata?.uid !== first.metadata?.uid);
-        if (old && others.some((o) => isGated(o))) gatedSeen = true;
-        if (old && !fenced)
-          for (const o of others)
-            if (!isGated(o))
-              samples.push(`${o.metadata?.name} ungated while ${old.metadata?.name} is on unfenced ${node} (${old.status?.phase})`);
-        return others.find(running);
-      },
+    // The fence is read after the pods: a pod seen ungated before a fence with evidence existed was granted without it.
+    const { second, samples, gatedSeen } = await followReplacement(
+      "dcrash",
+      first,
+      async () => !(await bed.getFence(node))?.status?.evidence,
+      `is on unfenced ${node}`,
       { timeoutMs: 150_000, intervalMs: 100 },
     );
     assert.deepEqual(samples, [], "never two holders");

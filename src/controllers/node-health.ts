@@ -179,7 +179,7 @@ export class NodeHealthController {
     }
   }
 
-  /** NodeDown writes still queued or under way (tests, and the scale bench's view of the backlog). */
+  /** NodeDown writes still queued or under way. */
   nodeDownBacklog(): number {
     return this.nodeDownQueue.size + this.nodeDownBusy.size;
   }
