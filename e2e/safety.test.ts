@@ -250,13 +250,16 @@ describe("e2e: a node that comes back (items 4 and 5)", () => {
     await bed.lab.setBmcReachable(node, false);
     await bed.lab.partition(node); // frozen kubelet: same boot, the workload presumed alive
     await bed.waitForFence(node, (f) => (f.status?.attempts ?? []).some((a) => a.outcome === "InProgress"), "has an attempt in progress");
+    const healed = Date.now();
     await bed.lab.heal(node); // the partition ends: it heartbeats again…
     // …the try in flight fails against the silent BMC (ipmitool gives up after 2 × 2 s), and then the BMC answers
     // again: a retry that does not look at the node first would now power the healthy machine off. (A try already
     // in flight when the BMC comes back could still land: a command sent cannot be recalled, docs/safety.md §4.)
-    // A real kubelet reconnects a few seconds after its cable is mended (TCP backs off): the node has come
-    // back once it reports Ready again, not at the moment of the heal.
-    await Promise.all([sleep(4500), bed.lab.waitForNodeReadyStatus(node, "True", 60_000)]);
+    // A real kubelet reconnects seconds after its cable is mended (TCP backs off), and its Ready condition may
+    // still be the one from before the cut: the node has come back once its Lease shows a renewal made after the
+    // heal. A try that began just before the operator saw that renewal has given up (~4 s) 6 s later.
+    await bed.lab.waitForLeaseRenewedAfter(node, healed, 60_000);
+    await sleep(6000);
     await bed.lab.setBmcReachable(node, true);
     const f = await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "cancelled");
     assert.equal(reasonOf(f), "NodeRecovered");

@@ -360,6 +360,24 @@ export class Lab implements FaultDriver {
   }
 
   /**
+   * Waits until the node's Lease shows a renewal stamped at or after `sinceMs`: what the operator reads to decide
+   * the node is back. A Ready=True read right after a heal may be the condition from before the cut (the
+   * controller-manager had not yet marked it Unknown), so it does not say the node came back.
+   */
+  async waitForLeaseRenewedAfter(name: string, sinceMs: number, timeoutMs = 60_000): Promise<Date> {
+    const coordination = this.kc.makeApiClient(CoordinationV1Api);
+    return waitFor(
+      `a Lease renewal of ${name} after ${new Date(sinceMs).toISOString()}`,
+      async () => {
+        const lease = await coordination.readNamespacedLease({ name, namespace: "kube-node-lease" });
+        const renewed = lease.spec?.renewTime ? new Date(lease.spec.renewTime) : undefined;
+        return renewed && renewed.getTime() >= sinceMs ? renewed : undefined;
+      },
+      { timeoutMs, intervalMs: 250 },
+    );
+  }
+
+  /**
    * Waits until every node is Ready and renewing its Lease on schedule: its renewTime (the kubelet's clock when it
    * sent the renewal) within one renewal period and a half of now. A node just reconnected may still be catching up
    * (TCP retransmits after a cut delivered a renewal here 4 s after the kubelet stamped it), so it would go silent
