@@ -63,6 +63,8 @@ export class Bed {
     /** Kubernetes' default timings instead of the lab's fast ones: node-monitor grace 50 s (checked every 5 s),
      * Leases of 40 s renewed every 10 s, 300 s default tolerations. */
     kubernetesTimings?: boolean;
+    /** The providerID each node registers with (Lab.up's option of that name). */
+    providerID?: (node: { name: string; index: number; zone: string }) => string | undefined;
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
     const runtime = o.runtime ?? "real";
@@ -76,6 +78,7 @@ export class Bed {
       runtime,
       images,
       timings: o.kubernetesTimings ? { ...kubernetesTimings, ...o.timings } : o.timings,
+      providerID: o.providerID,
     });
     try {
       return await Bed.setUp(lab, o.webhooks ?? false);

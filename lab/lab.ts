@@ -50,6 +50,9 @@ export interface UpOptions {
   runtime?: Runtime;
   /** Real nodes: the sandbox image and the OCI image tars every node imports (lab/images.ts). */
   images?: { pauseImage: string; tars: string[]; refs: Record<string, string> };
+  /** The providerID each node registers with (a kubelet's --provider-id; kwok nodes get it in spec), e.g.
+   * `(n) => \`aws:///${n.zone}/i-...\``: cloud agents find the instance from it. None when absent. */
+  providerID?: (node: { name: string; index: number; zone: string }) => string | undefined;
 }
 
 /** The programs a real-node lab runs besides the control plane's. */
@@ -148,6 +151,8 @@ export class Lab implements FaultDriver {
         bmc: { address: "127.0.0.1", port: await freeUdpPort(), username: "admin", passwordFile: join(p.node(name).dir, "bmc-password") },
         ...(runtime === "real" ? { ip: nodeIp(slot, i) } : {}),
       });
+      const providerID = o.providerID?.({ name, index: i, zone: nodes[i]!.zone });
+      if (providerID) nodes[i]!.providerID = providerID;
     }
     const s: LabState = {
       version: 1,
@@ -315,7 +320,7 @@ export class Lab implements FaultDriver {
           "node.alpha.kubernetes.io/ttl": "0",
         },
       },
-      spec: {},
+      spec: node.providerID ? { providerID: node.providerID } : {},
       status: {
         allocatable: { cpu: "8", memory: "32Gi", pods: "110" },
         capacity: { cpu: "8", memory: "32Gi", pods: "110" },

@@ -15,6 +15,8 @@ export interface NodeSpec {
   bmc: { address: string; port: number; username: string; passwordFile: string };
   /** Real nodes: the node's address on the lab network (its InternalIP). */
   ip?: string;
+  /** The Node's spec.providerID (cloud agents find the instance from it), when the lab was asked for one. */
+  providerID?: string;
 }
 
 export type Runtime = "kwok" | "real";

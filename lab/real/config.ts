@@ -120,6 +120,8 @@ export interface KubeletOptions {
   nodeLeaseSeconds: number;
   /** Where pods resolve names (the lab's cluster DNS), if it runs. */
   clusterDns?: string;
+  /** The Node's spec.providerID, set by the kubelet when it registers. */
+  providerID?: string;
 }
 
 export function kubeletConfig(n: RealNodeLayout, o: KubeletOptions): string {
@@ -147,6 +149,7 @@ export function kubeletConfig(n: RealNodeLayout, o: KubeletOptions): string {
     nodeLeaseDurationSeconds: o.nodeLeaseSeconds,
     resolvConf: p.resolvConf,
     ...(o.clusterDns ? { clusterDNS: [o.clusterDns], clusterDomain: "cluster.local" } : {}),
+    ...(o.providerID ? { providerID: o.providerID } : {}),
     // The machine's disks are shared by every node: never evict for disk or memory pressure of the whole machine.
     evictionHard: { "memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%" },
     imageGCHighThresholdPercent: 100,

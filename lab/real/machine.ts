@@ -48,6 +48,7 @@ export function realContext(s: LabState, name: string): RealNodeContext {
     pauseImage: r.pauseImage,
     imageTars: r.imageTars,
     clusterDns: r.clusterDns,
+    ...(spec.providerID ? { providerID: spec.providerID } : {}),
     logDir: paths(s.dir).logs,
   };
 }

@@ -29,6 +29,7 @@ export interface RealNodeContext extends RealNodeLayout {
   /** OCI image tars imported into the node's containerd on its first boot. */
   imageTars: string[];
   clusterDns?: string;
+  providerID?: string;
   logDir: string;
 }
 
@@ -183,7 +184,12 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
   writeFileSync(join(p.cniConf, "10-stockade-lab.conflist"), cniConfig(ctx));
   writeFileSync(
     p.kubeletConfig,
-    kubeletConfig(ctx, { caFile: ctx.caFile, nodeLeaseSeconds: ctx.nodeLeaseSeconds, clusterDns: ctx.clusterDns }),
+    kubeletConfig(ctx, {
+      caFile: ctx.caFile,
+      nodeLeaseSeconds: ctx.nodeLeaseSeconds,
+      clusterDns: ctx.clusterDns,
+      providerID: ctx.providerID,
+    }),
   );
   for (const d of ["/run/containerd", "/var/lib/cni"]) mkdirSync(d, { recursive: true });
 
