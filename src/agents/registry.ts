@@ -1,15 +1,18 @@
 import { AgentError, type AgentDriver, type ParameterRules } from "./types.ts";
 import { ipmiDriver, ipmiRules } from "./ipmi.ts";
+import { redfishDriver, redfishRules } from "./redfish.ts";
 import { FenceAgentDriver, fenceAgentRules, loadFenceAgentRules } from "./fence-agent.ts";
 import { manualDriver } from "./manual.ts";
 
-export const AGENT_TYPES = ["ipmi", "fenceAgent", "manual"] as const;
+export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual"] as const;
 
 /** The driver of a FenceAgent's spec.type; `agent` is spec.agent, required for type fenceAgent. */
 export function driverFor(type: string, agent?: string): AgentDriver {
   switch (type) {
     case "ipmi":
       return ipmiDriver;
+    case "redfish":
+      return redfishDriver;
     case "manual":
       return manualDriver;
     case "fenceAgent":
@@ -29,6 +32,8 @@ export function rulesFor(spec: { type: string; agent?: string }): ParameterRules
   switch (spec.type) {
     case "ipmi":
       return ipmiRules;
+    case "redfish":
+      return redfishRules;
     case "manual":
       return undefined;
     case "fenceAgent":

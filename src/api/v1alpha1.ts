@@ -25,11 +25,11 @@ export interface FenceAgent {
 /** FenceAgentSpec says how to fence a machine. */
 export interface FenceAgentSpec {
   /**
-   * How to fence: ipmi (IPMI 2.0 over lanplus, built in), fenceAgent (any ClusterLabs fence_* executable named in
-   * agent), or manual (wait until an administrator confirms the machine is off by annotating the NodeFence
-   * stockade.io/confirmed-off=<node name>).
+   * How to fence: ipmi (IPMI 2.0 over lanplus, built in), redfish (Redfish over HTTPS, built in), fenceAgent (any
+   * ClusterLabs fence_* executable named in agent), or manual (wait until an administrator confirms the machine is off
+   * by annotating the NodeFence stockade.io/confirmed-off=<node name>).
    */
-  type: "ipmi" | "fenceAgent" | "manual";
+  type: "ipmi" | "redfish" | "fenceAgent" | "manual";
   /**
    * The fence_* executable to run when type is fenceAgent, e.g. fence_ipmilan. A bare name looked up on PATH: never a
    * path, never run through a shell. It gets every parameter as a key=value line on stdin, plus action=.
