@@ -131,3 +131,31 @@ export function writeKubeconfig(
   };
   writeFileSync(file, JSON.stringify(cfg, null, 2), { mode: 0o600 });
 }
+
+/**
+ * A serving certificate for `stem` signed by the lab CA in `dir` (createPki's), for the names in `subjectAltName`
+ * (e.g. "IP:127.0.0.1"). Made once; the Redfish simulators' certificates come from here.
+ */
+export function signServerCert(dir: string, stem: string, subjectAltName: string): { cert: string; key: string } {
+  const p = (f: string) => join(dir, f);
+  if (!existsSync(p(`${stem}.crt`))) {
+    openssl(["req", "-newkey", "rsa:2048", "-nodes", "-subj", `/CN=${stem}`, "-keyout", `${stem}.key`, "-out", `${stem}.csr`], dir);
+    writeFileSync(
+      p(`${stem}.ext`),
+      `subjectAltName=${subjectAltName}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n`,
+    );
+    // prettier-ignore
+    openssl(["x509", "-req", "-in", `${stem}.csr`, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "3650", "-extfile", `${stem}.ext`, "-out", `${stem}.crt`], dir);
+  }
+  return { cert: p(`${stem}.crt`), key: p(`${stem}.key`) };
+}
+
+/** A self-signed certificate for the same names, from no CA the lab trusts: what an impostor on the BMC's address shows. */
+export function selfSignedCert(dir: string, stem: string, subjectAltName: string): { cert: string; key: string } {
+  mkdirSync(dir, { recursive: true });
+  const p = (f: string) => join(dir, f);
+  if (!existsSync(p(`${stem}.crt`)))
+    // prettier-ignore
+    openssl(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", `/CN=${stem}`, "-addext", `subjectAltName=${subjectAltName}`, "-keyout", `${stem}.key`, "-out", `${stem}.crt`], dir);
+  return { cert: p(`${stem}.crt`), key: p(`${stem}.key`) };
+}

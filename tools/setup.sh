@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the tests need that npm does not install: Debian packages (OpenIPMI's ipmi_sim, ipmitool,
-# ClusterLabs fence-agents, openssl, containerd, runc, CNI plugins, busybox-static, iptables) and the Go-built Kubernetes components (version-keyed cache).
+# ClusterLabs fence-agents, Redfish clients (redfishtool, python3-sushy), openssl, containerd, runc, CNI plugins, busybox-static, iptables) and the Go-built Kubernetes components and Redfish emulator (version-keyed cache).
 # Idempotent: a machine that has everything pays a few stat() calls.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -10,6 +10,9 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v ipmi_sim >/dev/null || need+=(openipmi)
 command -v ipmitool >/dev/null || need+=(ipmitool)
 [ -x /usr/sbin/fence_ipmilan ] || need+=(fence-agents)
+# Independent Redfish clients that check the lab's Redfish simulator (fence_redfish comes with fence-agents).
+command -v redfishtool >/dev/null || need+=(redfishtool)
+/usr/bin/python3 -c "import sushy" 2>/dev/null || need+=(python3-sushy)
 # Real-node lab mode: a containerd and a kubelet per node, runc, the CNI plugins, images without a registry
 # (busybox from busybox-static), packet filters for partitions (iptables), a node's own mount namespace (util-linux).
 command -v containerd >/dev/null || need+=(containerd)
@@ -34,3 +37,4 @@ command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || {
 }
 export PATH="$PATH:/usr/local/go/bin"
 bash "$HERE/k8s-bins/build.sh"
+bash "$HERE/redfish-mock/build.sh"
