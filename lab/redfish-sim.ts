@@ -19,6 +19,7 @@ import type { Socket } from "node:net";
 import { randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { machineStatus, setPower } from "./machine.ts";
 import { selfSignedCert, signServerCert } from "./pki.ts";
 import { paths, type LabState } from "./state.ts";
@@ -293,7 +294,8 @@ export class RedfishSimulator {
         if (this.mode === "task-exception") {
           setTimeout(() => Object.assign(task, { done: true, state: "Exception", message: "The power controller did not respond." }), 300);
         } else {
-          this.reset(resetType).then(
+          // A BMC's task takes a while even when the power changes at once: its monitor answers 202 for 1 s at least.
+          Promise.all([this.reset(resetType), sleep(1000)]).then(
             () => Object.assign(task, { done: true, state: "Completed", message: `ResetType ${resetType} done.` }),
             (e: Error) => Object.assign(task, { done: true, state: "Exception", message: e.message }),
           );

@@ -3,7 +3,7 @@
 // real lab node off (every process of the node gone) and on again through it. Then Stockade's redfish driver
 // against the same simulator: session auth with the lab CA, the 202 task monitor, a task ending in Exception,
 // wrong credentials, a hanging BMC and an impostor's certificate.
-import { after, before, describe, test } from "node:test";
+import { after, before, beforeEach, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
@@ -15,7 +15,7 @@ import { nodePids } from "../../lab/real/node.ts";
 import { RedfishSimulator } from "../../lab/redfish-sim.ts";
 import { redfishDriver } from "../../src/agents/redfish.ts";
 import { fenceOff, runOperation } from "../../src/agents/run.ts";
-import { AgentError } from "../../src/agents/types.ts";
+import type { AgentError } from "../../src/agents/types.ts";
 
 /** Runs a client with `input` on stdin (credentials never in argv); resolves with its exit code and output. */
 function client(cmd: string, args: string[], input: string, timeoutMs = 60_000): Promise<{ code: number; out: string }> {
@@ -182,7 +182,17 @@ describe("the lab's Redfish simulator against independent clients", () => {
     });
     const opts = { timeoutMs: 60_000, retries: 2, backoffMs: 200, pollMs: 300 };
 
+    /** Each test starts from a machine that is on (a failed one must not leave the next one a machine that is off). */
+    beforeEach(async () => {
+      sim.mode = "normal";
+      sim.useCertificate("lab");
+      await sim.settled();
+      if (lab.machine(node).power === "off") await lab.bmc(node, "on");
+      await lab.waitForNodeReady(node, { timeoutMs: 120_000 });
+    });
+
     test("status, off confirmed by PowerState, on; sessions deleted afterwards", async () => {
+      const since = sim.requests.length;
       assert.equal(await redfishDriver.status(ctx()), "on");
       const boot = lab.machine(node).bootID;
       const r = await fenceOff(redfishDriver, { node, parameters: params(), annotations: {} }, opts);
@@ -191,9 +201,10 @@ describe("the lab's Redfish simulator against independent clients", () => {
       const on = await runOperation(redfishDriver, { node, parameters: params(), annotations: {} }, "on", opts);
       assert.equal(on.outcome, "Succeeded", on.message);
       await assertPower("on", boot);
-      const logins = sim.requests.filter((r) => r.method === "POST" && r.path.endsWith("/Sessions") && r.status === 201).length;
-      const logouts = sim.requests.filter((r) => r.method === "DELETE" && r.status === 204).length;
-      assert.ok(logins >= 3 && logouts >= logins - 1, `every session deleted: ${logins} logins, ${logouts} logouts`);
+      const mine = sim.requests.slice(since);
+      const logins = mine.filter((r) => r.method === "POST" && r.path.endsWith("/Sessions") && r.status === 201).length;
+      const logouts = mine.filter((r) => r.method === "DELETE" && r.status === 204).length;
+      assert.ok(logins >= 3 && logouts === logins, `every session deleted: ${logins} logins, ${logouts} logouts`);
       assert.ok(sim.requests.some((r) => r.resetType === "ForceOff" && r.auth === "session"));
     });
 
@@ -267,8 +278,9 @@ describe("the lab's Redfish simulator against independent clients", () => {
         );
         assert.equal(sim.requests.length, before, "not one request reached the impostor");
         assert.equal(lab.machine(node).power, "on");
-        const { caBundle: _, ...rest } = params();
-        assert.equal(await redfishDriver.status(ctx({ ...rest, insecureSkipVerify: "true" })), "on");
+        const insecure: Record<string, string> = { ...params(), insecureSkipVerify: "true" };
+        delete insecure.caBundle;
+        assert.equal(await redfishDriver.status(ctx(insecure)), "on");
       } finally {
         sim.useCertificate("lab");
       }
