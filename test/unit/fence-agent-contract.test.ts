@@ -244,8 +244,8 @@ describe("finding the agent", () => {
       assert.equal(resolveAgent(bad), undefined);
     }
     assert.throws(
-      () => driverFor("redfish"),
-      (e: AgentError) => e.kind === "Config" && /unknown agent type "redfish"/.test(e.message),
+      () => driverFor("telnet"),
+      (e: AgentError) => e.kind === "Config" && /unknown agent type "telnet"/.test(e.message),
     );
   });
 
