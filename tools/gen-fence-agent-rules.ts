@@ -12,6 +12,17 @@ import { parseMetadata, unusableAgent, verdictFor, type AgentMetadata } from "..
 import { IPMI_PARAMETERS, IPMI_SECRET_ONLY } from "../src/agents/ipmi.ts";
 import { REDFISH_PARAMETERS, REDFISH_SECRET_ONLY } from "../src/agents/redfish.ts";
 
+/** The types Stockade implements itself: every parameter each takes, and those only a Secret may supply. */
+const NATIVE: Record<string, { parameters: readonly string[]; secretOnly: readonly string[] }> = {
+  ipmi: { parameters: IPMI_PARAMETERS, secretOnly: IPMI_SECRET_ONLY },
+  redfish: { parameters: REDFISH_PARAMETERS, secretOnly: REDFISH_SECRET_ONLY },
+};
+const nativeNames = Object.values(NATIVE).flatMap((t) => t.parameters);
+const plain = (t: string) => NATIVE[t]!.parameters.filter((p) => !NATIVE[t]!.secretOnly.includes(p));
+/** What a type's rule says when a parameter is not its own. */
+const nativeMessage = (t: string) =>
+  `type ${t} takes only the parameters ${plain(t).join(", ")} (and ${NATIVE[t]!.secretOnly.join(" and ")}, from the Secret)`;
+
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "..");
 export const AGENT_DIR = "/usr/sbin";
@@ -169,17 +180,13 @@ const INSTEAD =
   "set per-node values in spec.nodes.<node>.parameters, or in labels under node-restriction.kubernetes.io/ (only administrators can set those)";
 
 function names(l: Lists) {
-  const ipmiPlain = IPMI_PARAMETERS.filter((p) => !IPMI_SECRET_ONLY.includes(p));
   return {
-    allowed: sorted([...l.allowed, ...IPMI_PARAMETERS, ...REDFISH_PARAMETERS]).filter((n) => IDENT.test(n)),
-    secretOnly: sorted([...l.secretOnly, ...IPMI_SECRET_ONLY, ...REDFISH_SECRET_ONLY]),
-    dangerous: Object.keys(l.refused).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
-    // ipmi's own "port" is fence agents' deprecated alias of plug: per agent, the spec-level rule refuses it.
-    deprecated: Object.keys(l.deprecated).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
-    ipmi: IPMI_PARAMETERS,
-    ipmiPlain,
-    redfish: REDFISH_PARAMETERS,
-    redfishPlain: REDFISH_PARAMETERS.filter((p) => !REDFISH_SECRET_ONLY.includes(p)),
+    allowed: sorted([...new Set([...l.allowed, ...nativeNames])]).filter((n) => IDENT.test(n)),
+    secretOnly: sorted([...new Set([...l.secretOnly, ...Object.values(NATIVE).flatMap((t) => t.secretOnly)])]),
+    // A native type's own names (ipmi's "port" is fence agents' deprecated alias of plug) are not refused here:
+    // per agent and per type, the spec-level rules refuse what each does not take.
+    dangerous: Object.keys(l.refused).filter((n) => IDENT.test(n) && !nativeNames.includes(n)),
+    deprecated: Object.keys(l.deprecated).filter((n) => IDENT.test(n) && !nativeNames.includes(n)),
   };
 }
 
@@ -194,7 +201,9 @@ function messages(l: Lists, field: string) {
       `(every *_path, *_script and *_file option...; docs/api.md lists them): ${WHY_DANGEROUS}`,
     deprecated: `${field} must not contain deprecated fence agent aliases (${first(n.deprecated, 8)}): use their current names, e.g. ip, plug, username, password`,
     allowed:
-      `${field} may contain only parameters Stockade passes to agents: ipmi takes ${n.ipmiPlain.join(", ")}; redfish takes ${n.redfishPlain.join(", ")}; fence agents take the options of ` +
+      `${field} may contain only parameters Stockade passes to agents: ${Object.keys(NATIVE)
+        .map((t) => `${t} takes ${plain(t).join(", ")}`)
+        .join("; ")}; fence agents take the options of ` +
       `fence-agents ${l.version} that neither run programs nor name files, by their current names (ip, not ipaddr; plug, not port) (docs/api.md)`,
     values: `${field} values must not start with '-' or contain whitespace: fence agents build command lines from them, and such a value would become extra options`,
   };
@@ -254,7 +263,12 @@ function specRules(l: Lists): CelRule[] {
   const n = names(l);
   const agents = celList(Object.keys(l.perAgent));
   const perAgent = celMap(l.perAgent);
-  const ipmi = celList(n.ipmi);
+  const native = celMap(Object.fromEntries(Object.entries(NATIVE).map(([t, v]) => [t, v.parameters])));
+  const nativeTypes = celList(Object.keys(NATIVE));
+  const quote = (x: string) => `'${x.replaceAll("\\", "\\\\").replaceAll("'", "\\'")}'`;
+  const said = `{${Object.keys(NATIVE)
+    .map((t) => `${quote(t)}: ${quote(nativeMessage(t))}`)
+    .join(", ")}}`;
   const unusable = Object.keys(l.unusable);
   return [
     {
@@ -267,19 +281,13 @@ function specRules(l: Lists): CelRule[] {
       fieldPath: `.${f}`,
       messageExpression: `'spec.${f} contains a parameter that ' + self.agent + ' does not take, or that Stockade refuses for it: \`' + self.agent + ' -o metadata\` lists its parameters; docs/api.md says which are refused'`,
     })),
+    // One rule for every native type (its cost does not grow with the number of types).
     {
       rule:
-        `self.type != 'ipmi' || ((!has(self.parameters) || self.parameters.all(k, k in ${ipmi})) && ` +
-        `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${ipmi})) && ` +
-        `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${ipmi}))))`,
-      message: `type ipmi takes only the parameters ${n.ipmiPlain.join(", ")} (and password, from the Secret)`,
-    },
-    {
-      rule:
-        `self.type != 'redfish' || ((!has(self.parameters) || self.parameters.all(k, k in ${celList(n.redfish)})) && ` +
-        `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${celList(n.redfish)})) && ` +
-        `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${celList(n.redfish)}))))`,
-      message: `type redfish takes only the parameters ${n.redfishPlain.join(", ")} (and password and caBundle, from the Secret)`,
+        `!(self.type in ${nativeTypes}) || ((!has(self.parameters) || self.parameters.all(k, k in ${native}[self.type])) && ` +
+        `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${native}[self.type])) && ` +
+        `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${native}[self.type]))))`,
+      messageExpression: `${said}[self.type]`,
     },
   ];
 }
