@@ -10,6 +10,7 @@ import { promisify } from "node:util";
 import { format, resolveConfig } from "prettier";
 import { parseMetadata, unusableAgent, verdictFor, type AgentMetadata } from "../src/agents/fence-metadata.ts";
 import { IPMI_PARAMETERS, IPMI_SECRET_ONLY } from "../src/agents/ipmi.ts";
+import { EXTRA_PREFIX, WEBHOOK_PARAMETERS, WEBHOOK_SECRET_ONLY } from "../src/agents/webhook.ts";
 
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "..");
@@ -170,13 +171,14 @@ const INSTEAD =
 function names(l: Lists) {
   const ipmiPlain = IPMI_PARAMETERS.filter((p) => !IPMI_SECRET_ONLY.includes(p));
   return {
-    allowed: sorted([...l.allowed, ...IPMI_PARAMETERS]).filter((n) => IDENT.test(n)),
-    secretOnly: sorted([...l.secretOnly, ...IPMI_SECRET_ONLY]),
+    allowed: sorted([...l.allowed, ...IPMI_PARAMETERS, ...WEBHOOK_PARAMETERS]).filter((n) => IDENT.test(n)),
+    secretOnly: sorted([...l.secretOnly, ...IPMI_SECRET_ONLY, ...WEBHOOK_SECRET_ONLY]),
     dangerous: Object.keys(l.refused).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
     // ipmi's own "port" is fence agents' deprecated alias of plug: per agent, the spec-level rule refuses it.
     deprecated: Object.keys(l.deprecated).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
     ipmi: IPMI_PARAMETERS,
     ipmiPlain,
+    webhookPlain: WEBHOOK_PARAMETERS.filter((p) => !WEBHOOK_SECRET_ONLY.includes(p)),
   };
 }
 
@@ -205,10 +207,15 @@ function topRules(l: Lists, field: string, withValues: boolean): CelRule[] {
     { rule: `!self.exists(k, k in ${celList(n.secretOnly)})`, message: m.secret },
     { rule: `!self.exists(k, k in ${celList(n.dangerous)})`, message: m.dangerous },
     { rule: `!self.exists(k, k in ${celList(n.deprecated)})`, message: m.deprecated },
-    { rule: `self.all(k, k in ${celList(n.allowed)})`, message: m.allowed },
+    { rule: `self.all(k, k in ${celList(n.allowed)} || k.startsWith('${EXTRA_PREFIX}'))`, message: m.allowed },
   ];
   // Select options may contain spaces ("DRAC CMC"): the operator checks those against the agent's choices.
-  if (withValues) rules.push({ rule: `self.all(k, k in ${celList(l.spacedSelects)} || !self[k].matches('^-|\\\\s'))`, message: m.values });
+  // A webhook's caBundle is a PEM (starts with '-', has spaces and line breaks): the operator parses it.
+  if (withValues)
+    rules.push({
+      rule: `self.all(k, k in ${celList([...l.spacedSelects, "caBundle"])} || !self[k].matches('^-|\\\\s'))`,
+      message: m.values,
+    });
   return rules;
 }
 
@@ -240,7 +247,7 @@ function nodeRules(l: Lists): CelRule[] {
   return [
     { rule: `!self.exists(k, k in ${celList(n.secretOnly)})`, message: m.secret },
     { rule: `!self.exists(k, k in ${celList(n.dangerous)})`, message: m.dangerous },
-    { rule: `self.all(k, k in ${celSet(n.allowed)})`, message: m.allowed },
+    { rule: `self.all(k, k in ${celSet(n.allowed)} || k.startsWith('${EXTRA_PREFIX}'))`, message: m.allowed },
     // A regex over 16 values of 256 characters exceeds the budget: a leading '-' and spaces (the reproduced injection).
     { rule: `self.all(k, !self[k].startsWith('-') && !self[k].contains(' '))`, message: m.values.replace("whitespace", "spaces") },
   ];
@@ -252,6 +259,7 @@ function specRules(l: Lists): CelRule[] {
   const agents = celList(Object.keys(l.perAgent));
   const perAgent = celMap(l.perAgent);
   const ipmi = celList(n.ipmi);
+  const webhook = celList(WEBHOOK_PARAMETERS);
   const unusable = Object.keys(l.unusable);
   return [
     {
@@ -270,6 +278,19 @@ function specRules(l: Lists): CelRule[] {
         `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${ipmi})) && ` +
         `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${ipmi}))))`,
       message: `type ipmi takes only the parameters ${n.ipmiPlain.join(", ")} (and password, from the Secret)`,
+    },
+    // The site's own x_<name> parameters: only webhook passes them on (every other type lists its names above).
+    {
+      rule:
+        `self.type == 'webhook' || ((!has(self.parameters) || !self.parameters.exists(k, k.startsWith('${EXTRA_PREFIX}'))) && ` +
+        `(!has(self.nodeTemplates) || !self.nodeTemplates.exists(k, k.startsWith('${EXTRA_PREFIX}'))))`,
+      message: `only type webhook takes ${EXTRA_PREFIX}<name> parameters (the power service's own, passed on in the request)`,
+    },
+    {
+      rule:
+        `self.type != 'webhook' || ((!has(self.parameters) || self.parameters.all(k, k in ${webhook} || k.startsWith('${EXTRA_PREFIX}'))) && ` +
+        `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${webhook} || k.startsWith('${EXTRA_PREFIX}'))))`,
+      message: `type webhook takes only the parameters ${n.webhookPlain.join(", ")} and ${EXTRA_PREFIX}<name> (and hmacKey, from the Secret)`,
     },
   ];
 }
