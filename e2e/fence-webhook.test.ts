@@ -4,8 +4,8 @@
 // that hangs or answers garbage fails the level, nothing is released, and once it is fixed the next round fences.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { Bed, NS, SECRETS_NS } from "../lab/bed.ts";
-import { labPower, serviceTls, WebhookPowerService } from "../lab/webhook-power-service.ts";
+import { Bed, NS } from "../lab/bed.ts";
+import { installLabWebhook, type WebhookPowerService } from "../lab/webhook-power-service.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 
 const KEY = "e2e-webhook-key-0123456789abcdef0123";
@@ -16,23 +16,7 @@ describe("e2e: fencing through the webhook agent", () => {
   let service: WebhookPowerService;
   before(async () => {
     bed = await Bed.up({ nodes: 4, name: "webhook" });
-    const tls = serviceTls(bed.lab.dir);
-    service = new WebhookPowerService({ keys: [KEY], backend: labPower(bed.lab.dir), tls: { cert: tls.cert, key: tls.key } });
-    await service.listen();
-    await bed.lab.core.createNamespacedSecret({
-      namespace: SECRETS_NS,
-      body: { metadata: { name: "power-service" }, stringData: { hmacKey: KEY, caBundle: tls.caBundle } },
-    });
-    await bed.create("fenceagents", {
-      metadata: { name: "lab-webhook" },
-      spec: {
-        type: "webhook",
-        parameters: { url: service.url, x_site: "lab" },
-        credentialsSecretRef: { namespace: SECRETS_NS, name: "power-service" },
-        timeoutSeconds: 10,
-        retries: 1,
-      },
-    });
+    service = await installLabWebhook(bed, KEY);
     await bed.policy("default", {
       escalation: [{ agents: [{ name: "lab-webhook" }] }, { agents: [{ name: "lab-ipmi" }] }],
       guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 },

@@ -14,6 +14,7 @@ import type { AddressInfo } from "node:net";
 import { setPower } from "./machine.ts";
 import { paths, readState, readText } from "./state.ts";
 import { createPki } from "./pki.ts";
+import { SECRETS_NS, type Bed } from "./bed.ts";
 
 export type Power = "on" | "off";
 
@@ -179,4 +180,29 @@ export function serviceTls(dir: string): { caBundle: string; cert: string; key: 
     cert: readFileSync(pki.serverCert, "utf8"),
     key: readFileSync(pki.serverKey, "utf8"),
   };
+}
+
+/**
+ * The lab's power service for an e2e bed: listening on loopback with its own CA, the Secret power-service
+ * (hmacKey, caBundle) and the FenceAgent lab-webhook pointing at it (machine = the node's name).
+ */
+export async function installLabWebhook(bed: Bed, key: string, timeoutSeconds = 10): Promise<WebhookPowerService> {
+  const tls = serviceTls(bed.lab.dir);
+  const service = new WebhookPowerService({ keys: [key], backend: labPower(bed.lab.dir), tls: { cert: tls.cert, key: tls.key } });
+  await service.listen();
+  await bed.lab.core.createNamespacedSecret({
+    namespace: SECRETS_NS,
+    body: { metadata: { name: "power-service" }, stringData: { hmacKey: key, caBundle: tls.caBundle } },
+  });
+  await bed.create("fenceagents", {
+    metadata: { name: "lab-webhook" },
+    spec: {
+      type: "webhook",
+      parameters: { url: service.url, x_site: "lab" },
+      credentialsSecretRef: { namespace: SECRETS_NS, name: "power-service" },
+      timeoutSeconds,
+      retries: 1,
+    },
+  });
+  return service;
 }
