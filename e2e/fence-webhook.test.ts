@@ -4,10 +4,15 @@
 // that hangs or answers garbage fails the level, nothing is released, and once it is fixed the next round fences.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { join } from "node:path";
+import { promisify } from "node:util";
 import { Bed, NS } from "../lab/bed.ts";
+import { repoRoot } from "../lab/bins.ts";
 import { installLabWebhook, type WebhookPowerService } from "../lab/webhook-power-service.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 
+const run = promisify(execFile);
 const KEY = "e2e-webhook-key-0123456789abcdef0123";
 const released = (f: NodeFence) => f.status?.phase === "Released";
 
@@ -64,6 +69,18 @@ describe("e2e: fencing through the webhook agent", () => {
     );
     return { off, gone, running };
   }
+
+  test("kubectl stockade check queries every node's power through the webhook: status only", async () => {
+    const seen = service.requests.length;
+    const { stdout } = await run(process.execPath, [join(repoRoot, "bin/kubectl-stockade"), "check"], {
+      env: bed.lab.env,
+      cwd: repoRoot,
+      timeout: 120_000,
+    });
+    for (const n of bed.lab.nodes()) assert.match(stdout, new RegExp(`lab-webhook\\s+${n}\\s+OK power=on`), stdout);
+    const actions = new Set(service.requests.slice(seen).map((r) => r.action));
+    assert.deepEqual([...actions], ["status"], "never off or on");
+  });
 
   const offAttempts = (f: NodeFence) => (f.status?.attempts ?? []).filter((a) => a.operation === "off");
 
