@@ -1,18 +1,22 @@
 // Failover benchmark: on a 4-node lab with the default e2e policy (heartbeat timeout 6 s, fence after
 // 4 s, native IPMI), crash the node of a StatefulSet pod N times and print, per run and summarised,
 // heartbeat lost (the crash) → power off confirmed → old pod released → replacement Running.
-//   node bench/failover.ts [--runs N] [--mode crash|partition] [--claim-lock] [--kubernetes-timings]
+//   node bench/failover.ts [--runs N] [--mode crash|partition] [--agent ipmi|webhook] [--claim-lock] [--kubernetes-timings]
+// --agent webhook fences through the webhook agent and the lab's power service (lab/webhook-power-service.ts).
 // --claim-lock installs the webhooks: the replacement is gated until it is granted the claim (docs/volumes.md).
 // --kubernetes-timings: what a stock cluster gets with Stockade's shipped defaults: the lab on Kubernetes' own
 // timings (node-monitor grace 50 s checked every 5 s, 40 s Leases renewed every 10 s, the injected 300 s
 // tolerations) and a FencingPolicy with no detection settings at all.
 import { parseArgs } from "node:util";
+import { randomBytes } from "node:crypto";
 import { Bed, NS } from "../lab/bed.ts";
+import { installLabWebhook } from "../lab/webhook-power-service.ts";
 
 const { values } = parseArgs({
   options: {
     runs: { type: "string", default: "5" },
     mode: { type: "string", default: "crash" },
+    agent: { type: "string", default: "ipmi" },
     "claim-lock": { type: "boolean", default: false },
     "kubernetes-timings": { type: "boolean", default: false },
   },
@@ -21,11 +25,18 @@ const runs = Number(values.runs);
 const mode = values.mode;
 if (!Number.isInteger(runs) || runs < 1 || runs > 50) throw new Error(`--runs must be 1-50 (got ${values.runs})`);
 if (mode !== "crash" && mode !== "partition") throw new Error(`--mode must be crash or partition (got ${mode})`);
+const agent = values.agent;
+if (agent !== "ipmi" && agent !== "webhook") throw new Error(`--agent must be ipmi or webhook (got ${agent})`);
 
 const stock = values["kubernetes-timings"];
 const bed = await Bed.up({ nodes: 4, name: "bench", webhooks: values["claim-lock"], kubernetesTimings: stock });
+const service = agent === "webhook" ? await installLabWebhook(bed, randomBytes(32).toString("hex")) : undefined;
 try {
-  await bed.policy("default", { guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 }, ...(stock ? { detection: {} } : {}) });
+  await bed.policy("default", {
+    guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 },
+    ...(stock ? { detection: {} } : {}),
+    ...(service ? { escalation: [{ agents: [{ name: "lab-webhook" }] }] } : {}),
+  });
   await bed.startOperator();
   await bed.statefulSet("db", 2);
   const rows: number[][] = [];
@@ -53,11 +64,12 @@ try {
   console.log(`power off confirmed:  ${fmt(col(0))}`);
   console.log(`pod released:         ${fmt(col(1))}`);
   console.log(
-    `failover (${mode} → replacement Running, ${runs} runs${values["claim-lock"] ? ", with the claim lock" : ""}${stock ? ", Kubernetes' timings and the policy's defaults" : ""}): ${fmt(col(2))}`,
+    `failover (${mode} → replacement Running, ${runs} runs, ${agent}${values["claim-lock"] ? ", with the claim lock" : ""}${stock ? ", Kubernetes' timings and the policy's defaults" : ""}): ${fmt(col(2))}`,
   );
   const inv = await bed.invariant();
   console.log(`invariant: ${inv.fencedReplacements} replacements after a node failure checked, ${inv.violations.length} violations`);
   if (inv.violations.length) process.exitCode = 1;
 } finally {
+  await service?.close();
   await bed.down();
 }

@@ -11,17 +11,19 @@ import { format, resolveConfig } from "prettier";
 import { parseMetadata, unusableAgent, verdictFor, type AgentMetadata } from "../src/agents/fence-metadata.ts";
 import { IPMI_PARAMETERS, IPMI_SECRET_ONLY } from "../src/agents/ipmi.ts";
 import { REDFISH_PARAMETERS, REDFISH_SECRET_ONLY } from "../src/agents/redfish.ts";
+import { EXTRA_PREFIX, WEBHOOK_PARAMETERS, WEBHOOK_SECRET_ONLY } from "../src/agents/webhook.ts";
 
 /** The types Stockade implements itself: every parameter each takes, and those only a Secret may supply. */
 const NATIVE: Record<string, { parameters: readonly string[]; secretOnly: readonly string[] }> = {
   ipmi: { parameters: IPMI_PARAMETERS, secretOnly: IPMI_SECRET_ONLY },
   redfish: { parameters: REDFISH_PARAMETERS, secretOnly: REDFISH_SECRET_ONLY },
+  webhook: { parameters: WEBHOOK_PARAMETERS, secretOnly: WEBHOOK_SECRET_ONLY },
 };
 const nativeNames = Object.values(NATIVE).flatMap((t) => t.parameters);
 const plain = (t: string) => NATIVE[t]!.parameters.filter((p) => !NATIVE[t]!.secretOnly.includes(p));
 /** What a type's rule says when a parameter is not its own. */
 const nativeMessage = (t: string) =>
-  `type ${t} takes only the parameters ${plain(t).join(", ")} (and ${NATIVE[t]!.secretOnly.join(" and ")}, from the Secret)`;
+  `type ${t} takes only the parameters ${plain(t).join(", ")}${t === "webhook" ? ` and ${EXTRA_PREFIX}<name>` : ""} (and ${NATIVE[t]!.secretOnly.join(" and ")}, from the Secret)`;
 
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "..");
@@ -217,10 +219,15 @@ function topRules(l: Lists, field: string, withValues: boolean): CelRule[] {
     { rule: `!self.exists(k, k in ${celList(n.secretOnly)})`, message: m.secret },
     { rule: `!self.exists(k, k in ${celList(n.dangerous)})`, message: m.dangerous },
     { rule: `!self.exists(k, k in ${celList(n.deprecated)})`, message: m.deprecated },
-    { rule: `self.all(k, k in ${celList(n.allowed)})`, message: m.allowed },
+    { rule: `self.all(k, k in ${celList(n.allowed)} || k.startsWith('${EXTRA_PREFIX}'))`, message: m.allowed },
   ];
   // Select options may contain spaces ("DRAC CMC"): the operator checks those against the agent's choices.
-  if (withValues) rules.push({ rule: `self.all(k, k in ${celList(l.spacedSelects)} || !self[k].matches('^-|\\\\s'))`, message: m.values });
+  // A caBundle is a PEM (starts with '-', has spaces and line breaks): the operator parses it.
+  if (withValues)
+    rules.push({
+      rule: `self.all(k, k in ${celList([...l.spacedSelects, "caBundle"])} || !self[k].matches('^-|\\\\s'))`,
+      message: m.values,
+    });
   return rules;
 }
 
@@ -252,7 +259,7 @@ function nodeRules(l: Lists): CelRule[] {
   return [
     { rule: `!self.exists(k, k in ${celList(n.secretOnly)})`, message: m.secret },
     { rule: `!self.exists(k, k in ${celList(n.dangerous)})`, message: m.dangerous },
-    { rule: `self.all(k, k in ${celSet(n.allowed)})`, message: m.allowed },
+    { rule: `self.all(k, k in ${celSet(n.allowed)} || k.startsWith('${EXTRA_PREFIX}'))`, message: m.allowed },
     // A regex over 16 values of 256 characters exceeds the budget: a leading '-' and spaces (the reproduced injection).
     { rule: `self.all(k, !self[k].startsWith('-') && !self[k].contains(' '))`, message: m.values.replace("whitespace", "spaces") },
   ];
@@ -269,6 +276,8 @@ function specRules(l: Lists): CelRule[] {
   const said = `{${Object.keys(NATIVE)
     .map((t) => `${quote(t)}: ${quote(nativeMessage(t))}`)
     .join(", ")}}`;
+  // Only webhook passes the site's own x_<name> parameters on.
+  const extra = (k: string) => `(self.type == 'webhook' && ${k}.startsWith('${EXTRA_PREFIX}'))`;
   const unusable = Object.keys(l.unusable);
   return [
     {
@@ -284,10 +293,16 @@ function specRules(l: Lists): CelRule[] {
     // One rule for every native type (its cost does not grow with the number of types).
     {
       rule:
-        `!(self.type in ${nativeTypes}) || ((!has(self.parameters) || self.parameters.all(k, k in ${native}[self.type])) && ` +
-        `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${native}[self.type])) && ` +
-        `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${native}[self.type]))))`,
+        `!(self.type in ${nativeTypes}) || ((!has(self.parameters) || self.parameters.all(k, k in ${native}[self.type] || ${extra("k")})) && ` +
+        `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${native}[self.type] || ${extra("k")})) && ` +
+        `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${native}[self.type] || ${extra("k")}))))`,
       messageExpression: `${said}[self.type]`,
+    },
+    {
+      rule:
+        `self.type == 'webhook' || ((!has(self.parameters) || !self.parameters.exists(k, k.startsWith('${EXTRA_PREFIX}'))) && ` +
+        `(!has(self.nodeTemplates) || !self.nodeTemplates.exists(k, k.startsWith('${EXTRA_PREFIX}'))))`,
+      message: `only type webhook takes ${EXTRA_PREFIX}<name> parameters (the power service's own, passed on in the request)`,
     },
   ];
 }

@@ -20,10 +20,10 @@ const TASK_POLL_MAX_MS = 2_000;
 // Also the source of the CRD's redfish allow-list (tools/gen-fence-agent-rules.ts).
 /** Every parameter the redfish type takes. */
 export const REDFISH_PARAMETERS = ["address", "port", "username", "password", "systemId", "authMethod", "caBundle", "insecureSkipVerify"];
-/** What a credentials Secret may supply. caBundle is no secret, but a PEM has line breaks, which spec parameters refuse. */
+/** What a credentials Secret may supply. caBundle is no secret: the spec may set it too (as for webhook). */
 export const REDFISH_CREDENTIALS = ["username", "password", "caBundle"];
 /** Never in the spec. */
-export const REDFISH_SECRET_ONLY = ["password", "caBundle"];
+export const REDFISH_SECRET_ONLY = ["password"];
 const AUTH_METHODS = ["session", "basic"];
 const DEFAULTS = { port: "443", authMethod: "session" } as const;
 
@@ -95,7 +95,7 @@ function check(parameters: Record<string, string>): string[] {
     problems.push(`parameter insecureSkipVerify must be "true" or "false", not ${JSON.stringify(t.insecureSkipVerify)}`);
   if (t.caBundle) {
     const p = caBundleProblem(t.caBundle);
-    if (p) problems.push(`the caBundle key of the credentials Secret ${p}: put the PEM of the CA that signed the BMC's certificate there`);
+    if (p) problems.push(`parameter caBundle ${p}: put the PEM of the CA that signed the BMC's certificate there`);
     if (t.insecureSkipVerify === "true")
       problems.push(
         'caBundle and insecureSkipVerify: "true" contradict each other: remove insecureSkipVerify to verify the BMC with the bundle',
@@ -210,7 +210,7 @@ export function classifyTransport(e: unknown, where: string, hasBundle: boolean)
   const err = e as NodeJS.ErrnoException & { reason?: string };
   const code = err.code ?? "";
   if (TLS_VERIFY.has(code)) {
-    const trust = hasBundle ? "the caBundle of the credentials Secret" : "the operator's trusted root CAs (no caBundle is set)";
+    const trust = hasBundle ? "the caBundle given" : "the operator's trusted root CAs (no caBundle is set)";
     return new AgentError(
       "Config",
       `${where} presented a certificate that does not verify against ${trust} (${code}: ${err.reason ?? err.message}): ` +

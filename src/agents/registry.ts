@@ -3,8 +3,9 @@ import { ipmiDriver, ipmiRules } from "./ipmi.ts";
 import { redfishDriver, redfishRules } from "./redfish.ts";
 import { FenceAgentDriver, fenceAgentRules, loadFenceAgentRules } from "./fence-agent.ts";
 import { manualDriver } from "./manual.ts";
+import { webhookDriver, webhookRules } from "./webhook.ts";
 
-export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual"] as const;
+export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual", "webhook"] as const;
 
 /** The driver of a FenceAgent's spec.type; `agent` is spec.agent, required for type fenceAgent. */
 export function driverFor(type: string, agent?: string): AgentDriver {
@@ -15,6 +16,8 @@ export function driverFor(type: string, agent?: string): AgentDriver {
       return redfishDriver;
     case "manual":
       return manualDriver;
+    case "webhook":
+      return webhookDriver;
     case "fenceAgent":
       if (!agent) throw new AgentError("Config", "type fenceAgent needs spec.agent, the fence agent to run (e.g. fence_ipmilan)");
       return new FenceAgentDriver(agent);
@@ -36,6 +39,8 @@ export function rulesFor(spec: { type: string; agent?: string }): ParameterRules
       return redfishRules;
     case "manual":
       return undefined;
+    case "webhook":
+      return webhookRules;
     case "fenceAgent":
       driverFor(spec.type, spec.agent); // name checks
       return fenceAgentRules(spec.agent!);

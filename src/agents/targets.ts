@@ -11,7 +11,7 @@ import { rulesFor } from "./registry.ts";
 export function targetOf(spec: FenceAgentSpec, node: V1Node, rules: ParameterRules): FencingTarget | undefined {
   const r = resolveSpecParameters(spec, node, rules);
   if (r.errors.length > 0) return undefined;
-  return rules.target(r.parameters);
+  return rules.target(r.parameters, node.metadata?.name);
 }
 
 /** Same device, and outlets that overlap (no outlets = the whole device). */

@@ -14,7 +14,7 @@ export interface AgentContext {
   signal: AbortSignal;
 }
 
-export type AgentType = "ipmi" | "redfish" | "fenceAgent" | "manual";
+export type AgentType = "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook";
 
 export interface AgentDriver {
   readonly type: AgentType;
@@ -73,8 +73,11 @@ export interface ParameterRules {
   readonly credentials: readonly string[];
   /** Problems with fully resolved parameters (names, values by type, required ones), as actionable messages. */
   check(parameters: Record<string, string>): string[];
-  /** The machine these parameters fence, or undefined when they do not say (then no duplicate check applies). */
-  target(parameters: Record<string, string>): FencingTarget | undefined;
+  /**
+   * The machine these parameters fence, or undefined when they do not say (then no duplicate check applies).
+   * `node` is the node's name, for devices that tell machines apart by it (the webhook agent's default machine).
+   */
+  target(parameters: Record<string, string>, node?: string): FencingTarget | undefined;
 }
 
 /** allowed: the spec may set it; credential: a Secret may supply it (secretOnly: never the spec); refused: never. */

@@ -60,6 +60,23 @@ const moreValid: (FenceAgent | FencingPolicy)[] = [
   {
     apiVersion: `${GROUP}/${VERSION}`,
     kind: "FenceAgent",
+    metadata: { name: "ok-webhook" },
+    spec: {
+      type: "webhook",
+      // A PEM in spec.parameters: exempt from the no-whitespace rule (the operator parses it).
+      parameters: {
+        url: "https://power.example.com/stockade",
+        caBundle: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        x_site: "paris-2",
+      },
+      nodeTemplates: { machine: '{{ labels["node-restriction.kubernetes.io/machine"] }}', providerID: "{{ providerID }}" },
+      nodes: { "node-1": { parameters: { machine: "rack4-slot2", x_rack: "r4" } } },
+      credentialsSecretRef: { namespace: "stockade-system", name: "power-service" },
+    },
+  },
+  {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "FenceAgent",
     metadata: { name: "ok-fence-ipmilan" },
     spec: {
       type: "fenceAgent",

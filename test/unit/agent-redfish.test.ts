@@ -94,12 +94,12 @@ describe("redfish parameters", () => {
     assert.match(caBundleProblem("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----") ?? "", /certificate 1 does not parse/);
     assert.deepEqual(redfishRules.check({ ...base, caBundle: pem }), []);
     assert.match(redfishRules.check({ ...base, caBundle: pem, insecureSkipVerify: "true" }).join(), /contradict/);
-    assert.match(redfishRules.check({ ...base, caBundle: "garbage" }).join(), /the caBundle key of the credentials Secret holds no PEM/);
+    assert.match(redfishRules.check({ ...base, caBundle: "garbage" }).join(), /parameter caBundle holds no PEM/);
   });
 
-  test("verdicts: password and caBundle only from a Secret; username from either", () => {
+  test("verdicts: password only from a Secret; username and caBundle (no secret) from either", () => {
     assert.deepEqual(redfishRules.verdict("password"), { kind: "credential", secretOnly: true });
-    assert.deepEqual(redfishRules.verdict("caBundle"), { kind: "credential", secretOnly: true });
+    assert.deepEqual(redfishRules.verdict("caBundle"), { kind: "credential", secretOnly: false });
     assert.deepEqual(redfishRules.verdict("username"), { kind: "credential", secretOnly: false });
     assert.deepEqual(redfishRules.verdict("systemId"), { kind: "allowed" });
     assert.equal(redfishRules.verdict("ipport"), undefined);
@@ -244,7 +244,7 @@ describe("redfish errors", () => {
     assert.equal(tls.kind, "Config");
     assert.match(
       tls.message,
-      /presented a certificate that does not verify against the caBundle of the credentials Secret \(UNABLE_TO_VERIFY_LEAF_SIGNATURE/,
+      /presented a certificate that does not verify against the caBundle given \(UNABLE_TO_VERIFY_LEAF_SIGNATURE/,
     );
     assert.match(tls.message, /nothing was sent to it/);
     assert.match(
