@@ -267,7 +267,6 @@ function nodeRules(l: Lists): CelRule[] {
 
 /** Spec-level rules: what a given type or agent takes. */
 function specRules(l: Lists): CelRule[] {
-  const n = names(l);
   const agents = celList(Object.keys(l.perAgent));
   const perAgent = celMap(l.perAgent);
   const native = celMap(Object.fromEntries(Object.entries(NATIVE).map(([t, v]) => [t, v.parameters])));
