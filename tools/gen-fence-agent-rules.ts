@@ -10,6 +10,15 @@ import { promisify } from "node:util";
 import { format, resolveConfig } from "prettier";
 import { parseMetadata, unusableAgent, verdictFor, type AgentMetadata } from "../src/agents/fence-metadata.ts";
 import { IPMI_PARAMETERS, IPMI_SECRET_ONLY } from "../src/agents/ipmi.ts";
+import { GCP_PARAMETERS, GCP_SECRET_ONLY } from "../src/agents/gcp.ts";
+import { AZURE_PARAMETERS, AZURE_SECRET_ONLY } from "../src/agents/azure.ts";
+
+/** The built-in cloud types' parameters: allowed by name, each type restricted to its own by a spec-level rule. */
+const CLOUD_TYPES: Record<string, { parameters: string[]; secretOnly: string[] }> = {
+  gcp: { parameters: GCP_PARAMETERS, secretOnly: GCP_SECRET_ONLY },
+  azure: { parameters: AZURE_PARAMETERS, secretOnly: AZURE_SECRET_ONLY },
+};
+const CLOUD_PARAMETERS = Object.values(CLOUD_TYPES).flatMap((t) => t.parameters);
 
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "..");
@@ -170,11 +179,11 @@ const INSTEAD =
 function names(l: Lists) {
   const ipmiPlain = IPMI_PARAMETERS.filter((p) => !IPMI_SECRET_ONLY.includes(p));
   return {
-    allowed: sorted([...l.allowed, ...IPMI_PARAMETERS]).filter((n) => IDENT.test(n)),
-    secretOnly: sorted([...l.secretOnly, ...IPMI_SECRET_ONLY]),
-    dangerous: Object.keys(l.refused).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
+    allowed: sorted([...new Set([...l.allowed, ...IPMI_PARAMETERS, ...CLOUD_PARAMETERS])]).filter((n) => IDENT.test(n)),
+    secretOnly: sorted([...new Set([...l.secretOnly, ...IPMI_SECRET_ONLY, ...Object.values(CLOUD_TYPES).flatMap((t) => t.secretOnly)])]),
+    dangerous: Object.keys(l.refused).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n) && !CLOUD_PARAMETERS.includes(n)),
     // ipmi's own "port" is fence agents' deprecated alias of plug: per agent, the spec-level rule refuses it.
-    deprecated: Object.keys(l.deprecated).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
+    deprecated: Object.keys(l.deprecated).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n) && !CLOUD_PARAMETERS.includes(n)),
     ipmi: IPMI_PARAMETERS,
     ipmiPlain,
   };
@@ -191,7 +200,11 @@ function messages(l: Lists, field: string) {
       `(every *_path, *_script and *_file option...; docs/api.md lists them): ${WHY_DANGEROUS}`,
     deprecated: `${field} must not contain deprecated fence agent aliases (${first(n.deprecated, 8)}): use their current names, e.g. ip, plug, username, password`,
     allowed:
-      `${field} may contain only parameters Stockade passes to agents: ipmi takes ${n.ipmiPlain.join(", ")}; fence agents take the options of ` +
+      `${field} may contain only parameters Stockade passes to agents: ipmi takes ${n.ipmiPlain.join(", ")}; ` +
+      Object.entries(CLOUD_TYPES)
+        .map(([t, c]) => `${t} takes ${c.parameters.filter((p) => !c.secretOnly.includes(p)).join(", ")}; `)
+        .join("") +
+      `fence agents take the options of ` +
       `fence-agents ${l.version} that neither run programs nor name files, by their current names (ip, not ipaddr; plug, not port) (docs/api.md)`,
     values: `${field} values must not start with '-' or contain whitespace: fence agents build command lines from them, and such a value would become extra options`,
   };
@@ -271,6 +284,17 @@ function specRules(l: Lists): CelRule[] {
         `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${ipmi}))))`,
       message: `type ipmi takes only the parameters ${n.ipmiPlain.join(", ")} (and password, from the Secret)`,
     },
+    ...Object.entries(CLOUD_TYPES).map(([t, c]) => {
+      const list = celList(c.parameters);
+      const plain = c.parameters.filter((p) => !c.secretOnly.includes(p));
+      return {
+        rule:
+          `self.type != '${t}' || ((!has(self.parameters) || self.parameters.all(k, k in ${list})) && ` +
+          `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${list})) && ` +
+          `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${list}))))`,
+        message: `type ${t} takes only the parameters ${plain.join(", ")} (and ${c.secretOnly.join(", ")}, from the Secret)`,
+      };
+    }),
   ];
 }
 

@@ -14,7 +14,7 @@ export interface AgentContext {
   signal: AbortSignal;
 }
 
-export type AgentType = "ipmi" | "fenceAgent" | "manual";
+export type AgentType = "ipmi" | "fenceAgent" | "manual" | "gcp" | "azure";
 
 export interface AgentDriver {
   readonly type: AgentType;
