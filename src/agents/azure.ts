@@ -158,6 +158,14 @@ export function classifyAzureError(e: unknown, what: string): AgentError {
     return typeof err.statusCode === "number" && err.statusCode >= 500
       ? new AgentError("Unreachable", `Microsoft Entra ID failed to issue a token for ${what}: ${msg}`)
       : new AgentError("AuthFailed", `Microsoft Entra ID refused the credentials for ${what}: ${msg}`);
+  // MSAL's refusal (wrong secret, unknown client, bad assertion) surfaces as AuthenticationRequiredError with the
+  // token endpoint's answer in the cause (AADSTS codes); a network failure underneath is not a refusal.
+  if (err.name === "AuthenticationRequiredError" || /AADSTS\d+|invalid_client|unauthorized_client|invalid_grant/.test(msg)) {
+    const cause = (e as { cause?: unknown }).cause;
+    if (isNetworkError(cause ?? e)) return new AgentError("Unreachable", `could not reach Microsoft Entra ID for ${what}: ${msg}`);
+    const detail = cause instanceof Error ? brief(cause) : msg;
+    return new AgentError("AuthFailed", `Microsoft Entra ID refused the credentials for ${what}: ${detail}`);
+  }
   if (err.name === "CredentialUnavailableError")
     return new AgentError(
       "Config",

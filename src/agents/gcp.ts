@@ -198,15 +198,16 @@ export function classifyGceError(e: unknown, what: string): AgentError {
 // One client per endpoint and key (a client loads its protos and keeps connections): at most a few per operator.
 const clients = new Map<string, InstancesClient>();
 
-function clientFor(p: Record<string, string>): InstancesClient {
+function clientFor(p: Record<string, string>, project: string): InstancesClient {
   const key = p.serviceAccountKey ? parseServiceAccountKey(p.serviceAccountKey) : undefined;
   if (key && "error" in key) throw new AgentError("Config", `parameter serviceAccountKey ${key.error}`);
-  const id = `${p.endpoint ?? ""}|${p.serviceAccountKey ? createHash("sha256").update(p.serviceAccountKey).digest("hex") : "adc"}`;
+  const id = `${project}|${p.endpoint ?? ""}|${p.serviceAccountKey ? createHash("sha256").update(p.serviceAccountKey).digest("hex") : "adc"}`;
   let c = clients.get(id);
   if (c) return c;
   const ep = p.endpoint ? endpointParts(p.endpoint) : undefined;
   const opts: ConstructorParameters<typeof InstancesClient>[0] = {
     fallback: true, // REST: Compute Engine has no gRPC API
+    projectId: project, // else ADC looks for a default project (gcloud, metadata server) before the first call
     ...(ep ? { apiEndpoint: ep.host, port: ep.port } : {}),
     // A key signs its own JWT for https://compute.googleapis.com/ (no token endpoint), as the SDK does with the
     // default endpoint; without scopes: [] a custom endpoint would make it fetch a token from oauth2.googleapis.com.
@@ -223,7 +224,7 @@ type RawCall = (req: object, opts: object) => Cancellable<[unknown]>;
 
 /** One API call that the signal cancels (the SDK's wrapped methods drop the canceller, so the inner call is used). */
 async function call(ctx: AgentContext, method: "get" | "stop" | "start", request: object, what: string): Promise<unknown> {
-  const client = clientFor(ctx.parameters);
+  const client = clientFor(ctx.parameters, (request as GceInstanceRef).project);
   const scrub = (e: AgentError) => new AgentError(e.kind, redact(e.message, ctx.parameters));
   try {
     await client.initialize();
