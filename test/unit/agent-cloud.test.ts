@@ -3,7 +3,9 @@
 // in test/unit/agent-cloud-sdk.test.ts and e2e/fence-cloud.test.ts.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { V1Node } from "@kubernetes/client-node";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { loadAllYaml, type V1Node } from "@kubernetes/client-node";
 import { AgentError } from "../../src/agents/types.ts";
 import {
   checkOperation,
@@ -288,4 +290,28 @@ describe("providerID defaults to the Node's spec.providerID for cloud types", ()
   });
 });
 
-test("AgentError kinds are the runner's", () => assert.ok(new AgentError("Config", "x") instanceof Error));
+describe("the examples in manifests/examples/ resolve to valid parameters", () => {
+  const examples = join(import.meta.dirname, "../../manifests/examples");
+  for (const [file, rules, providerID] of [
+    ["50-fenceagent-gcp.yaml", gcpRules, "gce://my-project/us-central1-a/gke-pool-1-abcd"],
+    ["60-fenceagent-azure.yaml", azureRules, vmId("aks-node-1")],
+  ] as const)
+    test(file, () => {
+      const [doc] = loadAllYaml(readFileSync(join(examples, file), "utf8")) as { kind: string; spec: FenceAgentSpec }[];
+      assert.equal(doc?.kind, "FenceAgent");
+      const r = resolveParameters(doc!.spec, { metadata: { name: "n1" }, spec: { providerID } }, new Map(), rules);
+      assert.ok("parameters" in r, JSON.stringify(r));
+      assert.deepEqual(rules.check(r.parameters), []);
+      assert.equal(r.parameters.providerID, providerID);
+    });
+  test("the IAM documents name exactly the permissions the agents use", () => {
+    const gcpRole = readFileSync(join(examples, "cloud-iam/gcp-fencer-role.yaml"), "utf8");
+    assert.deepEqual(
+      [...gcpRole.matchAll(/^ {2}- (\S+)$/gm)].map((m) => m[1]),
+      ["compute.instances.get", "compute.instances.stop", "compute.instances.start"],
+    );
+    const az = JSON.parse(readFileSync(join(examples, "cloud-iam/azure-fencer-role.json"), "utf8")) as { Actions: string[] };
+    for (const a of ["read", "instanceView/read", "powerOff/action", "deallocate/action", "start/action"])
+      assert.ok(az.Actions.includes(`Microsoft.Compute/virtualMachines/${a}`), a);
+  });
+});
