@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadAllYaml, type V1Node } from "@kubernetes/client-node";
-import { AgentError } from "../../src/agents/types.ts";
+import type { AgentError } from "../../src/agents/types.ts";
 import {
   checkOperation,
   classifyGceError,
