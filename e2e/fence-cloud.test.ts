@@ -126,7 +126,7 @@ describe("e2e: fencing through the gcp and azure agents (against test doubles)",
     const stop = gce.log.find((l) => l.path.endsWith(`/instances/${node}/stop`) && l.status === 200);
     assert.equal(stop?.query.discardLocalSsd, "false");
     console.log(
-      `gcp failover: ${((Date.now() - t0) / 1000).toFixed(1)} s (${assertOrder(node, victim.metadata!.uid!, replacement.metadata!.uid!, t0)})`,
+      `gcp (stale key first, throttled, cold SDK): ${((Date.now() - t0) / 1000).toFixed(1)} s (${assertOrder(node, victim.metadata!.uid!, replacement.metadata!.uid!, t0)})`,
     );
     assert.deepEqual((await bed.invariant()).violations, []);
     await bed.unfence(node);
@@ -175,6 +175,29 @@ describe("e2e: fencing through the gcp and azure agents (against test doubles)",
     const replacement = await bed.waitForReplacement("db-0", uid);
     await bed.waitForFence(node, released, "Released");
     console.log(`azure failover: ${((Date.now() - t0) / 1000).toFixed(1)} s (${assertOrder(node, uid, replacement.metadata!.uid!, t0)})`);
+    assert.deepEqual((await bed.invariant()).violations, []);
+    await bed.unfence(node);
+  });
+
+  test("gcp: a crash fenced without faults (the failover figure)", async () => {
+    await bed.kubectl(
+      "patch",
+      "fencingpolicy",
+      "default",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ spec: { escalation: [{ agents: [{ name: "gcp" }] }] } }),
+    );
+    const { uid, node } = await current("db-1");
+    const t0 = Date.now();
+    await bed.lab.crash(node);
+    const replacement = await bed.waitForReplacement("db-1", uid);
+    const f = await bed.waitForFence(node, released, "Released");
+    assert.deepEqual(
+      (f.status?.attempts ?? []).filter((a) => a.operation === "off").map((a) => [a.agent, a.outcome]),
+      [["gcp", "Succeeded"]],
+    );
+    console.log(`gcp failover: ${((Date.now() - t0) / 1000).toFixed(1)} s (${assertOrder(node, uid, replacement.metadata!.uid!, t0)})`);
     assert.deepEqual((await bed.invariant()).violations, []);
     await bed.unfence(node);
   });

@@ -190,7 +190,12 @@ export function classifyGceError(e: unknown, what: string): AgentError {
   if (isNetworkError(e)) return new AgentError("Unreachable", `could not reach Compute Engine for ${what}: ${msg}`);
   if (/JSON|Unexpected token|parse/i.test(msg))
     return new AgentError("BadOutput", `Compute Engine answered something that is not an API response for ${what}: ${msg}`);
-  if (/private key|invalid_grant|Could not load the default credentials|DECODER routines/i.test(msg))
+  if (/Could not load the default credentials/i.test(msg))
+    return new AgentError(
+      "Config",
+      `no Google credentials for ${what}: set up GKE Workload Identity for the operator's service account, or put a service-account key in the Secret (serviceAccountKey)`,
+    );
+  if (/private key|invalid_grant|DECODER routines/i.test(msg))
     return new AgentError("AuthFailed", `no usable Google credentials for ${what}: ${msg}`);
   return new AgentError("Failed", `Compute Engine request for ${what} failed: ${msg}`);
 }

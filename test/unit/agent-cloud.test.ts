@@ -117,6 +117,10 @@ describe("gcp: errors", () => {
     assert.equal(k(Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" })), "Unreachable");
     assert.equal(k(new Error("Unexpected token < in JSON at position 0")), "BadOutput");
     assert.equal(k(new Error("something else")), "Failed");
+    assert.match(
+      classifyGceError(new Error("Could not load the default credentials. Browse to ..."), "x").message,
+      /Workload Identity.*serviceAccountKey/,
+    );
   });
 });
 
