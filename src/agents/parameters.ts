@@ -10,6 +10,7 @@
 import type { V1Node } from "@kubernetes/client-node";
 import type { ParameterRules } from "./types.ts";
 import { rulesFor } from "./registry.ts";
+import { PROVIDER_ID, PROVIDER_ID_TYPES } from "./cloud.ts";
 
 export interface SecretRef {
   namespace: string;
@@ -123,6 +124,15 @@ export function resolveSpecParameters(
     else set(param, r.value, `spec.nodeTemplates.${param}`);
   }
   for (const [k, v] of Object.entries(spec.nodes?.[nodeName]?.parameters ?? {})) set(k, v, `spec.nodes.${nodeName}.parameters`);
+  // Cloud types find the instance from the Node: providerID defaults to {{ providerID }}, below every layer above.
+  if (PROVIDER_ID_TYPES.includes(spec.type) && !(PROVIDER_ID in parameters)) {
+    const r = renderTemplate(PROVIDER_ID, `{{ ${PROVIDER_ID} }}`, node);
+    if ("error" in r)
+      errors.push(
+        `node ${nodeName} has no spec.providerID, which type ${spec.type} uses to find its instance: set providerID in spec.nodes.${nodeName}.parameters`,
+      );
+    else set(PROVIDER_ID, r.value, "the Node's spec.providerID");
+  }
   return { parameters, sources, errors };
 }
 

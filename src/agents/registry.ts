@@ -4,8 +4,10 @@ import { redfishDriver, redfishRules } from "./redfish.ts";
 import { FenceAgentDriver, fenceAgentRules, loadFenceAgentRules } from "./fence-agent.ts";
 import { manualDriver } from "./manual.ts";
 import { webhookDriver, webhookRules } from "./webhook.ts";
+import { gcpDriver, gcpRules } from "./gcp.ts";
+import { azureDriver, azureRules } from "./azure.ts";
 
-export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual", "webhook"] as const;
+export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual", "webhook", "gcp", "azure"] as const;
 
 /** The driver of a FenceAgent's spec.type; `agent` is spec.agent, required for type fenceAgent. */
 export function driverFor(type: string, agent?: string): AgentDriver {
@@ -18,6 +20,10 @@ export function driverFor(type: string, agent?: string): AgentDriver {
       return manualDriver;
     case "webhook":
       return webhookDriver;
+    case "gcp":
+      return gcpDriver;
+    case "azure":
+      return azureDriver;
     case "fenceAgent":
       if (!agent) throw new AgentError("Config", "type fenceAgent needs spec.agent, the fence agent to run (e.g. fence_ipmilan)");
       return new FenceAgentDriver(agent);
@@ -41,6 +47,10 @@ export function rulesFor(spec: { type: string; agent?: string }): ParameterRules
       return undefined;
     case "webhook":
       return webhookRules;
+    case "gcp":
+      return gcpRules;
+    case "azure":
+      return azureRules;
     case "fenceAgent":
       driverFor(spec.type, spec.agent); // name checks
       return fenceAgentRules(spec.agent!);

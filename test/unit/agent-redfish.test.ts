@@ -242,10 +242,7 @@ describe("redfish errors", () => {
     assert.equal(classifyTransport(errno("ENOTFOUND"), W, false).kind, "Unreachable");
     const tls = classifyTransport(errno("UNABLE_TO_VERIFY_LEAF_SIGNATURE", "unable to verify the first certificate"), W, true);
     assert.equal(tls.kind, "Config");
-    assert.match(
-      tls.message,
-      /presented a certificate that does not verify against the caBundle given \(UNABLE_TO_VERIFY_LEAF_SIGNATURE/,
-    );
+    assert.match(tls.message, /presented a certificate that does not verify against the caBundle given \(UNABLE_TO_VERIFY_LEAF_SIGNATURE/);
     assert.match(tls.message, /nothing was sent to it/);
     assert.match(
       classifyTransport(errno("ERR_TLS_CERT_ALTNAME_INVALID"), W, false).message,
