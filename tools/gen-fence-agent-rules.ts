@@ -10,6 +10,7 @@ import { promisify } from "node:util";
 import { format, resolveConfig } from "prettier";
 import { parseMetadata, unusableAgent, verdictFor, type AgentMetadata } from "../src/agents/fence-metadata.ts";
 import { IPMI_PARAMETERS, IPMI_SECRET_ONLY } from "../src/agents/ipmi.ts";
+import { AWS_PARAMETERS, AWS_SECRET_ONLY } from "../src/agents/aws.ts";
 
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "..");
@@ -170,13 +171,15 @@ const INSTEAD =
 function names(l: Lists) {
   const ipmiPlain = IPMI_PARAMETERS.filter((p) => !IPMI_SECRET_ONLY.includes(p));
   return {
-    allowed: sorted([...l.allowed, ...IPMI_PARAMETERS]).filter((n) => IDENT.test(n)),
-    secretOnly: sorted([...l.secretOnly, ...IPMI_SECRET_ONLY]),
+    allowed: sorted([...l.allowed, ...IPMI_PARAMETERS, ...AWS_PARAMETERS]).filter((n) => IDENT.test(n)),
+    secretOnly: sorted([...l.secretOnly, ...IPMI_SECRET_ONLY, ...AWS_SECRET_ONLY]),
     dangerous: Object.keys(l.refused).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
     // ipmi's own "port" is fence agents' deprecated alias of plug: per agent, the spec-level rule refuses it.
     deprecated: Object.keys(l.deprecated).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
     ipmi: IPMI_PARAMETERS,
     ipmiPlain,
+    aws: AWS_PARAMETERS,
+    awsPlain: AWS_PARAMETERS.filter((p) => !AWS_SECRET_ONLY.includes(p)),
   };
 }
 
@@ -191,7 +194,7 @@ function messages(l: Lists, field: string) {
       `(every *_path, *_script and *_file option...; docs/api.md lists them): ${WHY_DANGEROUS}`,
     deprecated: `${field} must not contain deprecated fence agent aliases (${first(n.deprecated, 8)}): use their current names, e.g. ip, plug, username, password`,
     allowed:
-      `${field} may contain only parameters Stockade passes to agents: ipmi takes ${n.ipmiPlain.join(", ")}; fence agents take the options of ` +
+      `${field} may contain only parameters Stockade passes to agents: ipmi takes ${n.ipmiPlain.join(", ")}; aws takes ${n.awsPlain.join(", ")}; fence agents take the options of ` +
       `fence-agents ${l.version} that neither run programs nor name files, by their current names (ip, not ipaddr; plug, not port) (docs/api.md)`,
     values: `${field} values must not start with '-' or contain whitespace: fence agents build command lines from them, and such a value would become extra options`,
   };
@@ -270,6 +273,13 @@ function specRules(l: Lists): CelRule[] {
         `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${ipmi})) && ` +
         `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${ipmi}))))`,
       message: `type ipmi takes only the parameters ${n.ipmiPlain.join(", ")} (and password, from the Secret)`,
+    },
+    {
+      rule:
+        `self.type != 'aws' || ((!has(self.parameters) || self.parameters.all(k, k in ${celList(n.aws)})) && ` +
+        `(!has(self.nodeTemplates) || self.nodeTemplates.all(k, k in ${celList(n.aws)})) && ` +
+        `(!has(self.nodes) || self.nodes.all(n, !has(self.nodes[n].parameters) || self.nodes[n].parameters.all(k, k in ${celList(n.aws)}))))`,
+      message: `type aws takes only the parameters ${n.awsPlain.join(", ")} (and accessKeyId, secretAccessKey, sessionToken, from the Secret)`,
     },
   ];
 }

@@ -123,6 +123,17 @@ export function resolveSpecParameters(
     else set(param, r.value, `spec.nodeTemplates.${param}`);
   }
   for (const [k, v] of Object.entries(spec.nodes?.[nodeName]?.parameters ?? {})) set(k, v, `spec.nodes.${nodeName}.parameters`);
+  // The agent's own defaults over the Node (a cloud agent's instance is the Node's providerID), only where no layer spoke.
+  for (const [param, template] of Object.entries(rules?.nodeDefaults ?? {})) {
+    if (param in parameters) continue;
+    const r = renderTemplate(param, template, node);
+    if ("error" in r)
+      errors.push(
+        `${rules!.subject} reads parameter ${param} from the Node by default (${template}), and that failed: ${r.error.slice(r.error.lastIndexOf(": ") + 2)}; ` +
+          `set ${param} in spec.nodes.${nodeName}.parameters`,
+      );
+    else set(param, r.value, `the Node (default ${template})`);
+  }
   return { parameters, sources, errors };
 }
 

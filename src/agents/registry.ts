@@ -2,8 +2,9 @@ import { AgentError, type AgentDriver, type ParameterRules } from "./types.ts";
 import { ipmiDriver, ipmiRules } from "./ipmi.ts";
 import { FenceAgentDriver, fenceAgentRules, loadFenceAgentRules } from "./fence-agent.ts";
 import { manualDriver } from "./manual.ts";
+import { awsDriver, awsRules } from "./aws.ts";
 
-export const AGENT_TYPES = ["ipmi", "fenceAgent", "manual"] as const;
+export const AGENT_TYPES = ["ipmi", "fenceAgent", "manual", "aws"] as const;
 
 /** The driver of a FenceAgent's spec.type; `agent` is spec.agent, required for type fenceAgent. */
 export function driverFor(type: string, agent?: string): AgentDriver {
@@ -12,6 +13,8 @@ export function driverFor(type: string, agent?: string): AgentDriver {
       return ipmiDriver;
     case "manual":
       return manualDriver;
+    case "aws":
+      return awsDriver;
     case "fenceAgent":
       if (!agent) throw new AgentError("Config", "type fenceAgent needs spec.agent, the fence agent to run (e.g. fence_ipmilan)");
       return new FenceAgentDriver(agent);
@@ -31,6 +34,8 @@ export function rulesFor(spec: { type: string; agent?: string }): ParameterRules
       return ipmiRules;
     case "manual":
       return undefined;
+    case "aws":
+      return awsRules;
     case "fenceAgent":
       driverFor(spec.type, spec.agent); // name checks
       return fenceAgentRules(spec.agent!);

@@ -14,7 +14,7 @@ export interface AgentContext {
   signal: AbortSignal;
 }
 
-export type AgentType = "ipmi" | "fenceAgent" | "manual";
+export type AgentType = "ipmi" | "fenceAgent" | "manual" | "aws";
 
 export interface AgentDriver {
   readonly type: AgentType;
@@ -75,6 +75,11 @@ export interface ParameterRules {
   check(parameters: Record<string, string>): string[];
   /** The machine these parameters fence, or undefined when they do not say (then no duplicate check applies). */
   target(parameters: Record<string, string>): FencingTarget | undefined;
+  /**
+   * Templates rendered over the Node for parameters no spec layer sets, e.g. a cloud agent's instance from
+   * `{ providerID: "{{ providerID }}" }`: the lowest layer, below spec.parameters (parameters.ts).
+   */
+  readonly nodeDefaults?: Readonly<Record<string, string>>;
 }
 
 /** allowed: the spec may set it; credential: a Secret may supply it (secretOnly: never the spec); refused: never. */

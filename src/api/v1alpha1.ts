@@ -26,10 +26,11 @@ export interface FenceAgent {
 export interface FenceAgentSpec {
   /**
    * How to fence: ipmi (IPMI 2.0 over lanplus, built in), fenceAgent (any ClusterLabs fence_* executable named in
-   * agent), or manual (wait until an administrator confirms the machine is off by annotating the NodeFence
-   * stockade.io/confirmed-off=<node name>).
+   * agent), manual (wait until an administrator confirms the machine is off by annotating the NodeFence
+   * stockade.io/confirmed-off=<node name>), or aws (EC2 StopInstances with Force for the instance in the Node's
+   * spec.providerID, through the AWS SDK and its default credential chain).
    */
-  type: "ipmi" | "fenceAgent" | "manual";
+  type: "ipmi" | "fenceAgent" | "manual" | "aws";
   /**
    * The fence_* executable to run when type is fenceAgent, e.g. fence_ipmilan. A bare name looked up on PATH: never a
    * path, never run through a shell. It gets every parameter as a key=value line on stdin, plus action=.
