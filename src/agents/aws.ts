@@ -27,7 +27,7 @@ export const AWS_SECRET_ONLY = AWS_CREDENTIALS;
 const OFF_ACTIONS = ["stop", "terminate"];
 /** The SDK's attempts per call (standard retry mode's default): throttling and 5xx retried with backoff. */
 export const AWS_SDK_ATTEMPTS = 3;
-/** Per attempt: a TCP connect that does not complete, or a request with no byte back, gives up before the deadline does. */
+/** Per attempt: a TCP connect that does not complete, or a request with no answer, gives up before the deadline does (then the SDK tries again). */
 const CONNECT_TIMEOUT_MS = 3000;
 const REQUEST_TIMEOUT_MS = 10_000;
 
@@ -249,7 +249,7 @@ function connect(ctx: AgentContext): Call {
   const client = new EC2Client({
     region: target.region,
     maxAttempts: AWS_SDK_ATTEMPTS,
-    requestHandler: { connectionTimeout: CONNECT_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS },
+    requestHandler: { connectionTimeout: CONNECT_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, throwOnRequestTimeout: true },
     ...(p.endpoint ? { endpoint: p.endpoint } : {}),
     ...(p.accessKeyId && p.secretAccessKey
       ? {

@@ -152,6 +152,19 @@ describe("aws agent against moto, instances tied to lab machines", { timeout: 24
     assert.equal(await peer.state(ids.get("node-2")!), "running", "no late StopInstances landed");
   });
 
+  test("an API that accepts the connection and never answers: each SDK attempt gives up after 10 s, the try after 3 (Unreachable)", async () => {
+    peer.glue.hang = true;
+    const before = peer.glue.calls.length;
+    const t0 = Date.now();
+    const r = await runOperation(awsDriver, ctx["node-2"]!, "status", { ...opts, timeoutMs: 60_000, retries: 0 });
+    peer.glue.hang = false;
+    const took = Date.now() - t0;
+    assert.equal(r.outcome, "Failed", r.message);
+    assert.match(r.message, /\(Unreachable\): the EC2 API did not answer DescribeInstances .* after 3 attempts/);
+    assert.ok(took >= 29_000 && took < 45_000, `3 attempts of 10 s: ${took} ms`);
+    assert.equal(peer.glue.calls.slice(before).filter((c) => c.by === "hung").length, 3);
+  });
+
   test("a missing instance and a providerID of the wrong form: Config errors, never off", async () => {
     const missing = {
       ...ctx["node-2"]!,
