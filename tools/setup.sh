@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the tests need that npm does not install: Debian packages (OpenIPMI's ipmi_sim, ipmitool,
-# ClusterLabs fence-agents, openssl, containerd, runc, CNI plugins, busybox-static, iptables) and the Go-built Kubernetes components (version-keyed cache).
+# ClusterLabs fence-agents, openssl, containerd, runc, CNI plugins, busybox-static, iptables, the Python modules of the
+# AWS peer), Debian trixie's moto (tools/moto.sh) and the Go-built Kubernetes components (version-keyed caches).
 # Idempotent: a machine that has everything pays a few stat() calls.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
