@@ -12,6 +12,7 @@ import { parseMetadata, unusableAgent, verdictFor, type AgentMetadata } from "..
 import { IPMI_PARAMETERS, IPMI_SECRET_ONLY } from "../src/agents/ipmi.ts";
 import { REDFISH_PARAMETERS, REDFISH_SECRET_ONLY } from "../src/agents/redfish.ts";
 import { EXTRA_PREFIX, WEBHOOK_PARAMETERS, WEBHOOK_SECRET_ONLY } from "../src/agents/webhook.ts";
+import { AWS_PARAMETERS, AWS_SECRET_ONLY } from "../src/agents/aws.ts";
 import { GCP_PARAMETERS, GCP_SECRET_ONLY } from "../src/agents/gcp.ts";
 import { AZURE_PARAMETERS, AZURE_SECRET_ONLY } from "../src/agents/azure.ts";
 
@@ -20,6 +21,7 @@ const NATIVE: Record<string, { parameters: readonly string[]; secretOnly: readon
   ipmi: { parameters: IPMI_PARAMETERS, secretOnly: IPMI_SECRET_ONLY },
   redfish: { parameters: REDFISH_PARAMETERS, secretOnly: REDFISH_SECRET_ONLY },
   webhook: { parameters: WEBHOOK_PARAMETERS, secretOnly: WEBHOOK_SECRET_ONLY },
+  aws: { parameters: AWS_PARAMETERS, secretOnly: AWS_SECRET_ONLY },
   gcp: { parameters: GCP_PARAMETERS, secretOnly: GCP_SECRET_ONLY },
   azure: { parameters: AZURE_PARAMETERS, secretOnly: AZURE_SECRET_ONLY },
 };

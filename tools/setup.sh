@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything the tests need that npm does not install: Debian packages (OpenIPMI's ipmi_sim, ipmitool,
-# ClusterLabs fence-agents, Redfish clients (redfishtool, python3-sushy), openssl, containerd, runc, CNI plugins, busybox-static, iptables) and the Go-built Kubernetes components and Redfish emulator (version-keyed cache).
+# ClusterLabs fence-agents, Redfish clients (redfishtool, python3-sushy), openssl, containerd, runc, CNI plugins,
+# busybox-static, iptables, the Python modules of the AWS peer), Debian trixie's moto (tools/moto.sh) and the Go-built
+# Kubernetes components and Redfish emulator (version-keyed caches).
 # Idempotent: a machine that has everything pays a few stat() calls.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,6 +22,11 @@ command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && { ldd /bin/busybox 2>&1 || true; } | grep -q "not a dynamic" || need+=(busybox-static)
 command -v iptables >/dev/null || need+=(iptables)
+# The AWS agent's test peer, trixie's moto (below), runs on bookworm's Python with these; boto3 also drives it in the tests.
+for p in python3-boto3 python3-botocore python3-flask python3-flask-cors python3-werkzeug python3-jinja2 python3-responses \
+  python3-xmltodict python3-antlr4 python3-dateutil python3-cryptography python3-requests python3-yaml; do
+  [ -e "/var/lib/dpkg/info/$p.list" ] || need+=("$p")
+done
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing Debian packages: ${need[*]} — run: sudo apt-get install -y ${need[*]}" >&2
@@ -30,6 +37,8 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+
+bash "$HERE/moto.sh"
 
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || {
   echo "setup: the Go toolchain (>= 1.25) is needed to build the lab's Kubernetes components; install it and put go on PATH" >&2

@@ -6,8 +6,9 @@ import { manualDriver } from "./manual.ts";
 import { webhookDriver, webhookRules } from "./webhook.ts";
 import { gcpDriver, gcpRules } from "./gcp.ts";
 import { azureDriver, azureRules } from "./azure.ts";
+import { awsDriver, awsRules } from "./aws.ts";
 
-export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual", "webhook", "gcp", "azure"] as const;
+export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual", "webhook", "aws", "gcp", "azure"] as const;
 
 /** The driver of a FenceAgent's spec.type; `agent` is spec.agent, required for type fenceAgent. */
 export function driverFor(type: string, agent?: string): AgentDriver {
@@ -24,6 +25,8 @@ export function driverFor(type: string, agent?: string): AgentDriver {
       return gcpDriver;
     case "azure":
       return azureDriver;
+    case "aws":
+      return awsDriver;
     case "fenceAgent":
       if (!agent) throw new AgentError("Config", "type fenceAgent needs spec.agent, the fence agent to run (e.g. fence_ipmilan)");
       return new FenceAgentDriver(agent);
@@ -51,6 +54,8 @@ export function rulesFor(spec: { type: string; agent?: string }): ParameterRules
       return gcpRules;
     case "azure":
       return azureRules;
+    case "aws":
+      return awsRules;
     case "fenceAgent":
       driverFor(spec.type, spec.agent); // name checks
       return fenceAgentRules(spec.agent!);

@@ -14,7 +14,7 @@ export interface AgentContext {
   signal: AbortSignal;
 }
 
-export type AgentType = "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "gcp" | "azure";
+export type AgentType = "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure";
 
 export interface AgentDriver {
   readonly type: AgentType;

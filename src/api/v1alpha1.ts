@@ -28,10 +28,12 @@ export interface FenceAgentSpec {
    * How to fence: ipmi (IPMI 2.0 over lanplus, built in), redfish (Redfish over HTTPS, built in), fenceAgent (any
    * ClusterLabs fence_* executable named in agent), manual (wait until an administrator confirms the machine is off by
    * annotating the NodeFence stockade.io/confirmed-off=<node name>), webhook (a signed JSON POST to the site's own
-   * power service, docs/webhook-agent.md), gcp (Compute Engine instances.stop, the instance from the Node's
-   * spec.providerID) or azure (virtual machine power off or deallocate, the VM from the Node's spec.providerID).
+   * power service, docs/webhook-agent.md), aws (EC2 StopInstances with Force for the instance in the Node's
+   * spec.providerID, through the AWS SDK and its default credential chain), gcp (Compute Engine instances.stop, the
+   * instance from the Node's spec.providerID) or azure (virtual machine power off or deallocate, the VM from the
+   * Node's spec.providerID).
    */
-  type: "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "gcp" | "azure";
+  type: "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure";
   /**
    * The fence_* executable to run when type is fenceAgent, e.g. fence_ipmilan. A bare name looked up on PATH: never a
    * path, never run through a shell. It gets every parameter as a key=value line on stdin, plus action=.

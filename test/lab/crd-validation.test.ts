@@ -77,6 +77,17 @@ const moreValid: (FenceAgent | FencingPolicy)[] = [
   {
     apiVersion: `${GROUP}/${VERSION}`,
     kind: "FenceAgent",
+    metadata: { name: "ok-aws-every-parameter" },
+    spec: {
+      type: "aws",
+      parameters: { region: "us-east-1", offAction: "terminate", endpoint: "https://ec2.us-east-1.amazonaws.com" },
+      nodeTemplates: { providerID: "{{ providerID }}" },
+      nodes: { "node-1": { parameters: { providerID: "aws:///us-east-1a/i-0123456789abcdef0" } } },
+    },
+  },
+  {
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind: "FenceAgent",
     metadata: { name: "ok-fence-ipmilan" },
     spec: {
       type: "fenceAgent",
