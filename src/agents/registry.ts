@@ -2,8 +2,17 @@ import { AgentError, type AgentDriver, type ParameterRules } from "./types.ts";
 import { ipmiDriver, ipmiRules } from "./ipmi.ts";
 import { FenceAgentDriver, fenceAgentRules, loadFenceAgentRules } from "./fence-agent.ts";
 import { manualDriver } from "./manual.ts";
+import { networkFenceDriver, networkFenceRules } from "./csi-addons-network-fence.ts";
+import { isStorageFence, STORAGE_FENCE_TYPES, type StorageFenceDriver } from "./types.ts";
 
-export const AGENT_TYPES = ["ipmi", "fenceAgent", "manual"] as const;
+export { isStorageFence, STORAGE_FENCE_TYPES };
+
+export const AGENT_TYPES = ["ipmi", "fenceAgent", "manual", "csiAddonsNetworkFence"] as const;
+
+/** The driver of a storage fence type, or undefined for a power type. */
+export function storageDriverFor(type: string): StorageFenceDriver | undefined {
+  return type === "csiAddonsNetworkFence" ? networkFenceDriver : undefined;
+}
 
 /** The driver of a FenceAgent's spec.type; `agent` is spec.agent, required for type fenceAgent. */
 export function driverFor(type: string, agent?: string): AgentDriver {
@@ -12,6 +21,8 @@ export function driverFor(type: string, agent?: string): AgentDriver {
       return ipmiDriver;
     case "manual":
       return manualDriver;
+    case "csiAddonsNetworkFence":
+      throw new AgentError("Config", "type csiAddonsNetworkFence fences storage: it has no power state (use storageDriverFor)");
     case "fenceAgent":
       if (!agent) throw new AgentError("Config", "type fenceAgent needs spec.agent, the fence agent to run (e.g. fence_ipmilan)");
       return new FenceAgentDriver(agent);
@@ -31,6 +42,8 @@ export function rulesFor(spec: { type: string; agent?: string }): ParameterRules
       return ipmiRules;
     case "manual":
       return undefined;
+    case "csiAddonsNetworkFence":
+      return networkFenceRules;
     case "fenceAgent":
       driverFor(spec.type, spec.agent); // name checks
       return fenceAgentRules(spec.agent!);

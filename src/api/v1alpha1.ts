@@ -27,9 +27,10 @@ export interface FenceAgentSpec {
   /**
    * How to fence: ipmi (IPMI 2.0 over lanplus, built in), fenceAgent (any ClusterLabs fence_* executable named in
    * agent), or manual (wait until an administrator confirms the machine is off by annotating the NodeFence
-   * stockade.io/confirmed-off=<node name>).
+   * stockade.io/confirmed-off=<node name>), or csiAddonsNetworkFence (a csi-addons NetworkFence that cuts the node's
+   * addresses off its storage: evidence for releasing volumes only, never that the machine is off).
    */
-  type: "ipmi" | "fenceAgent" | "manual";
+  type: "ipmi" | "fenceAgent" | "manual" | "csiAddonsNetworkFence";
   /**
    * The fence_* executable to run when type is fenceAgent, e.g. fence_ipmilan. A bare name looked up on PATH: never a
    * path, never run through a shell. It gets every parameter as a key=value line on stdin, plus action=.
@@ -608,11 +609,19 @@ export interface NodeFenceStatusAttempts {
 /** The proof that the node is fenced. */
 export interface NodeFenceStatusEvidence {
   /**
-   * PowerOffConfirmed (every agent of a level powered the machine off and a status query said off) or
-   * ManualConfirmation (an administrator confirmed it is off and the node is partitioned). A changed bootID or a
-   * deleted Node is never evidence (docs/safety.md).
+   * PowerOffConfirmed (every agent of a level powered the machine off and a status query said off), ManualConfirmation
+   * (an administrator confirmed it is off and the node is partitioned) or StorageFenced (every agent of the level is a
+   * storage fence, e.g. csiAddonsNetworkFence, and the storage side confirmed the node cut off: the machine may still
+   * run, so only the volumes of storageClasses are released, never a pod, never the out-of-service taint). A level
+   * mixing kinds proves what its agents prove together: one confirmed power-off makes it PowerOffConfirmed. A changed
+   * bootID or a deleted Node is never evidence (docs/safety.md).
    */
-  method: "PowerOffConfirmed" | "ManualConfirmation";
+  method: "PowerOffConfirmed" | "ManualConfirmation" | "StorageFenced";
+  /**
+   * StorageFenced only: the StorageClasses whose volumes the storage fences cut off (their FenceAgents' storageClasses
+   * parameter). Claim locks and VolumeAttachments of other volumes are not released.
+   */
+  storageClasses?: string[];
   /** When the proof was obtained. */
   time: string;
   /** The FenceAgents that confirmed the fence. */
