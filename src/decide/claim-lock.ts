@@ -217,7 +217,7 @@ export function breakLock(pvc: V1PersistentVolumeClaim, holderUid: string, by: s
 }
 
 /**
- * When the NodeFence proved its node's instances dead (for StorageFenced: cut off this claim's storage), if it does now: evidence recorded, in phase Fenced,
+ * When the NodeFence proved its node's instances dead (StorageFenced: this claim's storage cut off), if it does now: evidence recorded, in phase Fenced,
  * Releasing or Released, and the machine not back — the Node (read fresh) still has the boot ID the fence began
  * with and is not Ready. A machine that booted again (an action reboot, or someone pressing the button) may run
  * pods again: only the old boot's instances are proven gone, and which pod is which is not knowable here.
