@@ -10,6 +10,7 @@ import { promisify } from "node:util";
 import { format, resolveConfig } from "prettier";
 import { parseMetadata, unusableAgent, verdictFor, type AgentMetadata } from "../src/agents/fence-metadata.ts";
 import { IPMI_PARAMETERS, IPMI_SECRET_ONLY } from "../src/agents/ipmi.ts";
+import { NETWORK_FENCE_PARAMETERS } from "../src/agents/csi-addons-network-fence.ts";
 
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "..");
@@ -170,7 +171,7 @@ const INSTEAD =
 function names(l: Lists) {
   const ipmiPlain = IPMI_PARAMETERS.filter((p) => !IPMI_SECRET_ONLY.includes(p));
   return {
-    allowed: sorted([...l.allowed, ...IPMI_PARAMETERS]).filter((n) => IDENT.test(n)),
+    allowed: sorted([...l.allowed, ...IPMI_PARAMETERS, ...NETWORK_FENCE_PARAMETERS]).filter((n) => IDENT.test(n)),
     secretOnly: sorted([...l.secretOnly, ...IPMI_SECRET_ONLY]),
     dangerous: Object.keys(l.refused).filter((n) => IDENT.test(n) && !IPMI_PARAMETERS.includes(n)),
     // ipmi's own "port" is fence agents' deprecated alias of plug: per agent, the spec-level rule refuses it.
