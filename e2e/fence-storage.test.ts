@@ -67,7 +67,8 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
   after(async () => {
     double?.stop();
     const r = await bed?.invariant().catch(() => undefined);
-    if (r) console.log(`invariant: ${r.identities} identities, ${r.replacements} replacements, ${r.violations.length} violations`);
+    if (r)
+      console.log(`invariant: ${r.identities} identities, ${r.replacements} replacements, violations: ${JSON.stringify(r.violations)}`);
     await bed?.down();
   });
 
@@ -174,8 +175,10 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
     );
     assert.ok(attempts.includes("L1 lab-netfence off Succeeded"), attempts.join("; "));
     const rel = f.status?.releases ?? [];
+    // The replacement may be granted app-data before the release step reaches it (the node counts as fenced for SAN
+    // claims from the evidence on); db-0's lock, which nobody else asks for, is broken by the release.
     assert.ok(
-      rel.some((r) => r.kind === "ClaimLock" && r.name === "app-data" && r.action === "Broken"),
+      rel.some((r) => r.kind === "ClaimLock" && r.name === "data-db-0" && r.action === "Broken"),
       JSON.stringify(rel),
     );
     assert.deepEqual(
