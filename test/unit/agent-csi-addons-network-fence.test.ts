@@ -14,6 +14,8 @@ import {
 import { runStorageFence } from "../../src/agents/run-storage.ts";
 import { driverFor, rulesFor, storageDriverFor } from "../../src/agents/registry.ts";
 import type { NetworkFence, NetworkFenceApi } from "../../src/agents/types.ts";
+import { checkAgent } from "../../src/decide/agent-check.ts";
+import type { FenceAgent } from "../../src/api/v1alpha1.ts";
 
 const base = { networkFenceClassName: "ceph-fence", storageClasses: "rbd,cephfs", cidrs: "10.0.0.7" };
 
@@ -102,6 +104,25 @@ describe("csiAddonsNetworkFence parameters", () => {
     assert.equal(rulesFor({ type: "csiAddonsNetworkFence" }), networkFenceRules);
     assert.throws(() => driverFor("csiAddonsNetworkFence"), /no power state/);
   });
+  test("the FenceAgent check (Ready condition) validates it like any agent: Valid, a missing cidrs, a duplicate", () => {
+    const agent = (nodes: Record<string, string>): FenceAgent => ({
+      apiVersion: "stockade.io/v1alpha1",
+      kind: "FenceAgent",
+      metadata: { name: "nf" },
+      spec: {
+        type: "csiAddonsNetworkFence",
+        parameters: { networkFenceClassName: "ceph", storageClasses: "rbd" },
+        nodes: Object.fromEntries(Object.entries(nodes).map(([n, cidrs]) => [n, { parameters: { cidrs } }])),
+      },
+    });
+    const nodes = ["node-1", "node-2"].map((name) => ({ metadata: { name } }));
+    assert.equal(checkAgent(agent({ "node-1": "10.0.0.1", "node-2": "10.0.0.2" }), nodes, new Map()).reason, "Valid");
+    const missing = checkAgent(agent({ "node-1": "10.0.0.1" }), nodes, new Map());
+    assert.equal(missing.reason, "InvalidConfiguration");
+    assert.match(missing.message, /node node-2: parameter cidrs is missing/);
+    assert.equal(checkAgent(agent({ "node-1": "10.0.0.1", "node-2": "10.0.0.1/32" }), nodes, new Map()).reason, "DuplicateTarget");
+  });
+
   test("two nodes with the same CIDRs fence each other: the target says so", () => {
     assert.deepEqual(networkFenceRules.target(base), networkFenceRules.target({ ...base, cidrs: "10.0.0.7/32" }));
   });
