@@ -439,7 +439,13 @@ export class Bed {
         processes: x.processes,
       })),
     );
-    const processes = checkProcessTables(snapshots, instanceStarts(ledger));
+    // Storage fences the lab's csi-addons test double reported (issue 11): the last report per node before t decides.
+    const storageFences = this.rec
+      .timeline()
+      .filter((e) => e.source === "lab" && e.kind === "storage-fence")
+      .map((e) => ({ t: e.t, node: e.source === "lab" ? e.node : "", fenced: e.source === "lab" && e.detail.state === "Fenced" }));
+    const storageFenced = (node: string, t: number) => storageFences.filter((f) => f.node === node && f.t <= t).at(-1)?.fenced ?? false;
+    const processes = checkProcessTables(snapshots, instanceStarts(ledger), storageFenced);
     return {
       ...report,
       ledger: { identities: ledger.identities, records: ledger.records, handovers: ledger.handovers.length, problems: ledger.problems },

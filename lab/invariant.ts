@@ -79,8 +79,11 @@ export function checkInvariant(timeline: readonly TimelineEntry[], forceDeleted:
         const healedBeforeGone = lab.some((e) => e.node === node && e.kind === "heal" && e.t > fault.t && e.t < gone && e.detail.resumed);
         if (healedBeforeGone) continue; // the kubelet came back and confirmed the graceful delete
         report.fencedReplacements++;
+        // A claim (not a pod identity) is also safe once the node's storage was fenced: its old instance may run but
+        // cannot reach the volume. (In the lab that fence is nominal: the ledger checker judges what was written.)
+        const cut = (e: LabEntry) => id.startsWith("claim ") && e.kind === "storage-fence" && e.detail.state === "Fenced";
         const dead = lab.find(
-          (e) => e.node === node && e.t > fault.t && ((e.kind === "power" && e.detail.power === "off") || e.kind === "boot"),
+          (e) => e.node === node && e.t > fault.t && ((e.kind === "power" && e.detail.power === "off") || e.kind === "boot" || cut(e)),
         );
         if (!dead || dead.t > running.t) {
           report.violations.push(

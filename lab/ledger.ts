@@ -660,7 +660,16 @@ const listProcs = (ps: readonly NodeProcess[]) =>
  * capture says nothing (the ledger and the timeline checker speak for it): capture after the kill
  * too, or a power-off's own "before" capture is the last word.
  */
-export function checkProcessTables(snapshots: readonly ProcessSnapshot[], starts: readonly InstanceStart[]): ProcessReport {
+/**
+ * storageFenced(node, t): the node's storage was fenced at time t (a storage fence reported Fenced and not lifted
+ * since). An old instance on such a node may run by design (StorageFenced evidence releases volumes, never pods):
+ * its processes are not a violation, and what it could still write is the ledger checker's to judge.
+ */
+export function checkProcessTables(
+  snapshots: readonly ProcessSnapshot[],
+  starts: readonly InstanceStart[],
+  storageFenced: (node: string, t: number) => boolean = () => false,
+): ProcessReport {
   const report: ProcessReport = { starts: starts.length, snapshots: snapshots.length, violations: [] };
   const byNode = groupBy(
     [...snapshots].sort((a, b) => a.time - b.time),
@@ -669,6 +678,7 @@ export function checkProcessTables(snapshots: readonly ProcessSnapshot[], starts
   for (const s of starts) {
     for (const old of s.previous) {
       for (const [node, snaps] of byNode) {
+        if (storageFenced(node, s.time)) continue;
         const of = (snap: ProcessSnapshot) => snap.processes.filter((p) => p.podUID === old);
         const later = snaps.find((snap) => snap.time >= s.time && of(snap).length);
         const ev = (snap: ProcessSnapshot) => `${iso(snap.time)}${snap.event ? ` (${snap.event})` : ""}`;

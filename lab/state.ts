@@ -113,7 +113,8 @@ export function nodeSpec(s: LabState, name: string): NodeSpec {
 /** One line of the lab's own event log: power changes, boots, faults. The recorder merges it with watches. */
 export interface LabEvent {
   time: string;
-  kind: "power" | "boot" | "crash" | "partition" | "heal" | "bmc" | "lab" | "kubelet" | "fault";
+  /** storage-fence: a storage side (lab/test-doubles/csi-addons-network-fence.ts) reported the node's storage Fenced or Unfenced. */
+  kind: "power" | "boot" | "crash" | "partition" | "heal" | "bmc" | "lab" | "kubelet" | "fault" | "storage-fence";
   node?: string;
   detail: Record<string, unknown>;
 }

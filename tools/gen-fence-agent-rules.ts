@@ -14,6 +14,7 @@ import { REDFISH_PARAMETERS, REDFISH_SECRET_ONLY } from "../src/agents/redfish.t
 import { EXTRA_PREFIX, WEBHOOK_PARAMETERS, WEBHOOK_SECRET_ONLY } from "../src/agents/webhook.ts";
 import { AWS_PARAMETERS, AWS_SECRET_ONLY } from "../src/agents/aws.ts";
 import { GCP_PARAMETERS, GCP_SECRET_ONLY } from "../src/agents/gcp.ts";
+import { NETWORK_FENCE_PARAMETERS } from "../src/agents/csi-addons-network-fence.ts";
 import { AZURE_PARAMETERS, AZURE_SECRET_ONLY } from "../src/agents/azure.ts";
 
 /** The types Stockade implements itself: every parameter each takes, and those only a Secret may supply. */
@@ -24,12 +25,16 @@ const NATIVE: Record<string, { parameters: readonly string[]; secretOnly: readon
   aws: { parameters: AWS_PARAMETERS, secretOnly: AWS_SECRET_ONLY },
   gcp: { parameters: GCP_PARAMETERS, secretOnly: GCP_SECRET_ONLY },
   azure: { parameters: AZURE_PARAMETERS, secretOnly: AZURE_SECRET_ONLY },
+  csiAddonsNetworkFence: { parameters: NETWORK_FENCE_PARAMETERS, secretOnly: [] },
 };
 const nativeNames = Object.values(NATIVE).flatMap((t) => t.parameters);
 const plain = (t: string) => NATIVE[t]!.parameters.filter((p) => !NATIVE[t]!.secretOnly.includes(p));
 /** What a type's rule says when a parameter is not its own. */
-const nativeMessage = (t: string) =>
-  `type ${t} takes only the parameters ${plain(t).join(", ")}${t === "webhook" ? ` and ${EXTRA_PREFIX}<name>` : ""} (and ${NATIVE[t]!.secretOnly.join(" and ")}, from the Secret)`;
+const nativeMessage = (t: string) => {
+  const secret = NATIVE[t]!.secretOnly;
+  const extra = t === "webhook" ? ` and ${EXTRA_PREFIX}<name>` : "";
+  return `type ${t} takes only the parameters ${plain(t).join(", ")}${extra}${secret.length ? ` (and ${secret.join(" and ")}, from the Secret)` : ""}`;
+};
 
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "..");

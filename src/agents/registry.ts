@@ -7,8 +7,17 @@ import { webhookDriver, webhookRules } from "./webhook.ts";
 import { gcpDriver, gcpRules } from "./gcp.ts";
 import { azureDriver, azureRules } from "./azure.ts";
 import { awsDriver, awsRules } from "./aws.ts";
+import { networkFenceDriver, networkFenceRules } from "./csi-addons-network-fence.ts";
+import { isStorageFence, STORAGE_FENCE_TYPES, type StorageFenceDriver } from "./types.ts";
 
-export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual", "webhook", "aws", "gcp", "azure"] as const;
+export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual", "webhook", "aws", "gcp", "azure", "csiAddonsNetworkFence"] as const;
+
+export { isStorageFence, STORAGE_FENCE_TYPES };
+
+/** The driver of a storage fence type, or undefined for a power type. */
+export function storageDriverFor(type: string): StorageFenceDriver | undefined {
+  return type === "csiAddonsNetworkFence" ? networkFenceDriver : undefined;
+}
 
 /** The driver of a FenceAgent's spec.type; `agent` is spec.agent, required for type fenceAgent. */
 export function driverFor(type: string, agent?: string): AgentDriver {
@@ -27,6 +36,8 @@ export function driverFor(type: string, agent?: string): AgentDriver {
       return azureDriver;
     case "aws":
       return awsDriver;
+    case "csiAddonsNetworkFence":
+      throw new AgentError("Config", "type csiAddonsNetworkFence fences storage: it has no power state (use storageDriverFor)");
     case "fenceAgent":
       if (!agent) throw new AgentError("Config", "type fenceAgent needs spec.agent, the fence agent to run (e.g. fence_ipmilan)");
       return new FenceAgentDriver(agent);
@@ -56,6 +67,8 @@ export function rulesFor(spec: { type: string; agent?: string }): ParameterRules
       return azureRules;
     case "aws":
       return awsRules;
+    case "csiAddonsNetworkFence":
+      return networkFenceRules;
     case "fenceAgent":
       driverFor(spec.type, spec.agent); // name checks
       return fenceAgentRules(spec.agent!);

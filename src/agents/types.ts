@@ -14,7 +14,59 @@ export interface AgentContext {
   signal: AbortSignal;
 }
 
-export type AgentType = "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure";
+export type AgentType = "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure" | "csiAddonsNetworkFence";
+
+/**
+ * What a storage fence says. Deliberately not a PowerState: nothing here can be read as "the machine is off".
+ * pending: asked, not answered yet; failed: the storage side refused (its message in the error).
+ */
+export type StorageFenceState = "fenced" | "unfenced" | "pending" | "failed";
+
+/** Types that fence storage, not power: their success is StorageFenced evidence, never "the machine is off". */
+export const STORAGE_FENCE_TYPES: readonly string[] = ["csiAddonsNetworkFence"];
+export const isStorageFence = (type: string | undefined): boolean => STORAGE_FENCE_TYPES.includes(type ?? "");
+
+/** A csi-addons NetworkFence (csiaddons.openshift.io/v1alpha1), the fields Stockade reads and writes. */
+export interface NetworkFence {
+  apiVersion: string;
+  kind: "NetworkFence";
+  metadata: { name: string; uid?: string; resourceVersion?: string; labels?: Record<string, string>; deletionTimestamp?: string };
+  spec: {
+    fenceState: "Fenced" | "Unfenced";
+    cidrs: string[];
+    networkFenceClassName?: string;
+    driver?: string;
+    secret?: { name?: string; namespace?: string };
+    parameters?: Record<string, string>;
+  };
+  status?: { result?: "Succeeded" | "Failed"; message?: string };
+}
+
+/** The Kubernetes API a storage fence may use, and nothing more: get, create, replace, delete of NetworkFences. */
+export interface NetworkFenceApi {
+  get(name: string, signal: AbortSignal): Promise<NetworkFence | undefined>;
+  create(nf: NetworkFence, signal: AbortSignal): Promise<void>;
+  /** Replaces spec (resourceVersion precondition from the object passed). */
+  replace(nf: NetworkFence, signal: AbortSignal): Promise<void>;
+  /** Deletes exactly this object (uid precondition). */
+  delete(name: string, uid: string | undefined, signal: AbortSignal): Promise<void>;
+}
+
+export interface StorageAgentContext extends AgentContext {
+  kube?: NetworkFenceApi;
+  /** The Node's status.addresses (written by its kubelet): used only where the agent's parameters ask for them. */
+  addresses?: { type: string; address: string }[];
+}
+
+/** A fence that cuts the node off its storage; one try per call, like AgentDriver. */
+export interface StorageFenceDriver {
+  readonly type: AgentType;
+  readonly fences: "storage";
+  validate(parameters: Record<string, string>): string[];
+  fence(ctx: StorageAgentContext): Promise<void>;
+  unfence(ctx: StorageAgentContext): Promise<void>;
+  state(ctx: StorageAgentContext): Promise<StorageFenceState>;
+}
 
 export interface AgentDriver {
   readonly type: AgentType;

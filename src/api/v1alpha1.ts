@@ -30,10 +30,11 @@ export interface FenceAgentSpec {
    * annotating the NodeFence stockade.io/confirmed-off=<node name>), webhook (a signed JSON POST to the site's own
    * power service, docs/webhook-agent.md), aws (EC2 StopInstances with Force for the instance in the Node's
    * spec.providerID, through the AWS SDK and its default credential chain), gcp (Compute Engine instances.stop, the
-   * instance from the Node's spec.providerID) or azure (virtual machine power off or deallocate, the VM from the
-   * Node's spec.providerID).
+   * instance from the Node's spec.providerID), azure (virtual machine power off or deallocate, the VM from the Node's
+   * spec.providerID) or csiAddonsNetworkFence (a csi-addons NetworkFence that cuts the node's addresses off its
+   * storage: evidence for releasing volumes only, never that the machine is off).
    */
-  type: "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure";
+  type: "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure" | "csiAddonsNetworkFence";
   /**
    * The fence_* executable to run when type is fenceAgent, e.g. fence_ipmilan. A bare name looked up on PATH: never a
    * path, never run through a shell. It gets every parameter as a key=value line on stdin, plus action=.
@@ -612,11 +613,19 @@ export interface NodeFenceStatusAttempts {
 /** The proof that the node is fenced. */
 export interface NodeFenceStatusEvidence {
   /**
-   * PowerOffConfirmed (every agent of a level powered the machine off and a status query said off) or
-   * ManualConfirmation (an administrator confirmed it is off and the node is partitioned). A changed bootID or a
-   * deleted Node is never evidence (docs/safety.md).
+   * PowerOffConfirmed (every agent of a level powered the machine off and a status query said off), ManualConfirmation
+   * (an administrator confirmed it is off and the node is partitioned) or StorageFenced (every agent of the level is a
+   * storage fence, e.g. csiAddonsNetworkFence, and the storage side confirmed the node cut off: the machine may still
+   * run, so only the volumes of storageClasses are released, never a pod, never the out-of-service taint). A level
+   * mixing kinds proves what its agents prove together: one confirmed power-off makes it PowerOffConfirmed. A changed
+   * bootID or a deleted Node is never evidence (docs/safety.md).
    */
-  method: "PowerOffConfirmed" | "ManualConfirmation";
+  method: "PowerOffConfirmed" | "ManualConfirmation" | "StorageFenced";
+  /**
+   * StorageFenced only: the StorageClasses whose volumes the storage fences cut off (their FenceAgents' storageClasses
+   * parameter). Claim locks and VolumeAttachments of other volumes are not released.
+   */
+  storageClasses?: string[];
   /** When the proof was obtained. */
   time: string;
   /** The FenceAgents that confirmed the fence. */

@@ -5,7 +5,10 @@
 import type { V1MutatingWebhookConfiguration, V1Node, V1ValidatingWebhookConfiguration } from "@kubernetes/client-node";
 import type { FenceAgent, FencingPolicy } from "../api/v1alpha1.ts";
 import { resolveParameters, secretKey, secretRefsFor } from "../agents/parameters.ts";
-import { driverFor } from "../agents/registry.ts";
+import { driverFor, storageDriverFor } from "../agents/registry.ts";
+import { networkFenceName, stateOf } from "../agents/csi-addons-network-fence.ts";
+import { networkFenceApi } from "../kube/network-fence.ts";
+import type { Kube } from "../kube/api.ts";
 import { runOperation } from "../agents/run.ts";
 import { checkAgent, nodesForAgent } from "../decide/agent-check.ts";
 import { matchesSelector } from "../decide/selectors.ts";
@@ -77,8 +80,32 @@ export function volumeSafetyWarnings(
 }
 
 /** One live status query; the verdict line and whether it passed. */
-async function query(agent: FenceAgent, node: V1Node, secrets: Secrets, o: CheckOptions): Promise<{ ok: boolean; result: string }> {
+async function query(
+  agent: FenceAgent,
+  node: V1Node,
+  secrets: Secrets,
+  o: CheckOptions,
+  kube?: Kube,
+): Promise<{ ok: boolean; result: string }> {
   const name = node.metadata?.name ?? "";
+  const storage = storageDriverFor(agent.spec.type);
+  if (storage) {
+    // A storage fence has no power state: check its parameters and read (never write) its NetworkFence.
+    const r = resolveParameters(agent.spec, node, new Map());
+    if ("errors" in r) return { ok: false, result: `FAILED ${r.errors.join("; ")}` };
+    const problems = storage.validate(r.parameters);
+    if (problems.length) return { ok: false, result: `FAILED ${problems.join("; ")}` };
+    if (!kube) return { ok: true, result: "OK storage fence: parameters resolve" };
+    try {
+      const nf = await networkFenceApi(kube).get(networkFenceName(name), AbortSignal.timeout((o.timeoutSeconds ?? 30) * 1000));
+      return {
+        ok: true,
+        result: `OK storage fence: NetworkFence ${networkFenceName(name)} ${nf ? `is ${stateOf(nf)}` : "absent (not fenced)"}`,
+      };
+    } catch (err) {
+      return { ok: false, result: `FAILED ${(err as Error).message}` };
+    }
+  }
   let driver;
   try {
     driver = driverFor(agent.spec.type, agent.spec.agent);
@@ -155,7 +182,7 @@ export async function check(c: Cluster, o: CheckOptions, write: (s: string) => v
     write(`FAILED no FencingPolicy's escalation covers node ${o.node}: nothing could fence it\n`);
   } else if (!targets.length) write("none: no FenceAgent is named by a policy that selects a node\n");
   else {
-    const results = await mapLimit(targets, 4, (t) => query(t.agent, t.node, secrets, o));
+    const results = await mapLimit(targets, 4, (t) => query(t.agent, t.node, secrets, o, c.kube));
     failures += results.filter((r) => !r.ok).length;
     write(
       table(

@@ -142,20 +142,24 @@ export class ClaimLockController {
       (p) => p.metadata?.uid !== pod.metadata?.uid && guarded.some((c) => claimNames(p).includes(c.metadata?.name ?? "")),
     );
     const nodes = [...new Set(users.flatMap((p) => (p.spec?.nodeName ? [p.spec.nodeName] : [])))];
-    const fencedNodes = new Map<string, Date>();
-    await Promise.all(
-      nodes.map(async (n) => {
-        const [fence, nodeObj] = await Promise.all([kube.getNodeFence(n), kube.readNode(n)]);
-        const since = fencedSince(fence, nodeObj);
-        if (since) fencedNodes.set(n, since);
-      }),
+    const fences = new Map(
+      await Promise.all(nodes.map(async (n) => [n, await Promise.all([kube.getNodeFence(n), kube.readNode(n)])] as const)),
     );
+    // Per claim: a storage fence proves only the claims of the StorageClasses it cut off (decide/claim-lock.ts).
+    const fencedNodesFor = (pvc: V1PersistentVolumeClaim) => {
+      const out = new Map<string, Date>();
+      for (const [n, [fence, nodeObj]] of fences) {
+        const since = fencedSince(fence, nodeObj, pvc);
+        if (since) out.set(n, since);
+      }
+      return out;
+    };
     const tokens: Record<string, number> = {};
     const later: Promise<void>[] = [];
     for (const pvc of guarded) {
       const claim = pvc.metadata?.name ?? "";
       const now = this.d.clock().toUTC().toISO() ?? new Date().toISOString();
-      const decision = decideClaim({ requester: pod, pvc, pods, fencedNodes, now });
+      const decision = decideClaim({ requester: pod, pvc, pods, fencedNodes: fencedNodesFor(pvc), now });
       switch (decision.kind) {
         case "held":
           tokens[claim] = decision.token;

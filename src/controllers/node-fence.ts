@@ -10,7 +10,9 @@ import { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FenceAgent, type NodeFence, type NodeFenceStatus } from "../api/v1alpha1.ts";
 import { resolveParameters, secretRefsFor } from "../agents/parameters.ts";
-import { driverFor, loadRules } from "../agents/registry.ts";
+import { driverFor, loadRules, storageDriverFor } from "../agents/registry.ts";
+import { runStorageFence } from "../agents/run-storage.ts";
+import { networkFenceApi } from "../kube/network-fence.ts";
 import { checkUniqueTarget } from "../agents/targets.ts";
 import { fenceOff, redact, runOperation } from "../agents/run.ts";
 import { AgentError } from "../agents/types.ts";
@@ -40,6 +42,9 @@ import type { Metrics } from "../metrics.ts";
 import { AgentOperations } from "./agent-operations.ts";
 
 export const FENCED_CONDITION = "Fenced";
+/** What a StorageFenced release says about the node's pods (status, Event). */
+const PODS_STAY =
+  "storage fenced only (the machine may still run): volumes released, pods NOT force-deleted and no out-of-service taint; the pods stay until the machine is confirmed off (a power agent, or the manual agent) or an administrator decides";
 
 export interface NodeFenceDeps {
   kube: Kube;
@@ -393,9 +398,17 @@ export class NodeFenceController {
         }
         return await this.write(fence, (s) => {
           s.phase = "Releasing";
+          const storageOnly = s.evidence?.method === "StorageFenced";
           return this.cond(
             s,
-            { type: "Released", status: "False", reason: "Releasing", message: "releasing the node's guarded pods and volumes" },
+            {
+              type: "Released",
+              status: "False",
+              reason: "Releasing",
+              message: storageOnly
+                ? "storage fenced only: releasing the volumes of the fenced StorageClasses, never the pods"
+                : "releasing the node's guarded pods and volumes",
+            },
             fence,
           );
         });
@@ -403,12 +416,20 @@ export class NodeFenceController {
       case "release":
         return await this.release(fence, node, step.item);
       case "released": {
+        const storageOnly = fence.status?.evidence?.method === "StorageFenced";
         const next = await this.write(fence, (s) => {
           s.phase = "Released";
           s.releasedTime = this.now();
           const n = (s.releases ?? []).length;
-          return this.cond(s, { type: "Released", status: "True", reason: "Released", message: `${n} release(s) recorded` }, fence);
+          return this.cond(
+            s,
+            storageOnly
+              ? { type: "Released", status: "True", reason: "VolumesReleased", message: `${n} volume release(s) recorded; ${PODS_STAY}` }
+              : { type: "Released", status: "True", reason: "Released", message: `${n} release(s) recorded` },
+            fence,
+          );
         });
+        if (storageOnly) await Promise.all(this.event(next, "Warning", "PodsNotReleased", `node ${nodeName}: ${PODS_STAY}`, node));
         flog.info({ releases: next.status?.releases?.length }, `node ${nodeName}: released`);
         const beat = next.status?.lastHeartbeatTime ? DateTime.fromISO(next.status.lastHeartbeatTime) : undefined;
         if (beat?.isValid) this.d.metrics?.failoverDuration.observe(this.d.clock().diff(beat).as("seconds"));
@@ -510,7 +531,7 @@ export class NodeFenceController {
         secretValues = [...secrets.values()].flatMap((m) => Object.values(m));
         const resolved = resolveParameters(agent.spec, target, secrets, rules);
         if ("errors" in resolved) throw new AgentError("Config", `FenceAgent ${agentName}: ${resolved.errors.join("; ")}`);
-        const driver = driverFor(agent.spec.type, agent.spec.agent);
+        const storage = storageDriverFor(agent.spec.type);
         const ctx = { node: nodeName, parameters: resolved.parameters, annotations: {} };
         const beforeTry = async (o: "off" | "on") => {
           try {
@@ -531,7 +552,15 @@ export class NodeFenceController {
           beforeTry,
           signal,
         };
-        const r = op === "off" ? await fenceOff(driver, ctx, opts) : await runOperation(driver, ctx, op, opts);
+        let r;
+        if (storage) {
+          // A storage fence gets the NetworkFence API and the Node's kubelet-reported addresses (used only if its parameters say so).
+          const addresses = (target.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address }));
+          r = await runStorageFence(storage, { ...ctx, kube: networkFenceApi(this.d.kube), addresses }, op, opts);
+        } else {
+          const driver = driverFor(agent.spec.type, agent.spec.agent);
+          r = op === "off" ? await fenceOff(driver, ctx, opts) : await runOperation(driver, ctx, op, opts);
+        }
         return { outcome: r.outcome, message: redact(r.message, secretValues) };
       } catch (err) {
         const message = redact(err instanceof Error ? err.message : String(err), secretValues);
@@ -573,6 +602,9 @@ export class NodeFenceController {
     // The invariant, checked where it matters: nothing is released from a fence without evidence.
     if (!evidence || !fence.status?.evidence?.heartbeat || fence.status?.phase !== "Releasing")
       throw new Error(`refusing to release from NodeFence ${nodeName} in phase ${fence.status?.phase} without confirmation evidence`);
+    // Storage fenced, the machine perhaps running: its pods and the out-of-service taint are never released on that.
+    if (evidence === "StorageFenced" && (item.kind === "Pod" || item.kind === "Taint"))
+      throw new Error(`refusing to release ${item.kind} of NodeFence ${nodeName} on StorageFenced evidence: volumes only`);
     let rec: NonNullable<Status["releases"]>[number];
     if (item.kind === "Pod") {
       const p = item.pod;

@@ -6,7 +6,7 @@
 import type { V1Node } from "@kubernetes/client-node";
 import type { FenceAgent, FencingPolicy } from "../api/v1alpha1.ts";
 import { resolveParameters, secretKey, secretRefsFor } from "../agents/parameters.ts";
-import { driverFor, rulesFor } from "../agents/registry.ts";
+import { driverFor, rulesFor, storageDriverFor } from "../agents/registry.ts";
 import { duplicateTargets } from "../agents/targets.ts";
 import type { ParameterRules } from "../agents/types.ts";
 import { matchesSelector } from "./selectors.ts";
@@ -40,7 +40,8 @@ export function checkAgent(
   let driver;
   let rules: ParameterRules | undefined;
   try {
-    driver = driverFor(agent.spec.type, agent.spec.agent);
+    // A storage fence has no power driver; its parameters are checked the same way.
+    driver = storageDriverFor(agent.spec.type) ?? driverFor(agent.spec.type, agent.spec.agent);
     rules = rulesFor(agent.spec);
   } catch (err) {
     return { ok: false, reason: "InvalidConfiguration", message: (err as Error).message, nodes: names };

@@ -217,14 +217,21 @@ export function breakLock(pvc: V1PersistentVolumeClaim, holderUid: string, by: s
 }
 
 /**
- * When the NodeFence proved its node's instances dead, if it does now: evidence recorded, in phase Fenced,
+ * When the NodeFence proved its node's instances dead (StorageFenced: this claim's storage cut off), if it does now: evidence recorded, in phase Fenced,
  * Releasing or Released, and the machine not back — the Node (read fresh) still has the boot ID the fence began
  * with and is not Ready. A machine that booted again (an action reboot, or someone pressing the button) may run
  * pods again: only the old boot's instances are proven gone, and which pod is which is not knowable here.
  */
-export function fencedSince(f: NodeFence | undefined, node: V1Node | undefined): Date | undefined {
+export function fencedSince(f: NodeFence | undefined, node: V1Node | undefined, claim?: V1PersistentVolumeClaim): Date | undefined {
   const phase = f?.status?.phase;
   if (!f?.status?.evidence || !f.status.fencedTime || !(phase === "Fenced" || phase === "Releasing" || phase === "Released"))
+    return undefined;
+  // Storage fenced: the machine may run; only the claims of the StorageClasses cut off are safe from its pods (and no
+  // pod is proven dead, so without a claim — a force delete — it proves nothing).
+  if (
+    f.status.evidence.method === "StorageFenced" &&
+    !(claim && (f.status.evidence.storageClasses ?? []).includes(claim.spec?.storageClassName ?? ""))
+  )
     return undefined;
   if (node) {
     const boot = node.status?.nodeInfo?.bootID;

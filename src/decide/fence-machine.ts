@@ -8,7 +8,9 @@
 //               └──── heartbeat after the fence ───┘
 //
 // The safety rules (docs/safety.md) live here, where they can be tested exhaustively:
-// - evidence is only PowerOffConfirmed or ManualConfirmation, each from the attempts of the current round;
+// - evidence is only PowerOffConfirmed or ManualConfirmation, each from the attempts of the current round — or
+//   StorageFenced (a level of storage fences only), which releases volumes only: never a pod, never out-of-service;
+// - a storage fence, once up, comes down only for a reboot (new bootID) or an administrator's unfence;
 // - before each release step the node's heartbeat must be exactly what it was right after the confirmation;
 // - an automatic fence needs the node partitioned at every step that could power it off.
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1Taint, V1VolumeAttachment } from "@kubernetes/client-node";
@@ -23,6 +25,8 @@ import type {
   NodeFenceStatusPolicySnapshot,
 } from "../api/v1alpha1.ts";
 import { CONFIRMED_OFF_ANNOTATION } from "../agents/manual.ts";
+import { isStorageFence } from "../agents/types.ts";
+import { fencedStorageClasses } from "../agents/csi-addons-network-fence.ts";
 import { isFinished, isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
 import { claimNames, parseLock } from "./claim-lock.ts";
@@ -63,8 +67,10 @@ export interface FenceObservation {
 }
 
 export type Evidence = {
-  method: "PowerOffConfirmed" | "ManualConfirmation";
+  method: "PowerOffConfirmed" | "ManualConfirmation" | "StorageFenced";
   detail: string;
+  /** StorageFenced: the StorageClasses whose volumes the storage fences cut off (only those are released). */
+  storageClasses?: string[];
   agents: string[];
   round: number;
   heartbeat: NodeFenceStatusEvidenceHeartbeat;
@@ -224,6 +230,39 @@ export function claimLocksToBreak(o: FenceObservation): Extract<ReleaseItem, { k
 /** The release record's message for a broken claim lock (also how a repeat is recognised). */
 export const claimLockMessage = (pod: V1Pod, token: number) => `token ${token} held by pod ${pod.metadata?.name}`;
 
+/** The storage fences this NodeFence holds up: a storage agent's last successful operation was a fence ("off"). */
+export function storageFencesHeld(o: Pick<FenceObservation, "fence" | "agents">): string[] {
+  const last = new Map<string, string>();
+  for (const a of attemptsOf(o.fence))
+    if (a.outcome === "Succeeded" && isStorageFence(o.agents.get(a.agent)?.spec.type)) last.set(a.agent, a.operation);
+  return [...last].filter(([, op]) => op === "off").map(([name]) => name);
+}
+
+/** The node came back in a new boot (Ready with another bootID than when the fence began): the old boot's processes are gone. */
+function rebooted(o: FenceObservation): boolean {
+  const boot = o.node?.status?.nodeInfo?.bootID ?? "";
+  const ready = o.node?.status?.conditions?.find((c) => c.type === "Ready")?.status === "True";
+  const began = o.fence.status?.bootID ?? "";
+  return !!boot && !!began && boot !== began && ready;
+}
+
+/**
+ * An automatic fence whose node heartbeats again would be cancelled — but a storage fence it holds must not come
+ * down with it: the node's old pods may still believe they own volumes released to replacements. It stays until
+ * the node rebooted (unfenced then) or an administrator sets spec.unfence; undefined when nothing is held.
+ */
+function holdStorage(o: FenceObservation, health: NodeHealth | undefined): Step | undefined {
+  const held = storageFencesHeld(o);
+  if (!held.length) return undefined;
+  if (rebooted(o)) return { kind: "startUnfence", reason: "Rebooted" };
+  return {
+    kind: "wait",
+    reason: "StorageFenceHeld",
+    message: `the node heartbeats again (${describeHealth(health)}) but its storage stays fenced (${held.join(", ")}): its old pods may still think they own volumes given to replacements; the fence comes down once the node reboots (new bootID) or an administrator sets spec.unfence`,
+    requeueAfterMs: 10_000,
+  };
+}
+
 export function retryDelaySeconds(failures: number): number {
   return Math.min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** Math.max(0, failures - 1));
 }
@@ -245,6 +284,9 @@ export function nextStep(o: FenceObservation): Step {
 
   if (phase === "Unfencing") {
     const reason = st.conditions?.find((c) => c.type === "Fenced")?.reason ?? "UnfenceRequested";
+    // Storage first: only an administrator's unfence or a reboot gets here, the two cases that may lift it.
+    const lift = liftStorageStep(o);
+    if (lift) return lift;
     // An administrator's unfence powers back on what our agents powered off; a reboot already did.
     if (reason === "UnfenceRequested" && st.evidence?.method === "PowerOffConfirmed" && st.policySnapshot?.action !== "reboot") {
       const step = powerOnStep(o);
@@ -272,7 +314,12 @@ export function nextStep(o: FenceObservation): Step {
     if (automatic && policy?.spec.paused)
       return { kind: "wait", reason: "Paused", message: `FencingPolicy ${st.policy} is paused`, requeueAfterMs: 10_000 };
     if (automatic && heartbeats(health))
-      return { kind: "cancel", message: `the node heartbeats again (${describeHealth(health)}): nothing was powered off or released` };
+      return (
+        holdStorage(o, health) ?? {
+          kind: "cancel",
+          message: `the node heartbeats again (${describeHealth(health)}): nothing was powered off or released`,
+        }
+      );
     return { kind: "begin" };
   }
 
@@ -302,6 +349,9 @@ export function nextStep(o: FenceObservation): Step {
   }
 
   if (phase === "Released") {
+    // Storage-fenced only: back in a new boot, the old pods are gone and the storage fence may come down.
+    if (st.evidence?.method === "StorageFenced" && storageFencesHeld(o).length && rebooted(o))
+      return { kind: "startUnfence", reason: "Rebooted" };
     if (snap.action === "reboot" && st.evidence?.method === "PowerOffConfirmed") {
       const step = powerOnStep(o);
       if (step) return step;
@@ -319,7 +369,12 @@ function failedStep(o: FenceObservation, health: NodeHealth | undefined): Step {
   const st = o.fence.status ?? {};
   const retryAt = toDateTime(st.nextRetryTime) ?? o.now;
   if (o.fence.spec.origin === "Automatic" && heartbeats(health))
-    return { kind: "cancel", message: `the node heartbeats again (${describeHealth(health)}): the failed fence is not retried` };
+    return (
+      holdStorage(o, health) ?? {
+        kind: "cancel",
+        message: `the node heartbeats again (${describeHealth(health)}): the failed fence is not retried`,
+      }
+    );
   if (o.now < retryAt)
     return {
       kind: "wait",
@@ -386,7 +441,12 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
 
   // An automatic fence powers nothing off once the node heartbeats again, whatever was tried before.
   if (f.spec.origin === "Automatic" && heartbeats(health))
-    return { kind: "cancel", message: `the node heartbeats again (${describeHealth(health)}): fencing cancelled, nothing was released` };
+    return (
+      holdStorage(o, health) ?? {
+        kind: "cancel",
+        message: `the node heartbeats again (${describeHealth(health)}): fencing cancelled, nothing was released`,
+      }
+    );
 
   const levels = snap.escalation;
   const level = st.currentLevel ?? 0;
@@ -412,12 +472,31 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
     }
     if (last.outcome !== "Succeeded") return levelFailed(o, levels.length, level, `${name}: ${last.outcome}: ${last.message ?? ""}`);
   }
-  const manual = spec.agents.filter((n) => o.agents.get(n)?.spec.type === "manual");
+  // A level proves what all its agents together prove: one power-off confirmed proves the machine off; an
+  // administrator's confirmation, that a person vouches for it; storage fences alone, only that its volumes are cut.
+  const types = spec.agents.map((n) => o.agents.get(n)?.spec.type);
+  const power = types.some((t) => t !== "manual" && !isStorageFence(t));
+  const manual = !power && types.some((t) => t === "manual");
+  const method: Evidence["method"] = power ? "PowerOffConfirmed" : manual ? "ManualConfirmation" : "StorageFenced";
+  const storageClasses = [
+    ...new Set(
+      spec.agents.flatMap((n) =>
+        isStorageFence(o.agents.get(n)?.spec.type) ? fencedStorageClasses(o.agents.get(n)?.spec.parameters) : [],
+      ),
+    ),
+  ].sort();
+  const how =
+    method === "PowerOffConfirmed"
+      ? "powered the machine off and a status query confirmed it"
+      : method === "ManualConfirmation"
+        ? "confirmed by an administrator while the node was partitioned"
+        : `cut the node off its storage (StorageClasses ${storageClasses.join(", ") || "none"}); the machine may still run: only those volumes are released, no pod`;
   return {
     kind: "confirmed",
     evidence: {
-      method: manual.length === spec.agents.length ? "ManualConfirmation" : "PowerOffConfirmed",
-      detail: `round ${round + 1}, level ${level + 1}: ${spec.agents.join(", ")} ${manual.length === spec.agents.length ? "confirmed by an administrator while the node was partitioned" : "powered the machine off and a status query confirmed it"}`,
+      method,
+      detail: `round ${round + 1}, level ${level + 1}: ${spec.agents.join(", ")} ${how}`,
+      ...(method === "StorageFenced" ? { storageClasses } : {}),
       agents: [...spec.agents],
       round,
       heartbeat: { ...heartbeatOf(o.node, o.lease), silent: health === undefined || health.state === "Partitioned" },
@@ -481,6 +560,7 @@ function releaseStep(o: FenceObservation, snap: NodeFenceStatusPolicySnapshot): 
   const releases = st.releases ?? [];
   const taintAdded = releases.some((r) => r.kind === "Taint" && r.action === "Added");
   const taintRemoved = releases.some((r) => r.kind === "Taint" && r.action === "Removed");
+  if (st.evidence?.method === "StorageFenced") return storageReleaseStep(o, rel);
   if (rel.outOfServiceTaint && !taintAdded) return { kind: "release", item: { kind: "Taint", action: "Added" } };
   // Before the pods go: a pod's claims are found through it. Any pod of the node, guarded or not, that holds a lock.
   const lock = claimLocksToBreak(o)[0];
@@ -511,6 +591,53 @@ function releaseStep(o: FenceObservation, snap: NodeFenceStatusPolicySnapshot): 
   return { kind: "released" };
 }
 
+/**
+ * Release on StorageFenced evidence: the machine may still run, so volumes only, and only those of the StorageClasses
+ * the storage fences cut. The claim locks of the node's pods are broken (their gated replacements may be granted) and
+ * the VolumeAttachments deleted; never a pod force-deleted, never the out-of-service taint (with it
+ * kube-controller-manager force-deletes the node's pods): the pods stay until the machine is confirmed off or an
+ * administrator decides.
+ */
+function storageReleaseStep(o: FenceObservation, rel: NonNullable<NodeFenceStatusPolicySnapshot["release"]>): Step {
+  const classes = new Set(o.fence.status?.evidence?.storageClasses ?? []);
+  const covered = (pvc: V1PersistentVolumeClaim | undefined) => !!pvc && classes.has(pvc.spec?.storageClassName ?? "");
+  const lock = claimLocksToBreak(o).find((l) => covered(l.pvc));
+  if (lock) return { kind: "release", item: lock };
+  if (rel.deleteVolumeAttachments ?? true) {
+    const byVolume = new Map([...o.pvcs.values()].filter((c) => c.spec?.volumeName).map((c) => [c.spec!.volumeName!, c] as const));
+    const done = new Set((o.fence.status?.releases ?? []).filter((r) => r.kind === "VolumeAttachment").map((r) => r.uid));
+    const va = o.volumeAttachments.find(
+      (v) =>
+        v.spec.nodeName === o.fence.spec.nodeName &&
+        !done.has(v.metadata?.uid) &&
+        covered(byVolume.get(v.spec.source.persistentVolumeName ?? "")),
+    );
+    if (va) return { kind: "release", item: { kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" } };
+  }
+  return { kind: "released" };
+}
+
+/** Lift every storage fence this NodeFence holds, each tried once per unfence (a failure is recorded, not retried). */
+function liftStorageStep(o: FenceObservation): Step | undefined {
+  const st = o.fence.status ?? {};
+  const attempts = attemptsOf(o.fence);
+  const busy = attempts.findIndex((a) => a.outcome === "InProgress");
+  if (busy >= 0) return operationStep(o, busy, "storage unfence");
+  // Since the unfence began: attempts after the last "off" of that agent.
+  for (const name of storageFencesHeld(o)) {
+    const agent = o.agents.get(name);
+    const lastOff =
+      attempts
+        .map((a, i) => [a, i] as const)
+        .filter(([a]) => a.agent === name && a.operation === "off" && a.outcome === "Succeeded")
+        .at(-1)?.[1] ?? -1;
+    const tried = attempts.slice(lastOff + 1).some((a) => a.agent === name && a.operation === "on");
+    if (agent && !tried)
+      return { kind: "runAgent", level: st.currentLevel ?? 0, agent, operation: "on", timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000 };
+  }
+  return undefined;
+}
+
 /** Power the machine back on through the agents that powered it off, each tried once (a failure is recorded, not retried). */
 function powerOnStep(o: FenceObservation): Step | undefined {
   const st = o.fence.status ?? {};
@@ -521,7 +648,7 @@ function powerOnStep(o: FenceObservation): Step | undefined {
   for (const name of st.policySnapshot?.escalation[level]?.agents ?? []) {
     const agent = o.agents.get(name);
     const last = attempts.filter((a) => a.operation === "on" && a.agent === name && (a.startTime ?? "") >= (st.fencedTime ?? "")).at(-1);
-    if (agent && agent.spec.type !== "manual" && (!last || last.outcome === "Interrupted"))
+    if (agent && agent.spec.type !== "manual" && !isStorageFence(agent.spec.type) && (!last || last.outcome === "Interrupted"))
       return { kind: "runAgent", level, agent, operation: "on", timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000 };
   }
   return undefined;

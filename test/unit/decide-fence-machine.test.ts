@@ -29,7 +29,7 @@ import {
   type Step,
 } from "../../src/decide/fence-machine.ts";
 import { isGuarded } from "../../src/decide/guarded-pods.ts";
-import { LOCK_ANNOTATION, breakLock, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
+import { LOCK_ANNOTATION, breakLock, fencedSince, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
 import { prng } from "../../lab/chaos/schedule.ts";
 import { T0, agent, agentMap, at, lease, node, pod, policy, pvc, pvcMap, stamp, stsPod, volumeAttachment } from "./decide-fixtures.ts";
 
@@ -62,6 +62,13 @@ interface Sim {
 const partitionedNode = (o: { bootID?: string; labels?: Record<string, string> } = {}) =>
   node("node-1", { ready: "Unknown", bootID: o.bootID ?? "boot-1", heartbeat: T0, labels: o.labels });
 
+/** A csiAddonsNetworkFence agent whose fence covers the "san" StorageClass. */
+function storageAgent(name: string): FenceAgent {
+  const a = agent(name, "csiAddonsNetworkFence");
+  a.spec.parameters = { networkFenceClassName: "ceph", storageClasses: "san" };
+  return a;
+}
+
 function fenceOf(status?: NodeFenceStatus, spec: Partial<NodeFenceSpec> = {}, finalizers = [FINALIZER]): NodeFence {
   return {
     apiVersion: "stockade.io/v1alpha1",
@@ -82,7 +89,7 @@ function sim(o: Partial<Sim> = {}): Sim {
     pvcs: pvcMap(),
     vas: [],
     policies: [policy("default")],
-    agents: agentMap(agent("ipmi"), agent("pdu"), agent("pdu-b"), agent("admin", "manual")),
+    agents: agentMap(agent("ipmi"), agent("pdu"), agent("pdu-b"), agent("admin", "manual"), storageAgent("netfence")),
     ops: new Map(),
     agentResult: () => "Succeeded",
     ...o,
@@ -930,6 +937,190 @@ describe("unfencing", () => {
   });
 });
 
+describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only", () => {
+  const netfence = (name = "netfence", classes = "san") => {
+    const a = agent(name, "csiAddonsNetworkFence");
+    a.spec.parameters = { networkFenceClassName: "ceph", storageClasses: classes };
+    return a;
+  };
+  const agents = () => agentMap(agent("ipmi"), agent("admin", "manual"), netfence());
+  const twoLevels = (release = {}) => [
+    policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "netfence" }] }], release }),
+  ];
+  const lockedClaim = (name: string, holder: V1Pod, token: number, storageClassName: string) => {
+    const c = pvc(name, ["ReadWriteOnce"]);
+    c.metadata!.uid = `uid-pvc-${name}`;
+    c.spec!.storageClassName = storageClassName;
+    c.spec!.volumeName = `pv-${name}`;
+    c.metadata!.annotations = {
+      [LOCK_ANNOTATION]: formatLock({ v: 1, token, holder: { pod: holder.metadata!.name!, uid: holder.metadata!.uid! }, time: stamp(T0) }),
+    };
+    return c;
+  };
+  /** A Deployment-like pod (RWO on the SAN), a StatefulSet pod (SAN) and a pod on another storage class, all on node-1. */
+  function world(o: { release?: object; agentResult?: Sim["agentResult"] } = {}) {
+    const app = pod("app", { claims: ["app-data"] });
+    const db0 = stsPod("db-0", { claims: ["data-db-0"] });
+    const nfs = pod("nfs-user", { claims: ["nfs-data"] });
+    const vaFor = (claim: string) => {
+      const v = volumeAttachment(`va-${claim}`, "node-1");
+      v.spec.source.persistentVolumeName = `pv-${claim}`;
+      return v;
+    };
+    return sim({
+      fence: fenceOf(undefined, {}, []),
+      agents: agents(),
+      policies: twoLevels(o.release),
+      pods: [app, db0, nfs],
+      pvcs: pvcMap(lockedClaim("app-data", app, 7, "san"), lockedClaim("data-db-0", db0, 3, "san"), lockedClaim("nfs-data", nfs, 2, "nfs")),
+      vas: [vaFor("app-data"), vaFor("data-db-0"), vaFor("nfs-data")],
+      agentResult: o.agentResult ?? ((name) => (name === "ipmi" ? "Failed" : "Succeeded")),
+    });
+  }
+
+  test("level 1 (power) fails, level 2 (NetworkFence) fences: StorageFenced; SAN claim locks and VolumeAttachments released; no pod, no taint, nothing of another StorageClass", () => {
+    const s = world({ release: { forceDeletePods: true, outOfServiceTaint: true, deleteVolumeAttachments: true } });
+    const steps = describeSteps(walk(s));
+    assert.ok(steps.includes("escalate 1"), steps.join(" → "));
+    assert.ok(steps.includes("confirmed StorageFenced"), steps.join(" → "));
+    assert.deepEqual(
+      steps.filter((x) => x.startsWith("release ")),
+      ["release ClaimLock app-data", "release ClaimLock data-db-0", "release VA va-app-data", "release VA va-data-db-0"],
+    );
+    assert.equal(steps.at(-1), "done");
+    assert.equal(s.fence.status?.phase, "Released");
+    assert.deepEqual(s.fence.status?.evidence?.storageClasses, ["san"]);
+    assert.equal(s.pods.length, 3, "no pod force-deleted");
+    assert.ok(!hasTaint(s.node, OUT_OF_SERVICE_TAINT), "no out-of-service taint");
+    const nfs = parseLock(s.pvcs.get("default/nfs-data")!);
+    assert.equal(nfs.ok && nfs.lock?.holder?.pod, "nfs-user", "a claim of another StorageClass keeps its lock");
+    assert.deepEqual(
+      s.vas.map((v) => v.metadata?.name),
+      ["va-nfs-data"],
+    );
+  });
+
+  test("a level proves what its agents prove together: power + storage is PowerOffConfirmed, manual + storage ManualConfirmation", () => {
+    const confirmedWith = (names: string[]) => {
+      const s = sim({
+        fence: fenceOf(undefined, {}, []),
+        agents: agents(),
+        policies: [policy("default", { escalation: [{ agents: names.map((name) => ({ name })) }] })],
+      });
+      s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+      const step = walk(s).find((x) => x.kind === "confirmed");
+      return step?.kind === "confirmed" ? step.evidence.method : "none";
+    };
+    assert.equal(confirmedWith(["ipmi", "netfence"]), "PowerOffConfirmed");
+    assert.equal(confirmedWith(["admin", "netfence"]), "ManualConfirmation");
+    assert.equal(confirmedWith(["netfence"]), "StorageFenced");
+  });
+
+  test("the heartbeat rules still apply: a heartbeat mid-release stops it (re-enter)", () => {
+    const status = releasing({
+      policySnapshot: snapOf(twoLevels()[0]!),
+      currentLevel: 1,
+      attempts: [attempt("ipmi", "Failed"), attempt("netfence", "Succeeded", 1)],
+      evidence: evidenceNow({ method: "StorageFenced", agents: ["netfence"], storageClasses: ["san"] }),
+    });
+    const s = world();
+    s.fence = fenceOf(status);
+    heartbeat(s);
+    assert.equal(nextStep(observe(s)).kind, "reenter");
+  });
+
+  test("a node back without a reboot keeps its storage fence: an automatic fence waits StorageFenceHeld, never cancels", () => {
+    const s = world();
+    walk(s);
+    assert.equal(s.fence.status?.phase, "Released");
+    // The partition heals: the same boot heartbeats again.
+    heartbeat(s, true);
+    assert.deepEqual(describeSteps(walk(s)), ["done"], "Released stays Released: no unfence on a heartbeat");
+    // Mid-release instead: re-entry, then the hold (without it: cancel, the marks off and the fence orphaned).
+    const r = world();
+    r.fence = fenceOf(
+      fencing({
+        policySnapshot: snapOf(twoLevels()[0]!),
+        currentLevel: 1,
+        round: 1,
+        attempts: [attempt("ipmi", "Failed"), attempt("netfence", "Succeeded", 1)],
+      }),
+    );
+    heartbeat(r, true);
+    const step = nextStep(observe(r));
+    assert.equal(step.kind === "wait" && step.reason, "StorageFenceHeld", describeSteps([step]).join());
+    // Failed rounds hold it the same way.
+    r.fence.status!.phase = "Failed";
+    const failed = nextStep(observe(r));
+    assert.equal(failed.kind === "wait" && failed.reason, "StorageFenceHeld");
+  });
+
+  test("a reboot (new bootID, Ready) lifts the storage fence: NetworkFence removed (agent on), then the marks", () => {
+    const s = world();
+    walk(s);
+    s.node = node("node-1", { ready: "True", bootID: "boot-2", heartbeat: s.now });
+    s.lease = lease("node-1", s.now);
+    assert.deepEqual(describeSteps(walk(s)), [
+      "startUnfence Rebooted",
+      "runAgent on L1 netfence",
+      "record Succeeded",
+      "unmarkNode Rebooted",
+      "done",
+    ]);
+    // While it holds, Fencing with a rebooted node unfences the same way.
+    const r = world();
+    r.fence = fenceOf(
+      fencing({ policySnapshot: snapOf(twoLevels()[0]!), currentLevel: 1, attempts: [attempt("netfence", "Succeeded", 1)] }),
+    );
+    r.node = node("node-1", { ready: "True", bootID: "boot-2", heartbeat: r.now });
+    r.lease = lease("node-1", r.now);
+    assert.deepEqual(nextStep(observe(r)), { kind: "startUnfence", reason: "Rebooted" });
+  });
+
+  test("an administrator's unfence lifts every storage fence held, from any level, and powers nothing on that was not powered off", () => {
+    const s = world();
+    walk(s);
+    s.fence.spec.unfence = true;
+    assert.deepEqual(describeSteps(walk(s)), [
+      "startUnfence UnfenceRequested",
+      "runAgent on L1 netfence",
+      "record Succeeded",
+      "unmarkNode UnfenceRequested",
+      "done",
+    ]);
+    // A storage fence put up by a level that failed, the power-off confirmed by the next: both are undone.
+    const mixed = sim({
+      fence: fenceOf(undefined, {}, []),
+      agents: agentMap(agent("ipmi"), agent("pdu"), netfence()),
+      policies: [policy("default", { escalation: [{ agents: [{ name: "netfence" }, { name: "ipmi" }] }, { agents: [{ name: "pdu" }] }] })],
+      agentResult: (name) => (name === "ipmi" ? "Failed" : "Succeeded"),
+    });
+    walk(mixed);
+    assert.equal(mixed.fence.status?.evidence?.method, "PowerOffConfirmed");
+    mixed.fence.spec.unfence = true;
+    const steps = describeSteps(walk(mixed));
+    assert.ok(steps.includes("runAgent on L1 netfence") || steps.includes("runAgent on L0 netfence"), steps.join(" → "));
+    assert.ok(steps.includes("runAgent on L1 pdu"), steps.join(" → "));
+  });
+
+  test("fencedSince (claim grants, force-delete admission): a storage fence proves only the claims of its StorageClasses, never a pod", () => {
+    const f = fenceOf({
+      ...releasing({ evidence: evidenceNow({ method: "StorageFenced", storageClasses: ["san"] }) }),
+      phase: "Released",
+    });
+    const n = partitionedNode();
+    const san = pvc("a", ["ReadWriteOnce"]);
+    san.spec!.storageClassName = "san";
+    const nfs = pvc("b", ["ReadWriteOnce"]);
+    nfs.spec!.storageClassName = "nfs";
+    assert.ok(fencedSince(f, n, san) instanceof Date);
+    assert.equal(fencedSince(f, n, nfs), undefined);
+    assert.equal(fencedSince(f, n), undefined, "without a claim (a force delete) a storage fence proves nothing");
+    const power = fenceOf({ ...releasing(), phase: "Released" });
+    assert.ok(fencedSince(power, n) instanceof Date);
+  });
+});
+
 // ---- The safety invariant, as properties --------------------------------------------------------------------------
 
 const PHASES: (NodeFenceStatus["phase"] | undefined)[] = [
@@ -947,6 +1138,7 @@ const EVIDENCE: (NodeFenceStatusEvidence | undefined)[] = [
   undefined,
   evidenceNow(),
   evidenceNow({ method: "ManualConfirmation" }),
+  evidenceNow({ method: "StorageFenced", agents: ["netfence"], storageClasses: ["san"] }),
   evidenceNow({ round: 1 }),
   evidenceNow({ heartbeat: { ...evidenceNow().heartbeat, leaseRenewTime: stamp(at(-5)) } }),
   evidenceNow({ heartbeat: { ...evidenceNow().heartbeat, silent: false }, time: stamp(at(999)) }),
@@ -1030,6 +1222,11 @@ function checkStep(o: FenceObservation, step: Step, where: string): boolean {
   assert.deepEqual(heartbeatChanges(ev.heartbeat, heartbeatOf(o.node, o.lease)), [], `release although the node heartbeat since: ${where}`);
   if (!ev.heartbeat.silent) assert.ok(o.now.diff(at(999)).as("seconds") >= 15, `release before the silence was proven: ${where}`);
   assert.ok(!o.fence.spec.unfence, `release although an unfence was asked: ${where}`);
+  if (ev.method === "StorageFenced" && step.kind === "release")
+    assert.ok(
+      step.item.kind === "ClaimLock" || step.item.kind === "VolumeAttachment",
+      `a ${step.item.kind} released on StorageFenced: ${where}`,
+    );
   if (step.kind === "release" && step.item.kind === "Pod") {
     const pod = step.item.pod;
     assert.equal(pod.spec?.nodeName, o.fence.spec.nodeName, `a pod of another node: ${where}`);
@@ -1053,7 +1250,7 @@ describe("the safety invariant: nothing is released without this round's evidenc
                 for (const [pi, policies] of POLICIES.entries())
                   for (const [ri, recorded] of RELEASES.entries())
                     for (const [qi, pods] of PODS.entries()) {
-                      const round = ai === 4 || ei === 3 ? 1 : 0;
+                      const round = ai === 4 || ei === 4 ? 1 : 0;
                       const snap = policies[0] ? snapOf(policies[0]) : SNAPSHOT;
                       const status: NodeFenceStatus | undefined =
                         phase === undefined && ei === 0 && ai === 0 && ri === 0
@@ -1126,6 +1323,7 @@ describe("the safety invariant: nothing is released without this round's evidenc
         [{ agents: [{ name: "ipmi" }] }],
         [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu" }, { name: "pdu-b" }] }],
         [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "admin" }] }],
+        [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "netfence" }] }],
       ]);
       const s = sim({
         fence: fenceOf(undefined, { origin: pick(["Automatic", "Manual"] as const) }, []),

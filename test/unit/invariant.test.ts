@@ -17,7 +17,12 @@ const pod = (t: number, uid: string, node: string, type: "add" | "update" | "del
   deleting: type === "delete",
   labels: {},
 });
-const lab = (t: number, kind: "partition" | "power" | "crash", node: string, detail: Record<string, unknown> = {}): TimelineEntry => ({
+const lab = (
+  t: number,
+  kind: "partition" | "power" | "crash" | "storage-fence",
+  node: string,
+  detail: Record<string, unknown> = {},
+): TimelineEntry => ({
   t,
   source: "lab",
   kind,
@@ -112,4 +117,23 @@ test("claims: tokens must rise in the order the holders ran; pods without a toke
     { ...(pod(5, "b", "node-2", "update") as Extract<TimelineEntry, { source: "pod" }>), name: "y", claims: ["logs"] },
   ]);
   assert.deepEqual(shared.violations, []);
+});
+
+test("a storage fence (issue 11) makes a claim's replacement safe, never a pod identity's; an Unfenced report does not count", () => {
+  const claimTimeline = (state: string) => [
+    claimPod(0, "web-a", "old", "node-1", "add", 1),
+    lab(10, "crash", "node-1"),
+    lab(15, "storage-fence", "node-1", { state }),
+    claimPod(21, "web-b", "new", "node-2", "update", 2),
+  ];
+  assert.deepEqual(checkInvariant(claimTimeline("Fenced")).violations, []);
+  assert.equal(checkInvariant(claimTimeline("Unfenced")).violations.length, 1);
+  // The same pod identity (a StatefulSet's db-0) is not made safe by a storage fence: its old instance may still run.
+  const r = checkInvariant([
+    pod(0, "old", "node-1", "add"),
+    lab(10, "crash", "node-1"),
+    lab(15, "storage-fence", "node-1", { state: "Fenced" }),
+    pod(21, "new", "node-2", "update"),
+  ]);
+  assert.equal(r.violations.length, 1, r.violations.join("\n"));
 });

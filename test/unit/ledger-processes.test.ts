@@ -86,6 +86,12 @@ describe("process-table evidence", () => {
     );
   });
 
+  test("an old instance on a node whose storage was fenced (issue 11) may still run: no violation there, only there", () => {
+    const snaps = [snap(9_000, "node-1", [proc(20, OLD)], "crash")];
+    assert.deepEqual(checkProcessTables(snaps, [start], (node) => node === "node-1").violations, []);
+    assert.equal(checkProcessTables(snaps, [start], (node) => node === "node-2").violations.length, 1);
+  });
+
   test("no capture of a node, or captures that never show the old instance, prove nothing and report nothing", () => {
     assert.deepEqual(checkProcessTables([], [start]).violations, []);
     assert.deepEqual(

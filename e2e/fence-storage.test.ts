@@ -1,0 +1,221 @@
+// Storage fencing as an escalation step (issue 11 item 4) on real nodes: level 1 is the node's IPMI BMC, which
+// does not answer; level 2 a csiAddonsNetworkFence, answered by the lab's test double of csi-addons' controller
+// (lab/test-doubles/csi-addons-network-fence.ts). After a crash the evidence is StorageFenced: the claim lock of a
+// Deployment-at-scale-1's ReadWriteOnce claim is broken and its gated replacement starts elsewhere with token + 1,
+// while a StatefulSet pod on the same node is NOT force-deleted and no out-of-service taint is set.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import type { V1Pod } from "@kubernetes/client-node";
+import { Bed, NS } from "../lab/bed.ts";
+import { waitFor } from "../lab/health.ts";
+import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
+import { NetworkFenceDouble } from "../lab/test-doubles/csi-addons-network-fence.ts";
+import type { NodeFence } from "../src/api/v1alpha1.ts";
+import type { NetworkFence } from "../src/agents/types.ts";
+import { TOKEN_ANNOTATION, isGated, parseLock } from "../src/decide/claim-lock.ts";
+import { OUT_OF_SERVICE_TAINT } from "../src/decide/fence-machine.ts";
+
+const repoRoot = join(import.meta.dirname, "..");
+const nf = { group: "csiaddons.openshift.io", version: "v1alpha1", plural: "networkfences" };
+
+describe("e2e: a NetworkFence as the second escalation level releases volumes only", () => {
+  let bed: Bed;
+  let double: NetworkFenceDouble;
+  const ips = new Map<string, string>();
+
+  before(async () => {
+    bed = await Bed.up({ nodes: 3, name: "fence-storage", webhooks: true });
+    await bed.kubectl("apply", "-f", join(repoRoot, "test/fixtures/csiaddons.openshift.io_networkfences.yaml"));
+    await waitFor(
+      "the NetworkFence CRD served",
+      async () =>
+        (await bed.custom.listClusterCustomObject(nf).then(
+          () => true,
+          () => false,
+        )) || undefined,
+      {
+        timeoutMs: 30_000,
+      },
+    );
+    for (const n of bed.lab.nodes()) {
+      const ip = (await bed.lab.node(n)).status?.addresses?.find((a) => a.type === "InternalIP")?.address;
+      assert.ok(ip, `node ${n} has an InternalIP`);
+      ips.set(n, ip);
+    }
+    double = new NetworkFenceDouble(bed.lab.kc, bed.lab.dir, (cidr) => [...ips].find(([, ip]) => cidr === `${ip}/32`)?.[0]).start();
+    // The administrator sets each node's address (never the kubelet-reported one: docs/safety.md).
+    await bed.create("fenceagents", {
+      metadata: { name: "lab-netfence" },
+      spec: {
+        type: "csiAddonsNetworkFence",
+        parameters: { networkFenceClassName: "lab-san", storageClasses: SAN_STORAGE_CLASS },
+        nodes: Object.fromEntries([...ips].map(([n, ip]) => [n, { parameters: { cidrs: ip } }])),
+        timeoutSeconds: 15,
+        retries: 1,
+      },
+    });
+    await bed.policy("default", {
+      escalation: [{ agents: [{ name: "lab-ipmi" }], timeoutSeconds: 6 }, { agents: [{ name: "lab-netfence" }] }],
+      // Asked for, and still never done on StorageFenced evidence.
+      release: { forceDeletePods: true, deleteVolumeAttachments: true, outOfServiceTaint: true },
+      guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 },
+    });
+    await bed.startOperator();
+  });
+  after(async () => {
+    double?.stop();
+    const r = await bed?.invariant().catch(() => undefined);
+    if (r)
+      console.log(`invariant: ${r.identities} identities, ${r.replacements} replacements, violations: ${JSON.stringify(r.violations)}`);
+    await bed?.down();
+  });
+
+  const podsOf = async (app: string) => (await bed.lab.core.listNamespacedPod({ namespace: NS, labelSelector: `app=${app}` })).items;
+  const running = (p: V1Pod | undefined) => p?.status?.phase === "Running";
+
+  test("crash: IPMI unreachable, NetworkFence Fenced → StorageFenced; the Deployment's claim moves with token + 1, the StatefulSet pod stays", async () => {
+    // A pre-bound SAN volume and its claim, and a ledger writer Deployment at scale 1 evicted as soon as its node is unreachable.
+    const path = join(sanDir(bed.lab.dir), "pv-app-data");
+    mkdirSync(path, { recursive: true });
+    await bed.lab.core.createPersistentVolume({
+      body: {
+        metadata: { name: "pv-app-data" },
+        spec: {
+          capacity: { storage: "1Mi" },
+          accessModes: ["ReadWriteOnce"],
+          persistentVolumeReclaimPolicy: "Retain",
+          storageClassName: SAN_STORAGE_CLASS,
+          hostPath: { path, type: "DirectoryOrCreate" },
+          claimRef: { apiVersion: "v1", kind: "PersistentVolumeClaim", namespace: NS, name: "app-data" },
+        },
+      },
+    });
+    await bed.lab.core.createNamespacedPersistentVolumeClaim({
+      namespace: NS,
+      body: {
+        metadata: { name: "app-data" },
+        spec: { accessModes: ["ReadWriteOnce"], storageClassName: SAN_STORAGE_CLASS, resources: { requests: { storage: "1Mi" } } },
+      },
+    });
+    const t = ledgerManifests({
+      namespace: NS,
+      replicas: 1,
+      image: bed.lab.state.real!.images.ledger!,
+      san: sanDir(bed.lab.dir),
+      tokenAnnotation: TOKEN_ANNOTATION,
+      onePerNode: false,
+    }).statefulSet.spec!.template.spec!;
+    const c = t.containers[0]!;
+    const evictAtOnce = ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"].map((key) => ({
+      key,
+      operator: "Exists",
+      effect: "NoExecute",
+      tolerationSeconds: 0,
+    }));
+    await bed.apps.createNamespacedDeployment({
+      namespace: NS,
+      body: {
+        metadata: { name: "app" },
+        spec: {
+          replicas: 1,
+          selector: { matchLabels: { app: "app" } },
+          template: {
+            metadata: { labels: { app: "app" } },
+            spec: {
+              ...t,
+              containers: [{ ...c, env: (c.env ?? []).map((e) => (e.name === "IDENTITY" ? { name: "IDENTITY", value: "app-data" } : e)) }],
+              volumes: [...(t.volumes ?? []), { name: "data", persistentVolumeClaim: { claimName: "app-data" } }],
+              tolerations: evictAtOnce,
+            },
+          },
+        },
+      },
+    });
+    const first = await waitFor("app Running", async () => (await podsOf("app")).find(running), { timeoutMs: 90_000 });
+    const node = first.spec!.nodeName!;
+    const token = Number(first.metadata?.annotations?.[TOKEN_ANNOTATION]);
+    assert.ok(token >= 1, "the Deployment's pod was granted its claim");
+    // A StatefulSet pod on the same node.
+    const [db0] = await bed.statefulSet("db", 1, { nodeSelector: { "kubernetes.io/hostname": node } });
+    assert.equal(db0!.spec?.nodeName, node);
+
+    await bed.lab.setBmcReachable(node, false);
+    const t0 = Date.now();
+    await bed.lab.crash(node);
+    // Until the fence has evidence, the replacement may not run ungated.
+    const samples: string[] = [];
+    let gatedSeen = false;
+    const second = await waitFor(
+      "a new app pod Running",
+      async () => {
+        const ps = await podsOf("app");
+        const others = ps.filter((p) => p.metadata?.uid !== first.metadata?.uid);
+        if (others.some(isGated)) gatedSeen = true;
+        if (!(await bed.getFence(node))?.status?.evidence)
+          for (const x of others) if (!isGated(x)) samples.push(`${x.metadata?.name} ungated before ${node} was fenced`);
+        return others.find(running);
+      },
+      { timeoutMs: 150_000, intervalMs: 100 },
+    );
+    console.log(`failover through the storage fence (crash → replacement Running): ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    assert.deepEqual(samples, [], "never two holders");
+    assert.ok(gatedSeen, "the replacement was seen gated while the old pod was on the unfenced node");
+    assert.equal(second.metadata?.annotations?.[TOKEN_ANNOTATION], String(token + 1));
+    assert.notEqual(second.spec?.nodeName, node);
+
+    const f = await bed.waitForFence(node, (x: NodeFence) => x.status?.phase === "Released", "Released", 60_000);
+    assert.equal(f.status?.evidence?.method, "StorageFenced");
+    assert.deepEqual(f.status?.evidence?.storageClasses, [SAN_STORAGE_CLASS]);
+    const attempts = (f.status?.attempts ?? []).map((a) => `L${a.level} ${a.agent} ${a.operation} ${a.outcome}`);
+    assert.ok(
+      attempts.some((a) => /^L0 lab-ipmi off (Failed|TimedOut)$/.test(a)),
+      attempts.join("; "),
+    );
+    assert.ok(attempts.includes("L1 lab-netfence off Succeeded"), attempts.join("; "));
+    const rel = f.status?.releases ?? [];
+    // The replacement may be granted app-data before the release step reaches it (the node counts as fenced for SAN
+    // claims from the evidence on); db-0's lock, which nobody else asks for, is broken by the release.
+    assert.ok(
+      rel.some((r) => r.kind === "ClaimLock" && r.name === "data-db-0" && r.action === "Broken"),
+      JSON.stringify(rel),
+    );
+    assert.deepEqual(
+      rel.filter((r) => r.kind === "Pod" || r.kind === "Taint"),
+      [],
+      "no pod force-deleted, no out-of-service taint",
+    );
+    const cond = f.status?.conditions?.find((x) => x.type === "Released");
+    assert.equal(cond?.reason, "VolumesReleased");
+    assert.match(cond?.message ?? "", /pods NOT force-deleted/);
+    // The StatefulSet pod is still there, the same instance; the node carries no out-of-service taint.
+    const still = (await podsOf("db")).find((p) => p.metadata?.name === "db-0");
+    assert.equal(still?.metadata?.uid, db0!.metadata?.uid, "db-0 was not force-deleted (no replacement)");
+    assert.ok(!((await bed.lab.node(node)).spec?.taints ?? []).some((x) => x.key === OUT_OF_SERVICE_TAINT));
+    const lock = parseLock(await bed.lab.core.readNamespacedPersistentVolumeClaim({ name: "app-data", namespace: NS }));
+    assert.deepEqual(lock.ok && lock.lock?.holder, { pod: second.metadata?.name, uid: second.metadata?.uid });
+    // The NetworkFence Stockade made, as csi-addons sees it.
+    const fence = (await bed.custom.getClusterCustomObject({ ...nf, name: `stockade-${node}` })) as NetworkFence;
+    assert.equal(fence.spec.fenceState, "Fenced");
+    assert.deepEqual(fence.spec.cidrs, [`${ips.get(node)}/32`]);
+    assert.equal(fence.status?.result, "Succeeded");
+
+    // An administrator's unfence lifts it the documented way: Unfenced (answered), then deleted; the machine stays down.
+    await bed.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
+    await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "Unfenced", 60_000);
+    await waitFor(
+      `NetworkFence stockade-${node} deleted`,
+      async () =>
+        (await bed.custom.getClusterCustomObject({ ...nf, name: `stockade-${node}` }).then(
+          () => false,
+          () => true,
+        )) || undefined,
+      { timeoutMs: 30_000 },
+    );
+    assert.ok(double.answers.some((a) => a.name === `stockade-${node}` && a.fenceState === "Unfenced" && a.result === "Succeeded"));
+
+    const inv = await bed.invariant();
+    assert.deepEqual(inv.violations, []);
+  });
+});
