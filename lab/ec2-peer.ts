@@ -36,7 +36,7 @@ export const REGION = "us-east-1";
 export const ZONE = "us-east-1a";
 export const CLUSTER_TAG = "kubernetes.io/cluster/lab";
 /** The least-privilege policy the docs give users; moto enforces its actions on the fencer's key. */
-export const POLICY_FILE = join(repoRoot, "manifests/examples/iam/aws-fencing-policy.json");
+export const POLICY_FILE = join(repoRoot, "manifests/examples/cloud-iam/aws-fencing-policy.json");
 
 export interface AwsKey {
   accessKeyId: string;
@@ -83,7 +83,7 @@ export class Ec2Peer {
   readonly motoUrl: string;
   readonly url: string;
   readonly admin: AwsKey;
-  /** A user holding only the actions of manifests/examples/iam/aws-fencing-policy.json (Resource "*": see the header). */
+  /** A user holding only the actions of manifests/examples/cloud-iam/aws-fencing-policy.json (Resource "*": see the header). */
   readonly fencer: AwsKey;
   readonly glue: Ec2PowerGlue;
   private readonly moto: ProcRef;
