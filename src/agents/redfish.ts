@@ -3,10 +3,9 @@
 // session deleted at the end. The BMC's certificate is verified (caBundle from the credentials Secret, else the
 // host's trusted roots); skipping that takes an explicit insecureSkipVerify: "true", warned about once per BMC.
 import { request as httpsRequest, Agent, type RequestOptions } from "node:https";
-import { X509Certificate } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState } from "./types.ts";
-import { credentialProblem, hostProblem, normalizeHost, portProblem, usernameProblem } from "./values.ts";
+import { credentialProblem, hostProblem, normalizeHost, portProblem, usernameProblem, caBundleProblem } from "./values.ts";
 import { excerpt, redact } from "./redact.ts";
 
 /** One request's own limit, so a retry fits in the operation's deadline when a BMC stops answering mid-way. */
@@ -52,18 +51,6 @@ function fields(p: Record<string, string>): Target {
 }
 
 /** Problems with a PEM CA bundle: it must hold at least one certificate and nothing that fails to parse. */
-export function caBundleProblem(pem: string): string | undefined {
-  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g) ?? [];
-  if (blocks.length === 0) return "holds no PEM certificate (-----BEGIN CERTIFICATE-----)";
-  for (const [i, b] of blocks.entries()) {
-    try {
-      new X509Certificate(b);
-    } catch (e) {
-      return `certificate ${i + 1} does not parse (${(e as Error).message})`;
-    }
-  }
-  return undefined;
-}
 
 // A Redfish resource Id: what BMCs use ("1", "System.Embedded.1", "437XR1138R2"), never a path or a query.
 const SYSTEM_ID = /^[A-Za-z0-9][A-Za-z0-9._:~-]{0,127}$/;

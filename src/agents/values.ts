@@ -4,6 +4,7 @@
 // (fence_ipmilan: `ipmitool ... -H <ip> -p <ipport>` through shlex.split, unquoted), so a value with a space
 // becomes extra flags, and one that starts with '-' can be read as a flag. Stockade's own ipmi driver passes
 // argv directly, but gets the same rules: an address is an address.
+import { X509Certificate } from "node:crypto";
 import { isIP } from "node:net";
 
 // RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens, optional final dot.
@@ -72,5 +73,19 @@ export function credentialProblem(value: string): string | undefined {
   if (value.trim() !== value) return "starts or ends with whitespace, which the fence agent would strip";
   if (value.length >= 2 && value.startsWith('"') && value.endsWith('"'))
     return "is wrapped in double quotes, which the fence agent would strip";
+  return undefined;
+}
+
+/** A CA bundle (redfish, webhook): at least one PEM certificate, each one parsing; why not, or undefined. */
+export function caBundleProblem(pem: string): string | undefined {
+  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g) ?? [];
+  if (blocks.length === 0) return "holds no PEM certificate (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)";
+  for (const [i, b] of blocks.entries()) {
+    try {
+      new X509Certificate(b);
+    } catch (e) {
+      return `certificate ${i + 1} does not parse (${(e as Error).message})`;
+    }
+  }
   return undefined;
 }

@@ -4,10 +4,10 @@
 // Plain node:https (no fetch): the CA bundle, redirects (refused) and the answer's size are under our control.
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
-import { createHmac, randomUUID, timingSafeEqual, X509Certificate } from "node:crypto";
+import { createHmac, randomUUID, timingSafeEqual } from "node:crypto";
 import { isIP } from "node:net";
 import { AgentError, type AgentContext, type AgentDriver, type FencingTarget, type ParameterRules, type PowerState } from "./types.ts";
-import { credentialProblem, plainProblem } from "./values.ts";
+import { credentialProblem, plainProblem, caBundleProblem } from "./values.ts";
 import { excerpt, redact } from "./redact.ts";
 
 export const WEBHOOK_VERSION = "stockade.io/webhook-agent/v1";
@@ -75,18 +75,6 @@ function isLoopback(host: string): boolean {
 }
 
 /** PEM certificates: each block must parse; problems as messages. */
-export function caBundleProblem(pem: string): string | undefined {
-  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g) ?? [];
-  if (blocks.length === 0) return "holds no PEM certificate (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)";
-  for (const [i, b] of blocks.entries()) {
-    try {
-      new X509Certificate(b);
-    } catch (e) {
-      return `certificate ${i + 1} does not parse (${(e as Error).message})`;
-    }
-  }
-  return undefined;
-}
 
 function parseUrl(raw: string | undefined): { url: URL } | { problem: string } {
   if (!raw) return { problem: "parameter url (the power service's https:// address) is missing: set it in spec.parameters" };

@@ -7,9 +7,9 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { caBundleProblem } from "../../src/agents/values.ts";
 import {
   allowedFromActionInfo,
-  caBundleProblem,
   chooseResetType,
   classifyStatus,
   classifyTransport,
