@@ -15,7 +15,7 @@ import {
   StopInstancesCommand,
   TerminateInstancesCommand,
 } from "@aws-sdk/client-ec2";
-import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState } from "./types.ts";
+import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
 import { credentialProblem } from "./values.ts";
 import { redact } from "./redact.ts";
 
@@ -127,11 +127,7 @@ function check(p: Record<string, string>): string[] {
 /** What the aws type accepts; its target is the instance in its region: one instance is one machine. */
 export const awsRules: ParameterRules = {
   subject: "aws",
-  verdict: (name) => {
-    if (!AWS_PARAMETERS.includes(name)) return undefined;
-    if (AWS_SECRET_ONLY.includes(name)) return { kind: "credential", secretOnly: true };
-    return { kind: "allowed" };
-  },
+  verdict: (name) => listVerdict({ parameters: AWS_PARAMETERS, credentials: AWS_CREDENTIALS, secretOnly: AWS_SECRET_ONLY }, name),
   credentials: AWS_CREDENTIALS,
   check,
   target: (p) => {

@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import { ComputeManagementClient } from "@azure/arm-compute";
 import { ClientSecretCredential, DefaultAzureCredential, type TokenCredential } from "@azure/identity";
-import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState } from "./types.ts";
+import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
 import { brief, endpointProblem, instanceNotFound, isNetworkError, PROVIDER_ID } from "./cloud.ts";
 import { redact } from "./redact.ts";
 
@@ -106,12 +106,7 @@ function check(parameters: Record<string, string>): string[] {
 /** What the azure type accepts; its target is the VM's resource id. */
 export const azureRules: ParameterRules = {
   subject: "azure",
-  verdict: (name) => {
-    if (!AZURE_PARAMETERS.includes(name)) return undefined;
-    if (AZURE_SECRET_ONLY.includes(name)) return { kind: "credential", secretOnly: true };
-    if (AZURE_CREDENTIALS.includes(name)) return { kind: "credential", secretOnly: false };
-    return { kind: "allowed" };
-  },
+  verdict: (name) => listVerdict({ parameters: AZURE_PARAMETERS, credentials: AZURE_CREDENTIALS, secretOnly: AZURE_SECRET_ONLY }, name),
   credentials: AZURE_CREDENTIALS,
   check,
   target: (p) => {

@@ -4,7 +4,7 @@
 // (GKE Workload Identity: the GKE metadata server) unless the Secret holds a service-account JSON key.
 import { createHash } from "node:crypto";
 import { InstancesClient } from "@google-cloud/compute";
-import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState } from "./types.ts";
+import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
 import { brief, endpointParts, endpointProblem, instanceNotFound, isNetworkError, parseBool, PROVIDER_ID } from "./cloud.ts";
 import { redact } from "./redact.ts";
 
@@ -90,11 +90,7 @@ function check(parameters: Record<string, string>): string[] {
 /** What the gcp type accepts; its target is the instance: one instance is one machine. */
 export const gcpRules: ParameterRules = {
   subject: "gcp",
-  verdict: (name) => {
-    if (!GCP_PARAMETERS.includes(name)) return undefined;
-    if (GCP_SECRET_ONLY.includes(name)) return { kind: "credential", secretOnly: true };
-    return { kind: "allowed" };
-  },
+  verdict: (name) => listVerdict({ parameters: GCP_PARAMETERS, credentials: GCP_CREDENTIALS, secretOnly: GCP_SECRET_ONLY }, name),
   credentials: GCP_CREDENTIALS,
   check,
   target: (p) => {

@@ -1,6 +1,6 @@
 // Native IPMI 2.0 through ipmitool. The password travels in the child's environment (-E), never in argv,
 // where any local user could read it with ps.
-import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState } from "./types.ts";
+import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
 import { credentialProblem, hostProblem, normalizeHost, portProblem, usernameProblem } from "./values.ts";
 import { ChildAborted, runChild, type ChildResult } from "./child.ts";
 import { excerpt, redact } from "./redact.ts";
@@ -85,12 +85,7 @@ function check(parameters: Record<string, string>): string[] {
 /** What the ipmi type accepts; its target is the BMC (address and port): one BMC controls one machine. */
 export const ipmiRules: ParameterRules = {
   subject: "ipmi",
-  verdict: (name) => {
-    if (!IPMI_PARAMETERS.includes(name)) return undefined;
-    if (IPMI_SECRET_ONLY.includes(name)) return { kind: "credential", secretOnly: true };
-    if (IPMI_CREDENTIALS.includes(name)) return { kind: "credential", secretOnly: false };
-    return { kind: "allowed" };
-  },
+  verdict: (name) => listVerdict({ parameters: IPMI_PARAMETERS, credentials: IPMI_CREDENTIALS, secretOnly: IPMI_SECRET_ONLY }, name),
   credentials: IPMI_CREDENTIALS,
   check,
   target: (p) => {

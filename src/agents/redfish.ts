@@ -4,7 +4,7 @@
 // host's trusted roots); skipping that takes an explicit insecureSkipVerify: "true", warned about once per BMC.
 import { request as httpsRequest, Agent, type RequestOptions } from "node:https";
 import { setTimeout as sleep } from "node:timers/promises";
-import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState } from "./types.ts";
+import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
 import { credentialProblem, hostProblem, normalizeHost, portProblem, usernameProblem, caBundleProblem } from "./values.ts";
 import { excerpt, redact } from "./redact.ts";
 
@@ -94,12 +94,8 @@ function check(parameters: Record<string, string>): string[] {
 /** What the redfish type accepts; its target is the BMC (address and port) and, on a BMC of several systems, the system. */
 export const redfishRules: ParameterRules = {
   subject: "redfish",
-  verdict: (name) => {
-    if (!REDFISH_PARAMETERS.includes(name)) return undefined;
-    if (REDFISH_SECRET_ONLY.includes(name)) return { kind: "credential", secretOnly: true };
-    if (REDFISH_CREDENTIALS.includes(name)) return { kind: "credential", secretOnly: false };
-    return { kind: "allowed" };
-  },
+  verdict: (name) =>
+    listVerdict({ parameters: REDFISH_PARAMETERS, credentials: REDFISH_CREDENTIALS, secretOnly: REDFISH_SECRET_ONLY }, name),
   credentials: REDFISH_CREDENTIALS,
   check,
   target: (p) => {

@@ -134,3 +134,17 @@ export interface ParameterRules {
 
 /** allowed: the spec may set it; credential: a Secret may supply it (secretOnly: never the spec); refused: never. */
 export type ParameterVerdict = { kind: "allowed" } | { kind: "credential"; secretOnly: boolean } | { kind: "refused"; reason: string };
+
+/**
+ * How a native type's parameter may be set, from its lists: one of `parameters`, else not taken; a Secret-only
+ * credential, a credential either may supply, or plain.
+ */
+export function listVerdict(
+  lists: { parameters: readonly string[]; credentials: readonly string[]; secretOnly: readonly string[] },
+  name: string,
+): ParameterVerdict | undefined {
+  if (!lists.parameters.includes(name)) return undefined;
+  if (lists.secretOnly.includes(name)) return { kind: "credential", secretOnly: true };
+  if (lists.credentials.includes(name)) return { kind: "credential", secretOnly: false };
+  return { kind: "allowed" };
+}

@@ -6,7 +6,15 @@ import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
 import { createHmac, randomUUID, timingSafeEqual } from "node:crypto";
 import { isIP } from "node:net";
-import { AgentError, type AgentContext, type AgentDriver, type FencingTarget, type ParameterRules, type PowerState } from "./types.ts";
+import {
+  AgentError,
+  type AgentContext,
+  type AgentDriver,
+  type FencingTarget,
+  type ParameterRules,
+  type PowerState,
+  listVerdict,
+} from "./types.ts";
 import { credentialProblem, plainProblem, caBundleProblem } from "./values.ts";
 import { excerpt, redact } from "./redact.ts";
 
@@ -143,12 +151,10 @@ function check(parameters: Record<string, string>): string[] {
  */
 export const webhookRules: ParameterRules = {
   subject: "webhook",
-  verdict: (name) => {
-    if (isExtra(name)) return { kind: "allowed" };
-    if (!WEBHOOK_PARAMETERS.includes(name)) return undefined;
-    if (WEBHOOK_CREDENTIALS.includes(name)) return { kind: "credential", secretOnly: WEBHOOK_SECRET_ONLY.includes(name) };
-    return { kind: "allowed" };
-  },
+  verdict: (name) =>
+    isExtra(name)
+      ? { kind: "allowed" }
+      : listVerdict({ parameters: WEBHOOK_PARAMETERS, credentials: WEBHOOK_CREDENTIALS, secretOnly: WEBHOOK_SECRET_ONLY }, name),
   credentials: WEBHOOK_CREDENTIALS,
   check,
   target: (p, node): FencingTarget | undefined => {
