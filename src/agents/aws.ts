@@ -8,13 +8,8 @@
 //
 // One try per call, as every driver: the SDK's own retry (standard mode, 3 attempts) absorbs throttling and 5xx
 // within that try, its backoff raced against ctx.signal; run.ts retries on top under the operation's deadline.
-import {
-  DescribeInstancesCommand,
-  EC2Client,
-  StartInstancesCommand,
-  StopInstancesCommand,
-  TerminateInstancesCommand,
-} from "@aws-sdk/client-ec2";
+import type { EC2Client } from "@aws-sdk/client-ec2";
+import type * as Ec2Module from "@aws-sdk/client-ec2";
 import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
 import { credentialProblem } from "./values.ts";
 import { redact } from "./redact.ts";
@@ -229,19 +224,26 @@ export function powerOfState(state: string | undefined, where: string): PowerSta
   }
 }
 
+// Loaded on first use: the operator's start and every other agent type should not pay for the SDK.
+type Ec2Sdk = typeof Ec2Module;
+let sdk: Promise<Ec2Sdk> | undefined;
+const loadSdk = () => (sdk ??= import("@aws-sdk/client-ec2"));
+
 interface Call {
+  ec2: Ec2Sdk;
   client: EC2Client;
   target: AwsTarget;
   where: string;
 }
 
-function connect(ctx: AgentContext): Call {
+async function connect(ctx: AgentContext): Promise<Call> {
   const problems = check(ctx.parameters);
   if (problems.length > 0) throw new AgentError("Config", problems.join("; "));
   const p = ctx.parameters;
   const target = locate(p) as AwsTarget;
   const where = `EC2 instance ${target.instanceId} in ${target.region}${p.endpoint ? ` (endpoint ${p.endpoint})` : ""}`;
-  const client = new EC2Client({
+  const ec2 = await loadSdk();
+  const client = new ec2.EC2Client({
     region: target.region,
     maxAttempts: AWS_SDK_ATTEMPTS,
     requestHandler: { connectionTimeout: CONNECT_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, throwOnRequestTimeout: true },
@@ -256,11 +258,11 @@ function connect(ctx: AgentContext): Call {
         }
       : {}),
   });
-  return { client, target, where };
+  return { ec2, client, target, where };
 }
 
 async function send<T>(ctx: AgentContext, what: string, fn: (c: Call) => Promise<T>): Promise<T> {
-  const c = connect(ctx);
+  const c = await connect(ctx);
   try {
     return await fn(c);
   } catch (e) {
@@ -272,7 +274,7 @@ async function send<T>(ctx: AgentContext, what: string, fn: (c: Call) => Promise
 }
 
 async function describe(c: Call, signal: AbortSignal): Promise<string | undefined> {
-  const r = await c.client.send(new DescribeInstancesCommand({ InstanceIds: [c.target.instanceId] }), { abortSignal: signal });
+  const r = await c.client.send(new c.ec2.DescribeInstancesCommand({ InstanceIds: [c.target.instanceId] }), { abortSignal: signal });
   const found = (r.Reservations ?? []).flatMap((res) => res.Instances ?? []).filter((i) => i.InstanceId === c.target.instanceId);
   if (found.length !== 1)
     throw new AgentError(
@@ -300,9 +302,9 @@ export const awsDriver: AgentDriver = {
           );
       }
       try {
-        if (action === "on") await c.client.send(new StartInstancesCommand({ InstanceIds: ids }), opts);
-        else if (terminate) await c.client.send(new TerminateInstancesCommand({ InstanceIds: ids }), opts);
-        else await c.client.send(new StopInstancesCommand({ InstanceIds: ids, Force: true }), opts);
+        if (action === "on") await c.client.send(new c.ec2.StartInstancesCommand({ InstanceIds: ids }), opts);
+        else if (terminate) await c.client.send(new c.ec2.TerminateInstancesCommand({ InstanceIds: ids }), opts);
+        else await c.client.send(new c.ec2.StopInstancesCommand({ InstanceIds: ids, Force: true }), opts);
       } catch (e) {
         // Stopping an instance that is already stopped or terminated is refused (IncorrectInstanceState): that is the
         // goal reached, which the status query confirms; any other state (pending...) is a failure to retry.

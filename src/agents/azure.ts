@@ -4,8 +4,10 @@
 // spec.providerID. Credentials: DefaultAzureCredential (Azure Workload Identity on AKS) unless the Secret holds a
 // service principal's tenantId, clientId and clientSecret.
 import { createHash } from "node:crypto";
-import { ComputeManagementClient } from "@azure/arm-compute";
-import { ClientSecretCredential, DefaultAzureCredential, type TokenCredential } from "@azure/identity";
+import type { ComputeManagementClient } from "@azure/arm-compute";
+import type { TokenCredential } from "@azure/identity";
+import type * as ArmComputeModule from "@azure/arm-compute";
+import type * as IdentityModule from "@azure/identity";
 import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
 import { brief, endpointProblem, instanceNotFound, isNetworkError, PROVIDER_ID } from "./cloud.ts";
 import { redact } from "./redact.ts";
@@ -195,9 +197,13 @@ export function classifyAzureError(e: unknown, what: string): AgentError {
 }
 
 // One client per subscription, endpoint and identity: the credential caches its token between calls.
+// Loaded on first use: the operator's start and every other agent type should not pay for the SDKs.
+let sdk: Promise<[typeof ArmComputeModule, typeof IdentityModule]> | undefined;
+const loadSdk = () => (sdk ??= Promise.all([import("@azure/arm-compute"), import("@azure/identity")]));
+
 const clients = new Map<string, ComputeManagementClient>();
 
-function clientFor(p: Record<string, string>, subscription: string): ComputeManagementClient {
+async function clientFor(p: Record<string, string>, subscription: string): Promise<ComputeManagementClient> {
   const id = [
     subscription,
     p.endpoint,
@@ -209,6 +215,7 @@ function clientFor(p: Record<string, string>, subscription: string): ComputeMana
   let c = clients.get(id);
   if (c) return c;
   // A custom authority (tests, sovereign clouds) is not in MSAL's list: skip instance discovery, which would ask login.microsoftonline.com.
+  const [{ ComputeManagementClient }, { ClientSecretCredential, DefaultAzureCredential }] = await loadSdk();
   const authority = p.authorityHost ? { authorityHost: p.authorityHost, disableInstanceDiscovery: true } : {};
   const credential: TokenCredential = p.clientSecret
     ? new ClientSecretCredential(p.tenantId!, p.clientId!, p.clientSecret, authority)
@@ -246,7 +253,7 @@ export const azureDriver: AgentDriver = {
   async power(ctx, action) {
     const r = target(ctx);
     const what = `virtual machine ${azureResourceId(r)}`;
-    const client = clientFor(ctx.parameters, r.subscription);
+    const client = await clientFor(ctx.parameters, r.subscription);
     const abortSignal = ctx.signal;
     const deallocate = ctx.parameters.offAction === "deallocate";
     await guarded(ctx, what, async () => {
@@ -275,7 +282,7 @@ export const azureDriver: AgentDriver = {
   async status(ctx): Promise<PowerState> {
     const r = target(ctx);
     const what = `virtual machine ${azureResourceId(r)}`;
-    const client = clientFor(ctx.parameters, r.subscription);
+    const client = await clientFor(ctx.parameters, r.subscription);
     const view = await guarded(ctx, what, () =>
       r.kind === "vm"
         ? client.virtualMachines.instanceView(r.resourceGroup, r.name, { abortSignal: ctx.signal })

@@ -3,7 +3,8 @@
 // the Node's spec.providerID, gce://<project>/<zone>/<instance>. Credentials: Application Default Credentials
 // (GKE Workload Identity: the GKE metadata server) unless the Secret holds a service-account JSON key.
 import { createHash } from "node:crypto";
-import { InstancesClient } from "@google-cloud/compute";
+import type { InstancesClient } from "@google-cloud/compute";
+import type * as ComputeModule from "@google-cloud/compute";
 import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
 import { brief, endpointParts, endpointProblem, instanceNotFound, isNetworkError, parseBool, PROVIDER_ID } from "./cloud.ts";
 import { redact } from "./redact.ts";
@@ -196,10 +197,15 @@ export function classifyGceError(e: unknown, what: string): AgentError {
   return new AgentError("Failed", `Compute Engine request for ${what} failed: ${msg}`);
 }
 
+// Loaded on first use: the SDK and its protos take seconds to load, which the operator's start and every other
+// agent type should not pay.
+let sdk: Promise<typeof ComputeModule> | undefined;
+const loadSdk = () => (sdk ??= import("@google-cloud/compute"));
+
 // One client per endpoint and key (a client loads its protos and keeps connections): at most a few per operator.
 const clients = new Map<string, InstancesClient>();
 
-function clientFor(p: Record<string, string>, project: string): InstancesClient {
+async function clientFor(p: Record<string, string>, project: string): Promise<InstancesClient> {
   const key = p.serviceAccountKey ? parseServiceAccountKey(p.serviceAccountKey) : undefined;
   if (key && "error" in key) throw new AgentError("Config", `parameter serviceAccountKey ${key.error}`);
   const id = `${project}|${p.endpoint ?? ""}|${p.serviceAccountKey ? createHash("sha256").update(p.serviceAccountKey).digest("hex") : "adc"}`;
@@ -214,6 +220,7 @@ function clientFor(p: Record<string, string>, project: string): InstancesClient 
     // default endpoint; without scopes: [] a custom endpoint would make it fetch a token from oauth2.googleapis.com.
     ...(key ? { credentials: { client_email: key.client_email, private_key: key.private_key }, scopes: [] } : {}),
   };
+  const { InstancesClient } = await loadSdk();
   c = new InstancesClient(opts);
   if (clients.size >= 16) clients.delete(clients.keys().next().value!);
   clients.set(id, c);
@@ -225,7 +232,7 @@ type RawCall = (req: object, opts: object) => Cancellable<[unknown]>;
 
 /** One API call that the signal cancels (the SDK's wrapped methods drop the canceller, so the inner call is used). */
 async function call(ctx: AgentContext, method: "get" | "stop" | "start", request: object, what: string): Promise<unknown> {
-  const client = clientFor(ctx.parameters, (request as GceInstanceRef).project);
+  const client = await clientFor(ctx.parameters, (request as GceInstanceRef).project);
   const scrub = (e: AgentError) => new AgentError(e.kind, redact(e.message, ctx.parameters));
   try {
     await client.initialize();
