@@ -163,7 +163,11 @@ export class NodeFenceController {
   private async waitFor(fence: NodeFence, node: V1Node | undefined, step: Extract<Step, { kind: "wait" }>): Promise<void> {
     const type = fence.status?.phase === "Releasing" || fence.status?.phase === "Fenced" ? "Released" : FENCED_CONDITION;
     const before = findCondition(fence.status?.conditions as Condition[] | undefined, type);
-    await this.write(fence, (s) => this.cond(s, { type, status: "False", reason: step.reason, message: step.message }, fence));
+    // While unfencing, the Fenced condition's reason says why (UnfenceRequested, Rebooted) and decides whether the
+    // machine is powered back on: a wait for an agent (lifting a storage fence, one power-on of several) must not
+    // overwrite it, or the next step would skip the power-on.
+    const reason = fence.status?.phase === "Unfencing" && before?.reason ? before.reason : step.reason;
+    await this.write(fence, (s) => this.cond(s, { type, status: "False", reason, message: step.message }, fence));
     if (before?.reason !== step.reason && WARNING_WAITS.has(step.reason)) {
       this.d.log.warn({ nodeFence: fence.metadata?.name, reason: step.reason }, step.message);
       await Promise.all(this.event(fence, "Warning", step.reason, step.message, node));

@@ -28,6 +28,7 @@ import { waitFor } from "../../lab/health.ts";
 import { paths } from "../../lab/state.ts";
 import { refusal } from "../../lab/refusal.ts";
 import { Bed, SECRETS_NS } from "../../lab/bed.ts";
+import { NetworkFenceDouble } from "../../lab/test-doubles/csi-addons-network-fence.ts";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
 import { LOCK_ANNOTATION, formatLock, isGated, parseLock } from "../../src/decide/claim-lock.ts";
 import { ADMISSION_POLICY, ATTEST_VERB } from "../../src/kube/admission-check.ts";
@@ -302,6 +303,35 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     );
     await bed.unfence(node);
 
+    // The second fence also puts up a csi-addons storage fence (a mixed level: the IPMI power-off is the proof),
+    // which the unfence lifts: networkfences get and create, then update (Unfenced) and delete.
+    await bed.kubectl("apply", "-f", join(repoRoot, "test/fixtures/csiaddons.openshift.io_networkfences.yaml"));
+    const nf = { group: "csiaddons.openshift.io", version: "v1alpha1", plural: "networkfences" };
+    await waitFor(
+      "the NetworkFence CRD served",
+      async () =>
+        (await bed.custom.listClusterCustomObject(nf).then(
+          () => true,
+          () => false,
+        )) || undefined,
+      {
+        timeoutMs: 30_000,
+      },
+    );
+    const csiAddons = new NetworkFenceDouble(bed.lab.kc, bed.lab.dir, () => undefined).start();
+    await bed.create("fenceagents", {
+      metadata: { name: "lab-netfence" },
+      spec: {
+        type: "csiAddonsNetworkFence",
+        parameters: { networkFenceClassName: "lab-san", storageClasses: "lab-san" },
+        nodes: Object.fromEntries(bed.lab.nodes().map((n, i) => [n, { parameters: { cidrs: `10.250.0.${i + 1}` } }])),
+        timeoutSeconds: 15,
+        retries: 1,
+      },
+    });
+    await bed.kubectl("delete", "fencingpolicy", "default");
+    await bed.policy("default", { escalation: [{ agents: [{ name: "lab-ipmi" }, { name: "lab-netfence" }] }] });
+
     // The same node again, once pin-0 runs there again.
     await waitFor(
       `pin-0 Running on ${node} again`,
@@ -318,7 +348,14 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
       "Released (a new NodeFence)",
     );
     assert.equal(second.spec.origin, "Automatic");
+    assert.equal(second.status?.evidence?.method, "PowerOffConfirmed", "a level with a power agent proves the machine off");
     await bed.unfence(node);
+    await waitFor(
+      "the storage fence lifted and removed",
+      async () => (await bed.custom.listClusterCustomObject(nf).then((l) => (l as { items: unknown[] }).items.length === 0)) || undefined,
+      { timeoutMs: 30_000 },
+    );
+    csiAddons.stop();
     // A replica that must serve one more name renews the serving certificate (secrets update).
     await bed.killOperator("SIGTERM");
     await bed.startOperator({ leaderElect: true, kubeconfig, extraArgs: ["--webhook-hosts", "127.0.0.1,localhost"] });
