@@ -261,8 +261,18 @@ describe("e2e: a node that comes back (items 4 and 5)", () => {
     await bed.lab.waitForLeaseRenewedAfter(node, healed, 60_000);
     await sleep(6000);
     await bed.lab.setBmcReachable(node, true);
-    const f = await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "cancelled");
-    assert.equal(reasonOf(f), "NodeRecovered");
+    // Cancelled (Unfenced, NodeRecovered). A renewal stamped during the cut and delivered late can make the node look
+    // silent once more right after the cancel: the fleet then deletes the Unfenced fence to replace it, and creates
+    // none if the node heartbeats by then. Either way nothing may be powered off.
+    const f = await waitFor(
+      "NodeFence cancelled, or gone",
+      async () => {
+        const x = await bed.getFence(node);
+        return !x ? "gone" : x.status?.phase === "Unfenced" ? x : undefined;
+      },
+      { timeoutMs: 90_000 },
+    );
+    if (f !== "gone") assert.equal(reasonOf(f), "NodeRecovered");
     await sleep(5000);
     const offs = bed.rec
       .timeline()
@@ -274,7 +284,8 @@ describe("e2e: a node that comes back (items 4 and 5)", () => {
       pods.map((x) => x.metadata?.uid),
       [uid],
     );
-    assert.equal((await bed.getFence(node))?.status?.phase, "Unfenced");
+    const last = await bed.getFence(node);
+    assert.ok(!last || last.status?.phase === "Unfenced", `the fence is cancelled or gone, not ${last?.status?.phase}`);
   });
 
   test("item 4: a machine powered back on after its fence was confirmed: the release stops, fencing starts over (a new round), and the pod is released only after a second power-off", async () => {
