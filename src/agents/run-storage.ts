@@ -94,8 +94,12 @@ export async function runStorageFence(
         if (isPermanent(err)) throw err;
         last = `${err.kind}: ${scrub(err.message)}`;
       }
-      // Unfencing has two steps (Unfenced, then delete once confirmed): each poll moves it on, idempotently.
-      if (op === "on") await untilAbort(driver.unfence(c), c.signal).catch(() => undefined);
+      // Unfencing has two steps (Unfenced, then delete once confirmed): each poll moves it on, idempotently, and
+      // each of those writes is checked by beforeTry first (a replica that lost the Lease stops here), like the first.
+      if (op === "on") {
+        await untilAbort(opts.beforeTry?.(op) ?? Promise.resolve(), c.signal);
+        await untilAbort(driver.unfence(c), c.signal).catch(() => undefined);
+      }
       await sleep(opts.pollMs ?? 1000, undefined, { signal: c.signal });
     }
   } catch (e) {
