@@ -170,8 +170,18 @@ export class NodeFenceController {
     await this.write(fence, (s) => this.cond(s, { type, status: "False", reason, message: step.message }, fence));
     if (before?.reason !== step.reason && WARNING_WAITS.has(step.reason)) {
       this.d.log.warn({ nodeFence: fence.metadata?.name, reason: step.reason }, step.message);
-      await Promise.all(this.event(fence, "Warning", step.reason, step.message, node));
+      this.announce(this.event(fence, "Warning", step.reason, step.message, node));
     }
+  }
+
+  /**
+   * Events are best-effort (the recorder never throws) and the fence's next step must not wait for them: each was a
+   * round trip per step. Shutdown waits for them (inflight) so that they are not lost with the process.
+   */
+  private announce(events: Promise<void>[]): void {
+    const all = Promise.all(events);
+    if (this.d.inflight) void this.d.inflight.track(all);
+    else void all;
   }
 
   private event(fence: NodeFence, type: "Normal" | "Warning", reason: string, message: string, node?: V1Node): Promise<void>[] {
@@ -241,7 +251,7 @@ export class NodeFenceController {
           );
         });
         flog.info({ policy: step.policy, bootID: step.bootID, origin: fence.spec.origin }, `fencing ${nodeName}: pending`);
-        await Promise.all(
+        this.announce(
           this.event(
             next,
             "Normal",
@@ -270,7 +280,7 @@ export class NodeFenceController {
         });
         flog.info(`fencing of ${nodeName} cancelled: ${step.message}`);
         this.d.metrics?.fences.inc({ outcome: "Cancelled", agent: "" });
-        await Promise.all(this.event(next, "Normal", "FenceCancelled", step.message, node));
+        this.announce(this.event(next, "Normal", "FenceCancelled", step.message, node));
         return next;
       }
       case "interrupted":
@@ -303,7 +313,7 @@ export class NodeFenceController {
         const ok = step.outcome === "Succeeded";
         const msg = `level ${(a?.level ?? 0) + 1}, ${a?.agent} (${agent?.spec.type ?? "?"}) ${a?.operation}: ${step.outcome}: ${step.message}`;
         (ok ? flog.info.bind(flog) : flog.warn.bind(flog))({ outcome: step.outcome }, `agent ${msg}`);
-        await Promise.all(this.event(next, ok ? "Normal" : "Warning", ok ? "AgentSucceeded" : "AgentFailed", msg, node));
+        this.announce(this.event(next, ok ? "Normal" : "Warning", ok ? "AgentSucceeded" : "AgentFailed", msg, node));
         return next;
       }
       case "escalate": {
@@ -313,7 +323,7 @@ export class NodeFenceController {
           return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: "Escalating", message: step.message }, fence);
         });
         flog.warn({ level: step.to + 1 }, step.message);
-        await Promise.all(this.event(next, "Warning", "Escalating", step.message, node));
+        this.announce(this.event(next, "Warning", "Escalating", step.message, node));
         return next;
       }
       case "roundFailed": {
@@ -330,7 +340,7 @@ export class NodeFenceController {
         });
         flog.error({ reason: step.reason }, `fencing ${nodeName} failed: ${step.message}`);
         this.d.metrics?.fences.inc({ outcome: "Failed", agent: "" });
-        await Promise.all(this.event(next, "Warning", "FenceFailed", `${step.message}; nothing was released`, node));
+        this.announce(this.event(next, "Warning", "FenceFailed", `${step.message}; nothing was released`, node));
         return next;
       }
       case "retry": {
@@ -345,7 +355,7 @@ export class NodeFenceController {
           return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: "Fencing", message: step.message }, fence);
         });
         flog.warn(step.message);
-        await Promise.all(this.event(next, "Normal", "FenceRetry", step.message, node));
+        this.announce(this.event(next, "Normal", "FenceRetry", step.message, node));
         return next;
       }
       case "confirmed": {
@@ -363,9 +373,7 @@ export class NodeFenceController {
         this.d.metrics?.fences.inc({ outcome: "Fenced", agent: step.evidence.agents.join(",") || step.evidence.method });
         const started = next.status?.startTime ? DateTime.fromISO(next.status.startTime) : undefined;
         if (started?.isValid) this.d.metrics?.fenceDuration.observe(this.d.clock().diff(started).as("seconds"));
-        await Promise.all(
-          this.event(next, "Warning", "Fenced", `confirmed fenced (${step.evidence.method}): ${step.evidence.detail}`, node),
-        );
+        this.announce(this.event(next, "Warning", "Fenced", `confirmed fenced (${step.evidence.method}): ${step.evidence.detail}`, node));
         return next;
       }
       case "reenter": {
@@ -384,7 +392,7 @@ export class NodeFenceController {
           return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: "HeartbeatAfterFence", message: step.message }, current);
         });
         flog.error(`node ${nodeName}: ${step.message}`);
-        await Promise.all(this.event(next, "Warning", "HeartbeatAfterFence", `release stopped: ${step.message}`, node));
+        this.announce(this.event(next, "Warning", "HeartbeatAfterFence", `release stopped: ${step.message}`, node));
         return next;
       }
       case "markNode": {
@@ -418,7 +426,7 @@ export class NodeFenceController {
         });
       }
       case "release":
-        return await this.release(fence, node, step.item);
+        return await this.release(fence, node, step.items);
       case "released": {
         const storageOnly = fence.status?.evidence?.method === "StorageFenced";
         const next = await this.write(fence, (s) => {
@@ -433,11 +441,11 @@ export class NodeFenceController {
             fence,
           );
         });
-        if (storageOnly) await Promise.all(this.event(next, "Warning", "PodsNotReleased", `node ${nodeName}: ${PODS_STAY}`, node));
+        if (storageOnly) this.announce(this.event(next, "Warning", "PodsNotReleased", `node ${nodeName}: ${PODS_STAY}`, node));
         flog.info({ releases: next.status?.releases?.length }, `node ${nodeName}: released`);
         const beat = next.status?.lastHeartbeatTime ? DateTime.fromISO(next.status.lastHeartbeatTime) : undefined;
         if (beat?.isValid) this.d.metrics?.failoverDuration.observe(this.d.clock().diff(beat).as("seconds"));
-        await Promise.all(
+        this.announce(
           this.event(next, "Normal", "Released", `released ${next.status?.releases?.length ?? 0} item(s) of ${nodeName}`, node),
         );
         return next;
@@ -449,7 +457,7 @@ export class NodeFenceController {
           s.phase = "Unfencing";
           return this.cond(s, { type: FENCED_CONDITION, status: "False", reason: step.reason, message: "unfencing" }, fence);
         });
-        await Promise.all(this.event(next, "Normal", "Unfencing", `unfencing ${nodeName} (${step.reason})`, node));
+        this.announce(this.event(next, "Normal", "Unfencing", `unfencing ${nodeName} (${step.reason})`, node));
         return next;
       }
       case "unmarkNode": {
@@ -464,7 +472,7 @@ export class NodeFenceController {
           );
         });
         flog.info({ reason: step.reason }, `node ${nodeName} unfenced`);
-        await Promise.all(this.event(next, "Normal", "Unfenced", `node ${nodeName} unfenced (${step.reason})`, node));
+        this.announce(this.event(next, "Normal", "Unfenced", `node ${nodeName} unfenced (${step.reason})`, node));
         return next;
       }
     }
@@ -599,16 +607,47 @@ export class NodeFenceController {
     await this.d.kube.setTaints(node, [...taints, { ...taint, timeAdded: new Date() }]);
   }
 
-  private async release(fence: NodeFence, node: V1Node | undefined, item: ReleaseItem): Promise<NodeFence> {
-    const { kube, events } = this.d;
+  /**
+   * Releases a batch of items side by side (each its own call, with leadership asserted right before it), then records
+   * every one that was released in one status write — also when another failed, whose error is thrown after it.
+   */
+  private async release(fence: NodeFence, node: V1Node | undefined, items: ReleaseItem[]): Promise<NodeFence> {
     const nodeName = fence.spec.nodeName;
     const evidence = fence.status?.evidence?.method ?? "";
     // The invariant, checked where it matters: nothing is released from a fence without evidence.
     if (!evidence || !fence.status?.evidence?.heartbeat || fence.status?.phase !== "Releasing")
       throw new Error(`refusing to release from NodeFence ${nodeName} in phase ${fence.status?.phase} without confirmation evidence`);
     // Storage fenced, the machine perhaps running: its pods and the out-of-service taint are never released on that.
-    if (evidence === "StorageFenced" && (item.kind === "Pod" || item.kind === "Taint"))
-      throw new Error(`refusing to release ${item.kind} of NodeFence ${nodeName} on StorageFenced evidence: volumes only`);
+    for (const item of items)
+      if (evidence === "StorageFenced" && (item.kind === "Pod" || item.kind === "Taint"))
+        throw new Error(`refusing to release ${item.kind} of NodeFence ${nodeName} on StorageFenced evidence: volumes only`);
+    const outcomes = await Promise.allSettled(items.map((item) => this.releaseOne(fence, node, item, evidence)));
+    const recs = outcomes.flatMap((o) => (o.status === "fulfilled" ? [o.value] : []));
+    const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === "rejected");
+    if (!recs.length) throw failed?.reason;
+    const next = await this.write(fence, (s) => {
+      s.releases = [...(s.releases ?? []), ...recs];
+      return s;
+    });
+    for (const rec of recs) {
+      const what = `${rec.kind} ${rec.namespace ? `${rec.namespace}/` : ""}${rec.name}: ${rec.action}`;
+      this.d.log.info({ nodeFence: nodeName, release: rec }, `released ${what}`);
+      this.d.metrics?.releases.inc({ kind: rec.kind, action: rec.action });
+      this.announce(this.event(next, "Normal", "Release", what, rec.kind === "Taint" ? node : undefined));
+    }
+    if (failed) throw failed.reason;
+    return next;
+  }
+
+  /** One release call; returns its record for status. */
+  private async releaseOne(
+    fence: NodeFence,
+    node: V1Node | undefined,
+    item: ReleaseItem,
+    evidence: string,
+  ): Promise<NonNullable<Status["releases"]>[number]> {
+    const { kube, events } = this.d;
+    const nodeName = fence.spec.nodeName;
     let rec: NonNullable<Status["releases"]>[number];
     if (item.kind === "Pod") {
       const p = item.pod;
@@ -624,12 +663,14 @@ export class NodeFenceController {
         message: `priority ${p.spec?.priority ?? 0}`,
       };
       if (result === "deleted") {
-        await events.record(
-          { apiVersion: "v1", kind: "Pod", name: rec.name, namespace: rec.namespace, uid: rec.uid },
-          "Warning",
-          "ForceDeleted",
-          `node ${nodeName} is confirmed fenced (${evidence}); force-deleted so that a replacement can start`,
-        );
+        this.announce([
+          events.record(
+            { apiVersion: "v1", kind: "Pod", name: rec.name, namespace: rec.namespace, uid: rec.uid },
+            "Warning",
+            "ForceDeleted",
+            `node ${nodeName} is confirmed fenced (${evidence}); force-deleted so that a replacement can start`,
+          ),
+        ]);
       }
     } else if (item.kind === "ClaimLock") {
       const ns = item.pvc.metadata?.namespace ?? "";
@@ -681,14 +722,6 @@ export class NodeFenceController {
       }
       rec = { kind: "Taint", name: OUT_OF_SERVICE_TAINT, action: item.action, time: this.now() };
     }
-    const next = await this.write(fence, (s) => {
-      s.releases = [...(s.releases ?? []), rec];
-      return s;
-    });
-    const what = `${rec.kind} ${rec.namespace ? `${rec.namespace}/` : ""}${rec.name}: ${rec.action}`;
-    this.d.log.info({ nodeFence: nodeName, release: rec }, `released ${what}`);
-    this.d.metrics?.releases.inc({ kind: rec.kind, action: rec.action });
-    await Promise.all(this.event(next, "Normal", "Release", what, item.kind === "Taint" ? node : undefined));
-    return next;
+    return rec;
   }
 }

@@ -83,6 +83,15 @@ export type ReleaseItem =
   /** The claim lock a pod of the node holds on a PVC (decide/claim-lock.ts). */
   | { kind: "ClaimLock"; pvc: V1PersistentVolumeClaim; pod: V1Pod; token: number };
 
+/**
+ * How many items of one kind one release step takes. Each is its own call with its own preconditions, so they run
+ * side by side and one status write records them: a node's pods no longer cost a round of fresh reads and a status
+ * write each. Bounded so that a node with a hundred pods still goes highest priority first, in steps.
+ */
+export const MAX_RELEASE_BATCH = 16;
+const batch = (items: ReleaseItem[]): Step | undefined =>
+  items.length ? { kind: "release", items: items.slice(0, MAX_RELEASE_BATCH) } : undefined;
+
 export type Step =
   | { kind: "addFinalizer" }
   /** The NodeFence is being deleted: abort its operations, remove the taints and condition it added, drop the finalizer. */
@@ -101,7 +110,8 @@ export type Step =
   | { kind: "confirmed"; evidence: Evidence }
   | { kind: "reenter"; message: string }
   | { kind: "markNode" }
-  | { kind: "release"; item: ReleaseItem }
+  /** Items of one kind, independent of each other, released together (at most MAX_RELEASE_BATCH, in release order). */
+  | { kind: "release"; items: ReleaseItem[] }
   | { kind: "released" }
   | { kind: "startUnfence"; reason: string }
   | { kind: "unmarkNode"; reason: string }
@@ -201,12 +211,15 @@ export function heartbeatsAgain(o: Fresh): string | undefined {
   return heartbeats(h) ? `the node heartbeats again (${describeHealth(h)})` : undefined;
 }
 
+/** The fenced node's pods: whoever observes may pass more, and nothing of another node is ever released. */
+const nodePods = (o: Pick<FenceObservation, "fence" | "pods">): V1Pod[] => o.pods.filter((p) => p.spec?.nodeName === o.fence.spec.nodeName);
+
 /** Guarded pods on the node that still have to be released, highest priority first. */
 export function podsToRelease(o: FenceObservation): V1Pod[] {
   const released = new Set((o.fence.status?.releases ?? []).filter((r) => r.kind === "Pod").map((r) => r.uid));
   const guarded = o.fence.status?.policySnapshot?.guardedPods;
   return orderPodsForRelease(
-    o.pods.filter((p) => !released.has(p.metadata?.uid) && !isFinished(p) && isGuarded(p, guarded, o.pvcs).guarded),
+    nodePods(o).filter((p) => !released.has(p.metadata?.uid) && !isFinished(p) && isGuarded(p, guarded, o.pvcs).guarded),
   );
 }
 
@@ -214,7 +227,7 @@ export function podsToRelease(o: FenceObservation): V1Pod[] {
 export function claimLocksToBreak(o: FenceObservation): Extract<ReleaseItem, { kind: "ClaimLock" }>[] {
   const done = new Set((o.fence.status?.releases ?? []).filter((r) => r.kind === "ClaimLock").map((r) => `${r.uid}/${r.message ?? ""}`));
   const out: Extract<ReleaseItem, { kind: "ClaimLock" }>[] = [];
-  for (const pod of o.pods) {
+  for (const pod of nodePods(o)) {
     const ns = pod.metadata?.namespace ?? "";
     for (const claim of claimNames(pod)) {
       const pvc = o.pvcs.get(`${ns}/${claim}`);
@@ -561,23 +574,27 @@ function releaseStep(o: FenceObservation, snap: NodeFenceStatusPolicySnapshot): 
   const taintAdded = releases.some((r) => r.kind === "Taint" && r.action === "Added");
   const taintRemoved = releases.some((r) => r.kind === "Taint" && r.action === "Removed");
   if (st.evidence?.method === "StorageFenced") return storageReleaseStep(o, rel);
-  if (rel.outOfServiceTaint && !taintAdded) return { kind: "release", item: { kind: "Taint", action: "Added" } };
+  if (rel.outOfServiceTaint && !taintAdded) return { kind: "release", items: [{ kind: "Taint", action: "Added" }] };
   // Before the pods go: a pod's claims are found through it. Any pod of the node, guarded or not, that holds a lock.
-  const lock = claimLocksToBreak(o)[0];
-  if (lock) return { kind: "release", item: lock };
+  const locks = batch(claimLocksToBreak(o));
+  if (locks) return locks;
   if (rel.forceDeletePods ?? true) {
-    const pod = podsToRelease(o)[0];
-    if (pod) return { kind: "release", item: { kind: "Pod", pod } };
+    const pods = batch(podsToRelease(o).map((pod) => ({ kind: "Pod", pod }) as const));
+    if (pods) return pods;
   }
   if (rel.deleteVolumeAttachments ?? true) {
     const done = new Set(releases.filter((r) => r.kind === "VolumeAttachment").map((r) => r.uid));
-    const va = o.volumeAttachments.find((v) => v.spec.nodeName === nodeName && !done.has(v.metadata?.uid));
-    if (va) return { kind: "release", item: { kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" } };
+    const vas = batch(
+      o.volumeAttachments
+        .filter((v) => v.spec.nodeName === nodeName && !done.has(v.metadata?.uid))
+        .map((va) => ({ kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" }) as const),
+    );
+    if (vas) return vas;
   }
   if (rel.outOfServiceTaint && !taintRemoved) {
     // The taint manager evicts the node's pods and the pod GC controller force-deletes them; the taint may go
     // only once none is terminating there and no guarded pod is left (one not yet evicted would be stranded).
-    const terminating = o.pods.filter((p) => p.metadata?.deletionTimestamp);
+    const terminating = nodePods(o).filter((p) => p.metadata?.deletionTimestamp);
     const guarded = podsToRelease(o).filter((p) => !p.metadata?.deletionTimestamp);
     if (terminating.length || guarded.length)
       return {
@@ -586,7 +603,7 @@ function releaseStep(o: FenceObservation, snap: NodeFenceStatusPolicySnapshot): 
         message: `${terminating.length} pod(s) still terminating and ${guarded.length} guarded pod(s) not yet evicted on ${nodeName}; the out-of-service taint stays until the pod GC controller has removed them (a pod tolerating node.kubernetes.io/out-of-service keeps it forever)`,
         requeueAfterMs: 2_000,
       };
-    return { kind: "release", item: { kind: "Taint", action: "Removed" } };
+    return { kind: "release", items: [{ kind: "Taint", action: "Removed" }] };
   }
   return { kind: "released" };
 }
@@ -601,18 +618,22 @@ function releaseStep(o: FenceObservation, snap: NodeFenceStatusPolicySnapshot): 
 function storageReleaseStep(o: FenceObservation, rel: NonNullable<NodeFenceStatusPolicySnapshot["release"]>): Step {
   const classes = new Set(o.fence.status?.evidence?.storageClasses ?? []);
   const covered = (pvc: V1PersistentVolumeClaim | undefined) => !!pvc && classes.has(pvc.spec?.storageClassName ?? "");
-  const lock = claimLocksToBreak(o).find((l) => covered(l.pvc));
-  if (lock) return { kind: "release", item: lock };
+  const locks = batch(claimLocksToBreak(o).filter((l) => covered(l.pvc)));
+  if (locks) return locks;
   if (rel.deleteVolumeAttachments ?? true) {
     const byVolume = new Map([...o.pvcs.values()].filter((c) => c.spec?.volumeName).map((c) => [c.spec!.volumeName!, c] as const));
     const done = new Set((o.fence.status?.releases ?? []).filter((r) => r.kind === "VolumeAttachment").map((r) => r.uid));
-    const va = o.volumeAttachments.find(
-      (v) =>
-        v.spec.nodeName === o.fence.spec.nodeName &&
-        !done.has(v.metadata?.uid) &&
-        covered(byVolume.get(v.spec.source.persistentVolumeName ?? "")),
+    const vas = batch(
+      o.volumeAttachments
+        .filter(
+          (v) =>
+            v.spec.nodeName === o.fence.spec.nodeName &&
+            !done.has(v.metadata?.uid) &&
+            covered(byVolume.get(v.spec.source.persistentVolumeName ?? "")),
+        )
+        .map((va) => ({ kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" }) as const),
     );
-    if (va) return { kind: "release", item: { kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" } };
+    if (vas) return vas;
   }
   return { kind: "released" };
 }

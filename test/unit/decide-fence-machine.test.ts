@@ -15,6 +15,7 @@ import {
   CONFIRMED_OFF_ANNOTATION,
   FENCED_TAINT,
   FINALIZER,
+  MAX_RELEASE_BATCH,
   OUT_OF_SERVICE_TAINT,
   claimLockMessage,
   hasTaint,
@@ -232,44 +233,45 @@ function apply(s: Sim, step: Step): void {
       st.phase = "Releasing";
       break;
     case "release": {
-      const item = step.item;
-      const rec = { time: now } as NonNullable<NodeFenceStatus["releases"]>[number];
-      if (item.kind === "Pod") {
-        s.pods = s.pods.filter((p) => p.metadata?.uid !== item.pod.metadata?.uid);
-        Object.assign(rec, {
-          kind: "Pod",
-          namespace: item.pod.metadata?.namespace,
-          name: item.pod.metadata?.name,
-          uid: item.pod.metadata?.uid,
-          action: "ForceDeleted",
-        });
-      } else if (item.kind === "VolumeAttachment") {
-        s.vas = s.vas.filter((v) => v.metadata?.uid !== item.uid);
-        Object.assign(rec, { kind: "VolumeAttachment", name: item.name, uid: item.uid, action: "Deleted" });
-      } else if (item.kind === "ClaimLock") {
-        const key = `${item.pvc.metadata?.namespace}/${item.pvc.metadata?.name}`;
-        const broken = breakLock(item.pvc, item.pod.metadata?.uid ?? "", "NodeFence node-1", now);
-        if (broken)
-          s.pvcs.set(key, { ...item.pvc, metadata: { ...item.pvc.metadata, annotations: { [LOCK_ANNOTATION]: formatLock(broken) } } });
-        Object.assign(rec, {
-          kind: "ClaimLock",
-          namespace: item.pvc.metadata?.namespace,
-          name: item.pvc.metadata?.name,
-          uid: item.pvc.metadata?.uid,
-          action: "Broken",
-          message: claimLockMessage(item.pod, item.token),
-        });
-      } else {
-        if (s.node) {
-          const others = (s.node.spec?.taints ?? []).filter((t) => t.key !== OUT_OF_SERVICE_TAINT);
-          s.node.spec = {
-            ...s.node.spec,
-            taints: item.action === "Added" ? [...others, { key: OUT_OF_SERVICE_TAINT, effect: "NoExecute" }] : others,
-          };
+      for (const item of step.items) {
+        const rec = { time: now } as NonNullable<NodeFenceStatus["releases"]>[number];
+        if (item.kind === "Pod") {
+          s.pods = s.pods.filter((p) => p.metadata?.uid !== item.pod.metadata?.uid);
+          Object.assign(rec, {
+            kind: "Pod",
+            namespace: item.pod.metadata?.namespace,
+            name: item.pod.metadata?.name,
+            uid: item.pod.metadata?.uid,
+            action: "ForceDeleted",
+          });
+        } else if (item.kind === "VolumeAttachment") {
+          s.vas = s.vas.filter((v) => v.metadata?.uid !== item.uid);
+          Object.assign(rec, { kind: "VolumeAttachment", name: item.name, uid: item.uid, action: "Deleted" });
+        } else if (item.kind === "ClaimLock") {
+          const key = `${item.pvc.metadata?.namespace}/${item.pvc.metadata?.name}`;
+          const broken = breakLock(item.pvc, item.pod.metadata?.uid ?? "", "NodeFence node-1", now);
+          if (broken)
+            s.pvcs.set(key, { ...item.pvc, metadata: { ...item.pvc.metadata, annotations: { [LOCK_ANNOTATION]: formatLock(broken) } } });
+          Object.assign(rec, {
+            kind: "ClaimLock",
+            namespace: item.pvc.metadata?.namespace,
+            name: item.pvc.metadata?.name,
+            uid: item.pvc.metadata?.uid,
+            action: "Broken",
+            message: claimLockMessage(item.pod, item.token),
+          });
+        } else {
+          if (s.node) {
+            const others = (s.node.spec?.taints ?? []).filter((t) => t.key !== OUT_OF_SERVICE_TAINT);
+            s.node.spec = {
+              ...s.node.spec,
+              taints: item.action === "Added" ? [...others, { key: OUT_OF_SERVICE_TAINT, effect: "NoExecute" }] : others,
+            };
+          }
+          Object.assign(rec, { kind: "Taint", name: OUT_OF_SERVICE_TAINT, action: item.action });
         }
-        Object.assign(rec, { kind: "Taint", name: OUT_OF_SERVICE_TAINT, action: item.action });
+        st.releases = [...(st.releases ?? []), rec];
       }
-      st.releases = [...(st.releases ?? []), rec];
       break;
     }
     case "released":
@@ -310,13 +312,18 @@ function describeStep(x: Step): string {
     case "runAgent":
       return `runAgent ${x.operation} L${x.level} ${x.agent.metadata?.name}`;
     case "release":
-      return x.item.kind === "Pod"
-        ? `release Pod ${x.item.pod.metadata?.name}`
-        : x.item.kind === "VolumeAttachment"
-          ? `release VA ${x.item.name}`
-          : x.item.kind === "ClaimLock"
-            ? `release ClaimLock ${x.item.pvc.metadata?.name}`
-            : `release Taint ${x.item.action}`;
+      // One step, its items side by side: "release Pod a + Pod b".
+      return `release ${x.items
+        .map((i) =>
+          i.kind === "Pod"
+            ? `Pod ${i.pod.metadata?.name}`
+            : i.kind === "VolumeAttachment"
+              ? `VA ${i.name}`
+              : i.kind === "ClaimLock"
+                ? `ClaimLock ${i.pvc.metadata?.name}`
+                : `Taint ${i.action}`,
+        )
+        .join(" + ")}`;
     case "confirmed":
       return `confirmed ${x.evidence.method}`;
     case "roundFailed":
@@ -404,7 +411,7 @@ describe("nextStep: claim locks (issue 10)", () => {
     });
     const steps = describeSteps(walk(s));
     const released = steps.filter((x) => x.startsWith("release "));
-    assert.deepEqual(released, ["release ClaimLock data-db-0", "release ClaimLock app-data", "release Pod app", "release Pod db-0"]);
+    assert.deepEqual(released, ["release ClaimLock data-db-0 + ClaimLock app-data", "release Pod app + Pod db-0"]);
     assert.equal(steps.at(-1), "done");
     const broken = parseLock(s.pvcs.get("default/data-db-0")!);
     assert.deepEqual(broken.ok && broken.lock, { v: 1, token: 4, time: broken.ok ? broken.lock?.time : "", brokenBy: "NodeFence node-1" });
@@ -454,11 +461,8 @@ describe("nextStep: the whole way, by feeding back status", () => {
       "confirmed PowerOffConfirmed",
       "markNode",
       "release Taint Added",
-      "release Pod db-1",
-      "release Pod cache-0",
-      "release Pod db-0",
-      "release VA va-1",
-      "release VA va-3",
+      "release Pod db-1 + Pod cache-0 + Pod db-0",
+      "release VA va-1 + VA va-3",
       "wait WaitingForPodGC",
     ]);
     const start = first[1];
@@ -692,6 +696,20 @@ describe("item 4: no release after a heartbeat since the confirmation", () => {
       const step = stepFor(releasing({ round: ev.heartbeat ? 1 : 0, evidence: ev }), { pods: [stsPod("db-0")] });
       assert.equal(step.kind, "reenter");
     }
+  });
+
+  test("a node's pods are released side by side in batches of MAX_RELEASE_BATCH, highest priority first, none twice", () => {
+    const n = MAX_RELEASE_BATCH * 2 + 3;
+    const pods = Array.from({ length: n }, (_, i) => stsPod(`db-${String(i).padStart(2, "0")}`, { priority: i }));
+    const s = sim({ pods, fence: fenceOf(releasing(), {}) });
+    const steps = walk(s).filter((x) => x.kind === "release");
+    assert.deepEqual(
+      steps.map((x) => x.items.length),
+      [MAX_RELEASE_BATCH, MAX_RELEASE_BATCH, 3],
+    );
+    const order = steps.flatMap((x) => x.items.map((i) => (i.kind === "Pod" ? (i.pod.spec?.priority ?? -1) : -1)));
+    assert.deepEqual(order, [...Array(n).keys()].reverse(), "highest priority first, across and within batches");
+    assert.equal(new Set((s.fence.status?.releases ?? []).map((r) => r.uid)).size, n, "each pod recorded once");
   });
 
   test("a fence confirmed while the node still heartbeat waits one and a half renewals of silence before the first release", () => {
@@ -985,7 +1003,7 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
     assert.ok(steps.includes("confirmed StorageFenced"), steps.join(" → "));
     assert.deepEqual(
       steps.filter((x) => x.startsWith("release ")),
-      ["release ClaimLock app-data", "release ClaimLock data-db-0", "release VA va-app-data", "release VA va-data-db-0"],
+      ["release ClaimLock app-data + ClaimLock data-db-0", "release VA va-app-data + VA va-data-db-0"],
     );
     assert.equal(steps.at(-1), "done");
     assert.equal(s.fence.status?.phase, "Released");
@@ -1222,13 +1240,16 @@ function checkStep(o: FenceObservation, step: Step, where: string): boolean {
   assert.deepEqual(heartbeatChanges(ev.heartbeat, heartbeatOf(o.node, o.lease)), [], `release although the node heartbeat since: ${where}`);
   if (!ev.heartbeat.silent) assert.ok(o.now.diff(at(999)).as("seconds") >= 15, `release before the silence was proven: ${where}`);
   assert.ok(!o.fence.spec.unfence, `release although an unfence was asked: ${where}`);
-  if (ev.method === "StorageFenced" && step.kind === "release")
-    assert.ok(
-      step.item.kind === "ClaimLock" || step.item.kind === "VolumeAttachment",
-      `a ${step.item.kind} released on StorageFenced: ${where}`,
-    );
-  if (step.kind === "release" && step.item.kind === "Pod") {
-    const pod = step.item.pod;
+  const items = step.kind === "release" ? step.items : [];
+  if (step.kind === "release") {
+    assert.ok(items.length > 0 && items.length <= MAX_RELEASE_BATCH, `a release of ${items.length} items: ${where}`);
+    assert.equal(new Set(items.map((i) => i.kind)).size, 1, `a release step mixing kinds: ${where}`);
+  }
+  for (const item of items) {
+    if (ev.method === "StorageFenced")
+      assert.ok(item.kind === "ClaimLock" || item.kind === "VolumeAttachment", `a ${item.kind} released on StorageFenced: ${where}`);
+    if (item.kind !== "Pod") continue;
+    const pod = item.pod;
     assert.equal(pod.spec?.nodeName, o.fence.spec.nodeName, `a pod of another node: ${where}`);
     assert.ok(isGuarded(pod, st.policySnapshot?.guardedPods, o.pvcs).guarded, `an unguarded pod: ${where}`);
     assert.ok(!(st.releases ?? []).some((r) => r.kind === "Pod" && r.uid === pod.metadata?.uid), `a pod released twice: ${where}`);
