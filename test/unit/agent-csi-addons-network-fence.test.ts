@@ -213,4 +213,22 @@ describe("csiAddonsNetworkFence: the NetworkFence it writes and reads", () => {
     assert.equal(c.outcome, "Cancelled");
     assert.equal(s.objs.size, 0);
   });
+
+  test("unfence: each later write (the delete after Unfenced) passes beforeTry too: a replica that lost the Lease stops before it", async () => {
+    const s = store(succeeds);
+    assert.equal((await runStorageFence(networkFenceDriver, ctx(s.api), "off", opts)).outcome, "Succeeded");
+    const { AgentError } = await import("../../src/agents/types.ts");
+    let tries = 0;
+    const u = await runStorageFence(networkFenceDriver, ctx(s.api), "on", {
+      ...opts,
+      beforeTry: async () => {
+        if (++tries > 1) throw new AgentError("Cancelled", "not the leader any more");
+      },
+    });
+    assert.equal(u.outcome, "Cancelled", u.message);
+    assert.equal(tries, 2, "checked again before the second write");
+    assert.ok(s.calls.includes("replace stockade-node-1 Unfenced"), "the first write, checked, was made");
+    assert.ok(!s.calls.some((c) => c.startsWith("delete")), `no delete after leadership was lost: ${s.calls.join(", ")}`);
+    assert.equal(s.objs.get("stockade-node-1")?.spec.fenceState, "Unfenced");
+  });
 });
