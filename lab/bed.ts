@@ -237,7 +237,14 @@ export class Bed {
    * controllers, or, with leader election, once its caches are synced (a follower never runs them).
    */
   async startOperator(
-    o: { leaderElect?: boolean; kubeconfig?: string; extraArgs?: string[]; env?: NodeJS.ProcessEnv } = {},
+    o: {
+      leaderElect?: boolean;
+      kubeconfig?: string;
+      extraArgs?: string[];
+      env?: NodeJS.ProcessEnv;
+      /** How long to wait for it to be ready (default 30 s; the scale bench's cache sync is what it measures). */
+      readyTimeoutMs?: number;
+    } = {},
   ): Promise<ChildProcess> {
     const log = join(this.lab.dir, "logs", `operator-${++this.opRuns}.log`);
     const out = createWriteStream(log);
@@ -292,7 +299,10 @@ export class Bed {
     child.stderr!.pipe(out);
     await Promise.race([
       ready,
-      new Promise((_, rej) => setTimeout(() => rej(new Error(`operator not ready in 30 s:\n${text.slice(-3000)}`)), 30_000).unref()),
+      new Promise((_, rej) => {
+        const ms = o.readyTimeoutMs ?? 30_000;
+        setTimeout(() => rej(new Error(`operator not ready in ${ms / 1000} s:\n${text.slice(-3000)}`)), ms).unref();
+      }),
     ]);
     return child;
   }

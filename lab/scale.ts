@@ -6,10 +6,11 @@
 // node-monitor grace (10 s) would take nodes renewing every 10 s for dead. Pods are created pre-bound (spec.nodeName set), many requests at a time: the scheduler
 // would bind a few hundred a second here, and it is not what the bench measures.
 import { randomUUID } from "node:crypto";
-import { writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { PatchStrategy, setHeaderOptions, type V1Node, type V1Pod } from "@kubernetes/client-node";
+import { CoordinationV1Api, PatchStrategy, setHeaderOptions, type V1Node, type V1Pod } from "@kubernetes/client-node";
 import { mapLimit } from "../src/runtime/map-limit.ts";
+import { waitFor } from "./health.ts";
 import { kwokConfig } from "./kwok-config.ts";
 import type { Lab } from "./lab.ts";
 import { readRef, startDetached, stop, writeRef } from "./processes.ts";
@@ -47,11 +48,18 @@ export async function addScaleNodes(lab: Lab, count: number, zones: readonly str
   return names;
 }
 
-/** Starts the one kwok process that simulates every node labelled SCALE_LABEL=on (stopped by the lab's down). */
-export function startScaleKwok(lab: Lab): void {
+/**
+ * Starts the one kwok process that simulates every node labelled SCALE_LABEL=on (stopped by the lab's down), its
+ * Leases `leaseSeconds` long and renewed every quarter of that (kwok's rule, as the kubelet's). A restart keeps the
+ * nodes' bootID: a new one would make every node look rebooted.
+ */
+export function startScaleKwok(lab: Lab, leaseSeconds = SCALE_LEASE_SECONDS): void {
   const s = lab.state;
   const config = join(lab.dir, "scale-kwok.yaml");
-  writeFileSync(config, kwokConfig(s.kwokStages, randomUUID()));
+  const bootFile = join(lab.dir, "scale-kwok.boot-id");
+  const bootID = existsSync(bootFile) ? readFileSync(bootFile, "utf8").trim() : randomUUID();
+  writeFileSync(bootFile, bootID);
+  writeFileSync(config, kwokConfig(s.kwokStages, bootID));
   const ref = startDetached({
     cmd: s.kwok,
     logFile: join(paths(lab.dir).logs, "kwok-scale.log"),
@@ -59,7 +67,7 @@ export function startScaleKwok(lab: Lab): void {
       `--kubeconfig=${lab.kubeconfig}`,
       `--config=${config}`,
       `--manage-nodes-with-label-selector=${SCALE_LABEL}=on`,
-      `--node-lease-duration-seconds=${SCALE_LEASE_SECONDS}`,
+      `--node-lease-duration-seconds=${leaseSeconds}`,
       "--cidr=10.200.0.0/16",
     ],
   });
@@ -68,6 +76,44 @@ export function startScaleKwok(lab: Lab): void {
 
 export async function stopScaleKwok(dir: string): Promise<void> {
   await stop(readRef(join(paths(dir).pids, "scale-kwok.json")), 0);
+}
+
+/**
+ * Restarts the scale kwok with Leases of `leaseSeconds` and waits until every scale node's Lease has been renewed
+ * with that duration by the new process. Used by the bench to populate on slower renewals and measure on the
+ * kubelet's. Returns how long it took.
+ */
+export async function retimeScaleKwok(lab: Lab, nodes: readonly string[], leaseSeconds: number, timeoutMs = 300_000): Promise<number> {
+  const t0 = Date.now();
+  const coordination = lab.kc.makeApiClient(CoordinationV1Api);
+  await stopScaleKwok(lab.dir);
+  // kwok's Lease holder is new in every process, so the new one would wait for each old Lease to expire (a whole
+  // Lease period without renewals: the node controller would take the nodes for dead). Removed, they are created
+  // anew at once, as the lab does when a node reboots.
+  await mapLimit(nodes, 32, async (name) => {
+    try {
+      await coordination.deleteNamespacedLease({ name, namespace: "kube-node-lease" });
+    } catch (err) {
+      if ((err as { code?: number }).code !== 404) throw err;
+    }
+  });
+  startScaleKwok(lab, leaseSeconds);
+  const want = new Set(nodes);
+  await waitFor(
+    `every scale Lease renewed as ${leaseSeconds} s`,
+    async () => {
+      const list = await coordination.listNamespacedLease({ namespace: "kube-node-lease" });
+      const done = list.items.filter(
+        (l) =>
+          want.has(l.metadata?.name ?? "") &&
+          l.spec?.leaseDurationSeconds === leaseSeconds &&
+          new Date(l.spec?.renewTime ?? 0).getTime() >= t0,
+      ).length;
+      return done === want.size;
+    },
+    { timeoutMs, intervalMs: 2000 },
+  );
+  return Date.now() - t0;
 }
 
 export interface ScalePods {

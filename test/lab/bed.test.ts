@@ -116,6 +116,7 @@ describe("lab: a real control plane with simulated nodes and BMCs", () => {
 
   test("healing the crashed node reboots it: Ready with a new bootID, and the StatefulSet recovers", async () => {
     const before = lab.machine("node-2").bootID;
+    const t0 = Date.now();
     await lab.heal("node-2");
     const n = await lab.waitForNodeReady("node-2", { timeoutMs: 40_000 });
     assert.notEqual(n.status?.nodeInfo?.bootID, before);
@@ -125,7 +126,9 @@ describe("lab: a real control plane with simulated nodes and BMCs", () => {
         const ps = await pods();
         return ps.length === 3 && ps.every((p) => p.status?.phase === "Running" && !p.metadata?.deletionTimestamp);
       },
-      { timeoutMs: 120_000 },
+      // The rebooted node's kwok deletes the Terminating pod at once (lab/boot-kick.ts sees to it), then the
+      // StatefulSet controller and the scheduler take a few seconds at most.
+      { timeoutMs: 120_000, onTimeout: () => `; timeline since the heal:\n${rec.format(t0)}` },
     );
   });
 

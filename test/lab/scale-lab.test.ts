@@ -10,7 +10,15 @@ import { CoordinationV1Api } from "@kubernetes/client-node";
 import { Lab } from "../../lab/lab.ts";
 import { kubernetesTimings } from "../../lab/control-plane.ts";
 import { waitFor } from "../../lab/health.ts";
-import { SCALE_LABEL, SCALE_LEASE_SECONDS, addScaleNodes, addScalePods, silence, startScaleKwok } from "../../lab/scale.ts";
+import {
+  SCALE_LABEL,
+  SCALE_LEASE_SECONDS,
+  addScaleNodes,
+  addScalePods,
+  retimeScaleKwok,
+  silence,
+  startScaleKwok,
+} from "../../lab/scale.ts";
 
 describe("scale lab", () => {
   let lab: Lab;
@@ -65,6 +73,31 @@ describe("scale lab", () => {
     assert.equal(guarded.length, 5);
     assert.equal(new Set(guarded.map((p) => p.spec?.nodeName)).size, 5, "guarded pods on different nodes, not stacked on a few");
     assert.equal(new Set(pods.map((p) => p.spec?.nodeName)).size, 20, "spread over every node");
+  });
+
+  test("the bench's retiming: kwok restarted with other Leases renews every one so, and no node looks rebooted", async () => {
+    // bootID and when Ready last changed: a node taken for dead during the restart (Unknown, then Ready again) moves the latter.
+    const boots = async () =>
+      new Map(
+        (await lab.core.listNode({ labelSelector: `${SCALE_LABEL}=on` })).items.map((n) => [
+          n.metadata?.name,
+          `${n.status?.nodeInfo?.bootID} ${n.status?.conditions?.find((c) => c.type === "Ready")?.lastTransitionTime?.toISOString()}`,
+        ]),
+      );
+    const before = await boots();
+    await retimeScaleKwok(lab, names, 100);
+    assert.equal((await renewTime(names[3]!)).duration, 100);
+    await retimeScaleKwok(lab, names, SCALE_LEASE_SECONDS);
+    assert.equal((await renewTime(names[3]!)).duration, SCALE_LEASE_SECONDS);
+    await sleep(3000); // a new bootID would have been written by now (kwok's first pass over its nodes)
+    assert.deepEqual(await boots(), before, "same bootIDs across two restarts, and Ready throughout");
+    const notReady = (await lab.core.listNode({ labelSelector: `${SCALE_LABEL}=on` })).items.filter(
+      (n) => !n.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True"),
+    );
+    assert.deepEqual(
+      notReady.map((n) => n.metadata?.name),
+      [],
+    );
   });
 
   test("silenced nodes stop renewing their Leases; the others keep renewing every 10 s", async () => {
