@@ -120,11 +120,14 @@ describe("operator start-up and configuration errors", () => {
       );
       assert.equal(failed.status?.releases?.length ?? 0, 0);
       assert.equal(lab.machine("node-1").power, "on", "nothing was powered off");
-      const ev = await lab.core.listNamespacedEvent({
-        namespace: "default",
-        fieldSelector: "involvedObject.name=node-1,reason=FenceFailed",
+      // Events are written in the background, right after the status that they accompany.
+      await waitFor("a FenceFailed Event", async () => {
+        const ev = await lab.core.listNamespacedEvent({
+          namespace: "default",
+          fieldSelector: "involvedObject.name=node-1,reason=FenceFailed",
+        });
+        return ev.items.length >= 1 || undefined;
       });
-      assert.ok(ev.items.length >= 1, "a FenceFailed Event");
 
       const agent = (await custom.getClusterCustomObject({
         group: "stockade.io",
@@ -157,11 +160,13 @@ describe("operator start-up and configuration errors", () => {
         return f.status?.conditions?.find((c) => c.type === "Fenced" && c.reason === "PolicyDoesNotSelectNode") ? f : undefined;
       });
       assert.equal(refused.status?.phase, undefined, "never started");
-      const warned = await lab.core.listNamespacedEvent({
-        namespace: "default",
-        fieldSelector: "involvedObject.name=node-1,reason=PolicyDoesNotSelectNode",
+      await waitFor("a PolicyDoesNotSelectNode Event", async () => {
+        const warned = await lab.core.listNamespacedEvent({
+          namespace: "default",
+          fieldSelector: "involvedObject.name=node-1,reason=PolicyDoesNotSelectNode",
+        });
+        return warned.items.length >= 1 || undefined;
       });
-      assert.ok(warned.items.length >= 1, "a PolicyDoesNotSelectNode Event");
       // Once the node is selected it starts; the FenceAgent policy q names does not exist: the round fails (and
       // will be retried: nothing missing is final).
       await run("kubectl", ["label", "node", "node-1", "nothing=x"], { env: lab.env });
