@@ -167,7 +167,7 @@ try {
     `fleet decision (node-health reconcile): ${n} runs, mean ${((sum / n) * 1000).toFixed(1)} ms, p50 ${histogramQuantile(steady, "stockade_workqueue_work_duration_seconds", 'name="node-health"', 0.5)}, p99 ${histogramQuantile(steady, "stockade_workqueue_work_duration_seconds", 'name="node-health"', 0.99)}`,
   );
 
-  if (failures > 0) await measureFailures(names);
+  if (failures > 0) await measureFailures(names, addr);
 } finally {
   await bed.down();
   if (values.keep) console.log(`logs kept in ${bed.lab.dir}`);
@@ -178,7 +178,7 @@ try {
  * its fence becoming due to its NodeFence appearing, its power-off confirmed (Fenced=True) and its guarded pods
  * released (Released=True). Times are when this process's watches saw each change.
  */
-async function measureFailures(all: readonly string[]): Promise<void> {
+async function measureFailures(all: readonly string[], addr: string): Promise<void> {
   const lab = bed.lab;
   const step = Math.floor(all.length / failures);
   const victims = all.filter((_, i) => i % step === 0).slice(0, failures);
@@ -259,4 +259,31 @@ async function measureFailures(all: readonly string[]): Promise<void> {
     "guarded pods released (Released)",
     rows.map((r) => r.released),
   );
+  // Where the time went: the operator's own histograms of each NodeFence step (bucket bounds) and their means.
+  const m = await scrape(addr);
+  const mean = (name: string, label: string) => {
+    const sum = m.get(`${name}_sum{${label}}`) ?? NaN;
+    const count = m.get(`${name}_count{${label}}`) ?? 0;
+    return count ? `${count} × mean ${((sum / count) * 1000).toFixed(0)} ms` : "none";
+  };
+  const hist = (what: string, name: string, label: string) =>
+    console.log(
+      `  ${what}: ${mean(name, label)}, p50 ${histogramQuantile(m, name, label, 0.5)}, p99 ${histogramQuantile(m, name, label, 0.99)}`,
+    );
+  console.log("NodeFence steps (stockade_fence_step_duration_seconds) since the operator started:");
+  for (const step of [
+    "read",
+    "start",
+    "begin",
+    "runAgent",
+    "agent",
+    "recordOutcome",
+    "confirmed",
+    "markNode",
+    "release",
+    "released",
+    "wait",
+  ])
+    hist(step, "stockade_fence_step_duration_seconds", `step="${step}"`);
+  hist("node-fence queue wait", "stockade_workqueue_queue_duration_seconds", 'name="node-fence"');
 }

@@ -29,6 +29,13 @@ export class Metrics {
     buckets: [5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600],
     registers: [this.registry],
   });
+  readonly fenceStep = new Histogram({
+    name: "stockade_fence_step_duration_seconds",
+    help: "Time one NodeFence step took (its API calls), by step; read: the fresh read of the node and its Lease before each step; agent: an agent operation, run in the background",
+    labelNames: ["step"] as const,
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60],
+    registers: [this.registry],
+  });
   readonly releases = new Counter({
     name: "stockade_releases_total",
     help: "Pods, VolumeAttachments and taints released after a confirmed fence",

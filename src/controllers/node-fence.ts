@@ -39,7 +39,7 @@ import type { EventRecorder } from "../runtime/events.ts";
 import type { InFlight } from "../runtime/in-flight.ts";
 import { NotLeaderError, SOLE_LEADER, SoleLeadership, type Leadership } from "../runtime/leader.ts";
 import type { Metrics } from "../metrics.ts";
-import { AgentOperations } from "./agent-operations.ts";
+import { AgentOperations, type OperationResult } from "./agent-operations.ts";
 
 export const FENCED_CONDITION = "Fenced";
 /** What a StorageFenced release says about the node's pods (status, Event). */
@@ -121,14 +121,19 @@ export class NodeFenceController {
   async reconcile(name: string): Promise<{ requeueAfterMs?: number } | void> {
     let fence = await this.d.kube.getNodeFence(name);
     for (let i = 0; i < MAX_STEPS && fence; i++) {
+      const read = this.d.metrics?.fenceStep.startTimer({ step: "read" });
       const [node, lease] = await this.readFresh(fence);
+      read?.();
       const step = nextStep(this.observe(fence, node, lease));
       if (step.kind === "done") return;
+      const timer = this.d.metrics?.fenceStep.startTimer({ step: step.kind });
       if (step.kind === "wait") {
         await this.waitFor(fence, node, step);
+        timer?.();
         return { requeueAfterMs: step.requeueAfterMs };
       }
       fence = await this.perform(fence, node, lease, step);
+      timer?.();
     }
     return { requeueAfterMs: 1_000 };
   }
@@ -532,7 +537,7 @@ export class NodeFenceController {
     if (agent.spec.type === "manual" && op === "off") return current; // the state machine watches for the confirmation
     const target = targetNode(current, node);
     const automatic = current.spec.origin === "Automatic";
-    this.operations.start(current.metadata?.uid ?? "", name, index, async (signal) => {
+    const operation = async (signal: AbortSignal): Promise<Omit<OperationResult, "state">> => {
       let secretValues: string[] = [];
       try {
         const rules = await loadRules(agent.spec);
@@ -577,6 +582,14 @@ export class NodeFenceController {
       } catch (err) {
         const message = redact(err instanceof Error ? err.message : String(err), secretValues);
         return { outcome: err instanceof AgentError && err.kind === "Cancelled" ? "Cancelled" : "Failed", message };
+      }
+    };
+    this.operations.start(current.metadata?.uid ?? "", name, index, async (signal) => {
+      const timer = this.d.metrics?.fenceStep.startTimer({ step: "agent" });
+      try {
+        return await operation(signal);
+      } finally {
+        timer?.();
       }
     });
     return current;

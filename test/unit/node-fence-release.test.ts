@@ -13,6 +13,7 @@ import type { Kube } from "../../src/kube/api.ts";
 import type { Caches } from "../../src/kube/caches.ts";
 import type { EventRecorder } from "../../src/runtime/events.ts";
 import type { Leadership } from "../../src/runtime/leader.ts";
+import { Metrics } from "../../src/metrics.ts";
 import { T0, agent, at, lease, node, policy, stamp, stsPod } from "./decide-fixtures.ts";
 
 const partitioned = () => node("node-1", { ready: "Unknown", bootID: "boot-1", heartbeat: T0 });
@@ -47,7 +48,7 @@ function releasingFence(): NodeFence {
 }
 
 /** The API as the controller sees it; `fail` names pods whose force delete answers 500. */
-function world(pods: V1Pod[], fail: Set<string>, leading: () => boolean) {
+function world(pods: V1Pod[], fail: Set<string>, leading: () => boolean, metrics?: Metrics) {
   let fence = releasingFence();
   const live = new Map(pods.map((p) => [p.metadata?.uid ?? "", p]));
   const calls: string[] = [];
@@ -105,6 +106,7 @@ function world(pods: V1Pod[], fail: Set<string>, leading: () => boolean) {
     log: pino({ level: "silent" }),
     clock: () => at(1000),
     leadership: leadership as unknown as Leadership,
+    metrics,
   });
   return { controller, calls, statusWrites, fence: () => fence, maxInFlight: () => maxInFlight };
 }
@@ -112,8 +114,12 @@ function world(pods: V1Pod[], fail: Set<string>, leading: () => boolean) {
 const pods = () => ["db-0", "db-1", "db-2"].map((n, i) => stsPod(n, { priority: i }));
 
 test("a node's guarded pods are force-deleted side by side, leadership asserted before each, and recorded in one status write", async () => {
-  const w = world(pods(), new Set(), () => true);
+  const metrics = new Metrics();
+  const w = world(pods(), new Set(), () => true, metrics);
   await w.controller.reconcile("node-1");
+  const text = await metrics.registry.metrics();
+  for (const step of ["read", "release", "released"])
+    assert.match(text, new RegExp(`stockade_fence_step_duration_seconds_count\\{step="${step}"\\} [1-9]`), `step ${step} timed`);
   const deletes = w.calls.filter((c) => c.startsWith("delete"));
   assert.deepEqual(deletes, ["delete db-2", "delete db-1", "delete db-0"], "highest priority first");
   assert.equal(w.maxInFlight(), 3, "side by side");
