@@ -5,6 +5,7 @@
 // Each pass reads the Node and its Lease from the apiserver (never the cache) right before deciding, so the
 // destructive call that follows is made on a fresh view; leadership is asserted right before each one.
 // Agent operations run in the background (agent-operations.ts): no worker waits on a BMC or a person.
+import { isDeepStrictEqual } from "node:util";
 import type { V1Lease, V1Node, V1Taint } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import type { Logger } from "pino";
@@ -153,6 +154,8 @@ export class NodeFenceController {
     status.observedGeneration = fence.metadata?.generation;
     // Without leader election there is no epoch to compare: the one recorded stays.
     if (elected) status.leaderEpoch = epoch;
+    // A wait asked again (the same condition, reason and message) changes nothing: no round trip for it.
+    if (isDeepStrictEqual(status, fence.status)) return fence;
     return await this.d.kube.replaceStatus("nodefences", { ...fence, status });
   }
 

@@ -48,8 +48,8 @@ function releasingFence(): NodeFence {
 }
 
 /** The API as the controller sees it; `fail` names pods whose force delete answers 500. */
-function world(pods: V1Pod[], fail: Set<string>, leading: () => boolean, metrics?: Metrics) {
-  let fence = releasingFence();
+function world(pods: V1Pod[], fail: Set<string>, leading: () => boolean, metrics?: Metrics, initial = releasingFence()) {
+  let fence = initial;
   const live = new Map(pods.map((p) => [p.metadata?.uid ?? "", p]));
   const calls: string[] = [];
   const statusWrites: NodeFenceStatus[] = [];
@@ -155,4 +155,21 @@ test("leadership lost: no force delete is sent, nothing is recorded", async () =
     [],
   );
   assert.equal((w.fence().status?.releases ?? []).length, 0);
+});
+
+test("a wait asked again writes nothing: the same condition is not PUT a second time", async () => {
+  // Confirmed while the node still heartbeat: nothing is released before a renewal period of silence (a wait).
+  const f = releasingFence();
+  f.status!.evidence!.heartbeat = { ...f.status!.evidence!.heartbeat!, silent: false };
+  const w = world(pods(), new Set(), () => true, undefined, f);
+  assert.ok(((await w.controller.reconcile("node-1")) as { requeueAfterMs?: number })?.requeueAfterMs, "it waits");
+  assert.equal(w.statusWrites.length, 1, "the wait's condition written once");
+  assert.equal(w.fence().status?.conditions?.find((c) => c.type === "Released")?.reason, "WaitingForSilence");
+  await w.controller.reconcile("node-1");
+  assert.equal(w.statusWrites.length, 1, "asked again, nothing changed: no second write");
+  assert.deepEqual(
+    w.calls.filter((c) => c.startsWith("delete")),
+    [],
+    "and nothing released",
+  );
 });
