@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
-import { Bed, NS } from "../lab/bed.ts";
+import { Bed, NETWORK_FENCES, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
 import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
 import { NetworkFenceDouble } from "../lab/test-doubles/csi-addons-network-fence.ts";
@@ -17,8 +17,7 @@ import type { NetworkFence } from "../src/agents/types.ts";
 import { TOKEN_ANNOTATION, isGated, parseLock } from "../src/decide/claim-lock.ts";
 import { OUT_OF_SERVICE_TAINT } from "../src/decide/fence-machine.ts";
 
-const repoRoot = join(import.meta.dirname, "..");
-const nf = { group: "csiaddons.openshift.io", version: "v1alpha1", plural: "networkfences" };
+const nf = NETWORK_FENCES;
 
 describe("e2e: a NetworkFence as the second escalation level releases volumes only", () => {
   let bed: Bed;
@@ -27,18 +26,7 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
 
   before(async () => {
     bed = await Bed.up({ nodes: 3, name: "fence-storage", webhooks: true });
-    await bed.kubectl("apply", "-f", join(repoRoot, "test/fixtures/csiaddons.openshift.io_networkfences.yaml"));
-    await waitFor(
-      "the NetworkFence CRD served",
-      async () =>
-        (await bed.custom.listClusterCustomObject(nf).then(
-          () => true,
-          () => false,
-        )) || undefined,
-      {
-        timeoutMs: 30_000,
-      },
-    );
+    await bed.installNetworkFenceCrd();
     for (const n of bed.lab.nodes()) {
       const ip = (await bed.lab.node(n)).status?.addresses?.find((a) => a.type === "InternalIP")?.address;
       assert.ok(ip, `node ${n} has an InternalIP`);

@@ -27,6 +27,9 @@ const run = promisify(execFile);
 export const NS = "default";
 export const SECRETS_NS = "stockade-system";
 
+/** The csi-addons NetworkFence resource, for CustomObjectsApi calls. */
+export const NETWORK_FENCES = { group: "csiaddons.openshift.io", version: "v1alpha1", plural: "networkfences" };
+
 export class Bed {
   readonly lab: Lab;
   readonly rec: Recorder;
@@ -169,6 +172,20 @@ export class Bed {
       },
     });
     return this;
+  }
+
+  /** Installs the csi-addons NetworkFence CRD (test/fixtures) and waits until the apiserver serves it. */
+  async installNetworkFenceCrd(): Promise<void> {
+    await this.kubectl("apply", "-f", join(repoRoot, "test/fixtures/csiaddons.openshift.io_networkfences.yaml"));
+    await waitFor(
+      "the NetworkFence CRD served",
+      async () =>
+        (await this.custom.listClusterCustomObject(NETWORK_FENCES).then(
+          () => true,
+          () => false,
+        )) || undefined,
+      { timeoutMs: 30_000 },
+    );
   }
 
   async kubectl(...args: string[]): Promise<string> {

@@ -187,9 +187,7 @@ export class NodeFenceController {
    * round trip per step. Shutdown waits for them (inflight) so that they are not lost with the process.
    */
   private announce(events: Promise<void>[]): void {
-    const all = Promise.all(events);
-    if (this.d.inflight) void this.d.inflight.track(all);
-    else void all;
+    void this.d.inflight?.track(Promise.all(events));
   }
 
   private event(fence: NodeFence, type: "Normal" | "Warning", reason: string, message: string, node?: V1Node): Promise<void>[] {

@@ -89,6 +89,11 @@ export type ReleaseItem =
  * write each. Bounded so that a node with a hundred pods still goes highest priority first, in steps.
  */
 export const MAX_RELEASE_BATCH = 16;
+const vaItem = (va: V1VolumeAttachment): ReleaseItem => ({
+  kind: "VolumeAttachment",
+  name: va.metadata?.name ?? "",
+  uid: va.metadata?.uid ?? "",
+});
 const batch = (items: ReleaseItem[]): Step | undefined =>
   items.length ? { kind: "release", items: items.slice(0, MAX_RELEASE_BATCH) } : undefined;
 
@@ -584,11 +589,7 @@ function releaseStep(o: FenceObservation, snap: NodeFenceStatusPolicySnapshot): 
   }
   if (rel.deleteVolumeAttachments ?? true) {
     const done = new Set(releases.filter((r) => r.kind === "VolumeAttachment").map((r) => r.uid));
-    const vas = batch(
-      o.volumeAttachments
-        .filter((v) => v.spec.nodeName === nodeName && !done.has(v.metadata?.uid))
-        .map((va) => ({ kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" }) as const),
-    );
+    const vas = batch(o.volumeAttachments.filter((v) => v.spec.nodeName === nodeName && !done.has(v.metadata?.uid)).map(vaItem));
     if (vas) return vas;
   }
   if (rel.outOfServiceTaint && !taintRemoved) {
@@ -631,7 +632,7 @@ function storageReleaseStep(o: FenceObservation, rel: NonNullable<NodeFenceStatu
             !done.has(v.metadata?.uid) &&
             covered(byVolume.get(v.spec.source.persistentVolumeName ?? "")),
         )
-        .map((va) => ({ kind: "VolumeAttachment", name: va.metadata?.name ?? "", uid: va.metadata?.uid ?? "" }) as const),
+        .map(vaItem),
     );
     if (vas) return vas;
   }

@@ -27,7 +27,7 @@ import { repoRoot } from "../../lab/bins.ts";
 import { waitFor } from "../../lab/health.ts";
 import { paths } from "../../lab/state.ts";
 import { refusal } from "../../lab/refusal.ts";
-import { Bed, SECRETS_NS } from "../../lab/bed.ts";
+import { Bed, NETWORK_FENCES, SECRETS_NS } from "../../lab/bed.ts";
 import { NetworkFenceDouble } from "../../lab/test-doubles/csi-addons-network-fence.ts";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
 import { LOCK_ANNOTATION, formatLock, isGated, parseLock } from "../../src/decide/claim-lock.ts";
@@ -305,19 +305,7 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
 
     // The second fence also puts up a csi-addons storage fence (a mixed level: the IPMI power-off is the proof),
     // which the unfence lifts: networkfences get and create, then update (Unfenced) and delete.
-    await bed.kubectl("apply", "-f", join(repoRoot, "test/fixtures/csiaddons.openshift.io_networkfences.yaml"));
-    const nf = { group: "csiaddons.openshift.io", version: "v1alpha1", plural: "networkfences" };
-    await waitFor(
-      "the NetworkFence CRD served",
-      async () =>
-        (await bed.custom.listClusterCustomObject(nf).then(
-          () => true,
-          () => false,
-        )) || undefined,
-      {
-        timeoutMs: 30_000,
-      },
-    );
+    await bed.installNetworkFenceCrd();
     const csiAddons = new NetworkFenceDouble(bed.lab.kc, bed.lab.dir, () => undefined).start();
     await bed.create("fenceagents", {
       metadata: { name: "lab-netfence" },
@@ -352,7 +340,8 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     await bed.unfence(node);
     await waitFor(
       "the storage fence lifted and removed",
-      async () => (await bed.custom.listClusterCustomObject(nf).then((l) => (l as { items: unknown[] }).items.length === 0)) || undefined,
+      async () =>
+        (await bed.custom.listClusterCustomObject(NETWORK_FENCES).then((l) => (l as { items: unknown[] }).items.length === 0)) || undefined,
       { timeoutMs: 30_000 },
     );
     csiAddons.stop();

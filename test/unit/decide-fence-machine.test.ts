@@ -32,7 +32,27 @@ import {
 import { isGuarded } from "../../src/decide/guarded-pods.ts";
 import { LOCK_ANNOTATION, breakLock, fencedSince, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
 import { prng } from "../../lab/chaos/schedule.ts";
-import { T0, agent, agentMap, at, lease, node, pod, policy, pvc, pvcMap, stamp, stsPod, volumeAttachment } from "./decide-fixtures.ts";
+import {
+  SNAPSHOT,
+  T0,
+  agent,
+  agentMap,
+  at,
+  attempt,
+  evidenceNow,
+  fencing,
+  lease,
+  node,
+  partitionedNode,
+  pod,
+  policy,
+  pvc,
+  pvcMap,
+  releasing,
+  stamp,
+  stsPod,
+  volumeAttachment,
+} from "./decide-fixtures.ts";
 
 type Outcome = NodeFenceStatusAttempts["outcome"];
 type Kind = Step["kind"];
@@ -58,10 +78,6 @@ interface Sim {
   /** Outcome of the next agent operation; "crash" loses it (the operator restarted), "hang" leaves it running. */
   agentResult: (agent: string, op: "off" | "on", level: number) => Outcome | "crash" | "hang";
 }
-
-/** A partitioned node: Ready=Unknown, last heartbeat (Lease and Ready) at T0, long before the sim's clock. */
-const partitionedNode = (o: { bootID?: string; labels?: Record<string, string> } = {}) =>
-  node("node-1", { ready: "Unknown", bootID: o.bootID ?? "boot-1", heartbeat: T0, labels: o.labels });
 
 /** A csiAddonsNetworkFence agent whose fence covers the "san" StorageClass. */
 function storageAgent(name: string): FenceAgent {
@@ -350,45 +366,7 @@ function stepFor(status: NodeFenceStatus | undefined, o: Partial<Sim> & { spec?:
   return nextStep(observe(s));
 }
 
-const attempt = (
-  agentName: string,
-  outcome: Outcome,
-  level = 0,
-  operation: NodeFenceStatusAttempts["operation"] = "off",
-  startTime = stamp(at(990)),
-  round = 0,
-): NodeFenceStatusAttempts => ({ level, round, agent: agentName, operation, startTime, outcome });
-
-const SNAPSHOT = snapshotOf(policy("default"));
 const snapOf = (p: FencingPolicy) => snapshotOf(p);
-const fencing = (extra: NodeFenceStatus = {}): NodeFenceStatus => ({
-  phase: "Fencing",
-  policy: "default",
-  policySnapshot: SNAPSHOT,
-  bootID: "boot-1",
-  currentLevel: 0,
-  round: 0,
-  levelStartTime: stamp(at(990)),
-  ...extra,
-});
-/** Evidence taken on the default partitioned node and its Lease: the heartbeat as it still is. */
-const evidenceNow = (extra: Partial<NodeFenceStatusEvidence> = {}): NodeFenceStatusEvidence => ({
-  method: "PowerOffConfirmed",
-  time: stamp(at(995)),
-  agents: ["ipmi"],
-  detail: "off",
-  round: 0,
-  heartbeat: { ...heartbeatOf(partitionedNode(), lease("node-1", T0)), silent: true },
-  ...extra,
-});
-const releasing = (extra: NodeFenceStatus = {}): NodeFenceStatus => ({
-  ...fencing(),
-  phase: "Releasing",
-  fencedTime: stamp(at(995)),
-  attempts: [attempt("ipmi", "Succeeded")],
-  evidence: evidenceNow(),
-  ...extra,
-});
 
 describe("nextStep: claim locks (issue 10)", () => {
   const locked = (name: string, holder: V1Pod, token: number) => {

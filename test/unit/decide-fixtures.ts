@@ -12,7 +12,17 @@ import type {
   V1VolumeAttachment,
 } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
-import type { FenceAgent, FencingPolicy, FencingPolicySpec, NodeFence, NodeFenceSpec, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
+import type {
+  FenceAgent,
+  FencingPolicy,
+  FencingPolicySpec,
+  NodeFence,
+  NodeFenceSpec,
+  NodeFenceStatus,
+  NodeFenceStatusAttempts,
+  NodeFenceStatusEvidence,
+} from "../../src/api/v1alpha1.ts";
+import { heartbeatOf, snapshotOf } from "../../src/decide/fence-machine.ts";
 
 export const T0 = DateTime.fromISO("2026-01-01T00:00:00Z", { zone: "utc" });
 /** T0 plus some seconds. */
@@ -163,3 +173,48 @@ export const fenceMap = (...fs: NodeFence[]): Map<string, NodeFence> => new Map(
 export function volumeAttachment(name: string, nodeName: string, uid = `uid-va-${name}`): V1VolumeAttachment {
   return { metadata: { name, uid }, spec: { attacher: "csi.example.com", nodeName, source: { persistentVolumeName: `pv-${name}` } } };
 }
+
+// A NodeFence status at each point of the machine (the decision and controller tests share them).
+
+/** A partitioned node: Ready=Unknown, last heartbeat (Lease and Ready) at T0, long before the sim's clock. */
+export const partitionedNode = (o: { bootID?: string; labels?: Record<string, string> } = {}) =>
+  node("node-1", { ready: "Unknown", bootID: o.bootID ?? "boot-1", heartbeat: T0, labels: o.labels });
+
+export const attempt = (
+  agentName: string,
+  outcome: NodeFenceStatusAttempts["outcome"],
+  level = 0,
+  operation: NodeFenceStatusAttempts["operation"] = "off",
+  startTime = stamp(at(990)),
+  round = 0,
+): NodeFenceStatusAttempts => ({ level, round, agent: agentName, operation, startTime, outcome });
+
+export const SNAPSHOT = snapshotOf(policy("default"));
+export const fencing = (extra: NodeFenceStatus = {}): NodeFenceStatus => ({
+  phase: "Fencing",
+  policy: "default",
+  policySnapshot: SNAPSHOT,
+  bootID: "boot-1",
+  currentLevel: 0,
+  round: 0,
+  levelStartTime: stamp(at(990)),
+  ...extra,
+});
+/** Evidence taken on the default partitioned node and its Lease: the heartbeat as it still is. */
+export const evidenceNow = (extra: Partial<NodeFenceStatusEvidence> = {}): NodeFenceStatusEvidence => ({
+  method: "PowerOffConfirmed",
+  time: stamp(at(995)),
+  agents: ["ipmi"],
+  detail: "off",
+  round: 0,
+  heartbeat: { ...heartbeatOf(partitionedNode(), lease("node-1", T0)), silent: true },
+  ...extra,
+});
+export const releasing = (extra: NodeFenceStatus = {}): NodeFenceStatus => ({
+  ...fencing(),
+  phase: "Releasing",
+  fencedTime: stamp(at(995)),
+  attempts: [attempt("ipmi", "Succeeded")],
+  evidence: evidenceNow(),
+  ...extra,
+});

@@ -8,42 +8,21 @@ import { ApiException } from "@kubernetes/client-node";
 import pino from "pino";
 import type { NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
 import { NodeFenceController } from "../../src/controllers/node-fence.ts";
-import { FINALIZER, heartbeatOf, snapshotOf } from "../../src/decide/fence-machine.ts";
+import { FINALIZER } from "../../src/decide/fence-machine.ts";
 import type { Kube } from "../../src/kube/api.ts";
 import type { Caches } from "../../src/kube/caches.ts";
 import type { EventRecorder } from "../../src/runtime/events.ts";
 import type { Leadership } from "../../src/runtime/leader.ts";
 import { Metrics } from "../../src/metrics.ts";
-import { T0, agent, at, lease, node, policy, stamp, stsPod } from "./decide-fixtures.ts";
-
-const partitioned = () => node("node-1", { ready: "Unknown", bootID: "boot-1", heartbeat: T0 });
+import { T0, agent, at, lease, partitionedNode, policy, releasing, stsPod } from "./decide-fixtures.ts";
 
 function releasingFence(): NodeFence {
-  const status: NodeFenceStatus = {
-    phase: "Releasing",
-    policy: "default",
-    policySnapshot: snapshotOf(policy("default")),
-    bootID: "boot-1",
-    currentLevel: 0,
-    round: 0,
-    levelStartTime: stamp(at(990)),
-    fencedTime: stamp(at(995)),
-    attempts: [{ level: 0, round: 0, agent: "ipmi", operation: "off", startTime: stamp(at(990)), outcome: "Succeeded" }],
-    evidence: {
-      method: "PowerOffConfirmed",
-      time: stamp(at(995)),
-      agents: ["ipmi"],
-      detail: "off",
-      round: 0,
-      heartbeat: { ...heartbeatOf(partitioned(), lease("node-1", T0)), silent: true },
-    },
-  };
   return {
     apiVersion: "stockade.io/v1alpha1",
     kind: "NodeFence",
     metadata: { name: "node-1", uid: "fence-uid", generation: 1, finalizers: [FINALIZER], resourceVersion: "1" },
     spec: { nodeName: "node-1", origin: "Automatic" },
-    status,
+    status: releasing(),
   };
 }
 
@@ -57,7 +36,7 @@ function world(pods: V1Pod[], fail: Set<string>, leading: () => boolean, metrics
   let maxInFlight = 0;
   const kube = {
     getNodeFence: async () => structuredClone(fence),
-    readNode: async () => partitioned(),
+    readNode: async () => partitionedNode(),
     readLease: async () => lease("node-1", T0),
     forceDeletePod: async (p: V1Pod) => {
       calls.push(`delete ${p.metadata?.name}`);
@@ -89,7 +68,7 @@ function world(pods: V1Pod[], fail: Set<string>, leading: () => boolean, metrics
     pods: list(() => [...live.values()]),
     pvcs: list(() => []),
     volumeAttachments: list(() => []),
-    nodes: list(() => [partitioned()]),
+    nodes: list(() => [partitionedNode()]),
   };
   const events = { record: async () => {} };
   const leadership = {
