@@ -7,7 +7,7 @@ import { mkdirSync, writeFileSync, chmodSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { repoRoot } from "./bins.ts";
-import { isAlive, procState, readRef, signal, startDetached, stop, writeRef } from "./processes.ts";
+import { isAlive, procState, readRef, freeze, signal, startDetached, stop, writeRef } from "./processes.ts";
 import { appendEvent, paths, readText, type LabState, type NodeSpec } from "./state.ts";
 
 const run = promisify(execFile);
@@ -99,10 +99,11 @@ export function bmcReachable(s: LabState, name: string): boolean {
   return isAlive(ref) && st !== "T" && st !== "t";
 }
 
-export function setBmcReachable(s: LabState, name: string, reachable: boolean): void {
+export async function setBmcReachable(s: LabState, name: string, reachable: boolean): Promise<void> {
   const ref = readRef(paths(s.dir).node(name).bmcPid);
   if (!isAlive(ref)) throw new Error(`the BMC of ${name} is not running`);
-  signal(ref, reachable ? "SIGCONT" : "SIGSTOP");
+  if (reachable) signal(ref, "SIGCONT");
+  else await freeze(ref!);
   appendEvent(s.dir, { kind: "bmc", node: name, detail: { reachable } });
 }
 

@@ -509,7 +509,7 @@ export class Lab implements FaultDriver {
     return { node: n.name, ...n.bmc };
   }
   async setBmcReachable(node: string, reachable: boolean): Promise<void> {
-    setBmcReachable(this.state, nodeSpec(this.state, node).name, reachable);
+    await setBmcReachable(this.state, nodeSpec(this.state, node).name, reachable);
   }
   bmcReachable(node: string): boolean {
     return bmcReachable(this.state, nodeSpec(this.state, node).name);

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { apiRequest } from "./api-lite.ts";
 import { repoRoot } from "./bins.ts";
 import { kwokConfig } from "./kwok-config.ts";
-import { isAlive, procState, readRef, writeRef, clearRef, startDetached, signal, stop } from "./processes.ts";
+import { isAlive, procState, readRef, writeRef, clearRef, startDetached, signal, stop, freeze } from "./processes.ts";
 import { appendEvent, paths, readText, withNodeLock, nodeSpec, type LabState } from "./state.ts";
 import { realBoot, realCrash, realHeal, realMachineKubelet, realPartition, realPowerOff } from "./real/machine.ts";
 
@@ -151,7 +151,7 @@ export function partition(s: LabState, name: string): Promise<void> {
     const ref = readRef(p.kubelet);
     if (!isAlive(ref))
       throw new Error(`node ${name} has no running kubelet to partition (power ${readText(p.power) === "0" ? "off" : "on"})`);
-    signal(ref, "SIGSTOP");
+    await freeze(ref!);
     appendEvent(s.dir, { kind: "partition", node: name, detail: { pid: ref!.pid } });
   });
 }

@@ -1,7 +1,7 @@
 // Detached child processes that outlive the command that started them (`lab up` returns while the
 // control plane keeps running), identified by pid *and* start time so a recycled pid is never killed.
 import { spawn, type SpawnOptions } from "node:child_process";
-import { openSync, closeSync, readFileSync, writeFileSync, rmSync, existsSync } from "node:fs";
+import { openSync, closeSync, readFileSync, readdirSync, writeFileSync, rmSync, existsSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 
 export interface ProcRef {
@@ -80,6 +80,38 @@ export function signal(ref: ProcRef | undefined, sig: NodeJS.Signals): boolean {
     }
   }
   return true;
+}
+
+/** Pids of the process group led by `ref` (the group `signal` sends to). */
+function groupPids(ref: ProcRef): number[] {
+  const pids: number[] = [];
+  for (const e of readdirSync("/proc")) {
+    if (!/^\d+$/.test(e)) continue;
+    const f = statFields(Number(e));
+    if (f && Number(f[2]) === ref.pid) pids.push(Number(e));
+  }
+  return pids;
+}
+
+/**
+ * SIGSTOPs the process group and resolves once every process in it is stopped. kill() returns before a
+ * sleeping process has run its stop (seen under load: the state still S right after), so a caller that reads
+ * the state, or relies on the process doing nothing more, waits here.
+ */
+export async function freeze(ref: ProcRef, timeoutMs = 10_000): Promise<void> {
+  if (!signal(ref, "SIGSTOP")) throw new Error(`process ${ref.pid} is not running`);
+  const deadline = Date.now() + timeoutMs;
+  const stopped = (pid: number) => {
+    const st = statFields(pid)?.[0];
+    return st === undefined || st === "T" || st === "t" || st === "Z" || st === "X";
+  };
+  for (;;) {
+    const pids = groupPids(ref);
+    if (!pids.includes(ref.pid)) pids.push(ref.pid);
+    if (pids.every(stopped)) return;
+    if (Date.now() > deadline) throw new Error(`process group ${ref.pid} not stopped ${timeoutMs} ms after SIGSTOP`);
+    await sleep(10);
+  }
 }
 
 /** SIGTERM (and SIGCONT, in case it is frozen), then SIGKILL after `graceMs`; resolves once it is gone. */
