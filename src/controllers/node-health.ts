@@ -1,6 +1,7 @@
 // The health controller: one fleet-wide reconcile (the storm guard and concurrency limits are about
 // all nodes at once) that applies the pure fleet decision — NodeDown pod conditions, new NodeFences,
 // FencingPolicy status — and logs every change of a node's verdict once, with its inputs.
+import { setTimeout as sleep } from "node:timers/promises";
 import type { V1Lease } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
@@ -43,8 +44,18 @@ const ref = (kind: string, name: string, uid?: string, namespace?: string, apiVe
 const RETRY_BASE_MS = 1_000;
 /** NodeFences created at once (each a fresh read of the node and its Lease, then a create): 50 due together. */
 const FENCE_CREATES_IN_FLIGHT = 8;
-/** NodeDown condition writes in flight at once (each is one pod's status patch). */
+/** NodeDown condition writes in flight at once (each is one pod's status patch, then its Event). */
 const NODE_DOWN_WRITES_IN_FLIGHT = 8;
+/**
+ * …while a NodeFence is under way: a fence is a chain of round trips, one after the other, that the apiserver serves
+ * in the same queue as these writes (one client, one flow), and 50 failed nodes carry ~1,500 of them. A pod that
+ * waits a little longer for its condition loses nothing; a fence that waits keeps its pods down.
+ */
+const NODE_DOWN_WRITES_WHILE_FENCING = 2;
+/** How often a write slot held back by a fence looks again. */
+const NODE_DOWN_SLOT_POLL_MS = 200;
+/** Phases in which a NodeFence is still working towards its release. */
+const FENCING_PHASES = new Set(["", "Pending", "Fencing", "Fenced", "Releasing"]);
 const RETRY_MAX_MS = 300_000;
 /** A NodeDown write just made is not made again while the cache may not show it yet (monotonic time: a wall
  * clock set back must not make it last). */
@@ -211,18 +222,34 @@ export class NodeHealthController {
       const batch = [...this.nodeDownQueue];
       this.nodeDownQueue.clear();
       for (const [key] of batch) this.nodeDownBusy.add(key);
-      await mapLimit(batch, NODE_DOWN_WRITES_IN_FLIGHT, async ([key, ch]) => {
-        try {
-          await this.isolated(`pod ${ch.namespace}/${ch.name}`, async () => {
-            await this.applyNodeDown(ch);
-            this.nodeDownWritten.set(key, { present: !!ch.condition, at: performance.now() });
-          });
-        } finally {
-          this.nodeDownBusy.delete(key);
+      let next = 0;
+      const slot = async (n: number) => {
+        while (next < batch.length) {
+          if (n >= this.nodeDownSlots()) {
+            await sleep(NODE_DOWN_SLOT_POLL_MS);
+            continue;
+          }
+          const [key, ch] = batch[next++]!;
+          try {
+            await this.isolated(`pod ${ch.namespace}/${ch.name}`, async () => {
+              await this.applyNodeDown(ch);
+              this.nodeDownWritten.set(key, { present: !!ch.condition, at: performance.now() });
+            });
+          } finally {
+            this.nodeDownBusy.delete(key);
+          }
         }
-      });
+      };
+      await Promise.all(Array.from({ length: NODE_DOWN_WRITES_IN_FLIGHT }, (_, n) => slot(n)));
     }
     this.nodeDownQueue.clear();
+  }
+
+  /** NodeDown writes allowed in flight now: fewer while a NodeFence is under way (not when shutting down). */
+  nodeDownSlots(): number {
+    if (this.d.inflight?.stopping) return NODE_DOWN_WRITES_IN_FLIGHT;
+    const fencing = this.d.caches.fences.list().some((f) => !f.metadata?.deletionTimestamp && FENCING_PHASES.has(f.status?.phase ?? ""));
+    return fencing ? NODE_DOWN_WRITES_WHILE_FENCING : NODE_DOWN_WRITES_IN_FLIGHT;
   }
 
   private async applyNodeDown(ch: NodeDownChange): Promise<void> {

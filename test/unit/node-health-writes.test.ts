@@ -12,6 +12,7 @@ function setup() {
   const now = at(100);
   const n1 = node("node-1", { ready: "Unknown", heartbeat: at(0) });
   const l1 = lease("node-1", at(0), 40);
+  const fences = new Map<string, { metadata: { name: string }; spec: { nodeName: string }; status: { phase: string } }>();
   const pods = new Map<string, V1Pod>(Array.from({ length: 40 }, (_, i) => [`db-${i}`, stsPod(`db-${i}`, { node: "node-1" })]));
   const inf = <T>(m: Map<string, T>) => ({ list: () => [...m.values()], get: (name: string) => m.get(name), on() {} });
   const caches = {
@@ -22,7 +23,7 @@ function setup() {
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),
     agents: inf(new Map([["ipmi", {}]])),
-    fences: inf(new Map()),
+    fences: inf(fences),
     heartbeatStalenessSeconds: () => 0,
   };
   const w = { order: [] as string[], inFlight: 0, peak: 0, open: () => {} };
@@ -52,7 +53,7 @@ function setup() {
     leadership: { assertLeading() {} } as never,
   } as never);
   const reopen = () => (gate = new Promise<void>((r) => (w.open = r)));
-  return { ctl, w, reopen };
+  return { ctl, w, reopen, fences };
 }
 
 test("a due fence is created before the pass's NodeDown writes, which run 8 at a time and do not hold the pass", async () => {
@@ -81,4 +82,19 @@ test("a pass while NodeDown writes are under way, or right after them (the cache
   await ctl.reconcile(); // the cache still shows no NodeDown: the writes just made are not repeated
   await ctl.nodeDownSettled();
   assert.equal(w.order.filter((o) => o.startsWith("NodeDown")).length, 40, "no write repeated");
+});
+
+test("while a NodeFence is under way, NodeDown writes yield to it: 2 at a time, 8 again once it is released", async () => {
+  const { ctl, w, fences } = setup();
+  const fence = { metadata: { name: "node-9" }, spec: { nodeName: "node-9" }, status: { phase: "Fencing" } };
+  fences.set("node-9", fence);
+  await ctl.reconcile();
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(w.inFlight, 2, "2 in flight while node-9 is fenced");
+  fence.status.phase = "Released";
+  await new Promise((r) => setTimeout(r, 400)); // the held-back slots look again
+  assert.equal(w.inFlight, 8, "back to 8 once no fence is under way");
+  w.open();
+  await ctl.nodeDownSettled();
+  assert.equal(w.order.filter((o) => o.startsWith("NodeDown")).length, 40, "every write made");
 });

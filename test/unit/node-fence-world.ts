@@ -1,0 +1,127 @@
+// A scripted API for the NodeFence controller's unit tests: one NodeFence, the partitioned node-1 and its Lease, the
+// given pods; every call the controller makes is logged in order (`calls`), reads and writes included.
+import type { V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
+import { ApiException } from "@kubernetes/client-node";
+import pino from "pino";
+import type { NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
+import { NodeFenceController } from "../../src/controllers/node-fence.ts";
+import { FINALIZER } from "../../src/decide/fence-machine.ts";
+import type { Kube } from "../../src/kube/api.ts";
+import type { Caches } from "../../src/kube/caches.ts";
+import type { EventRecorder } from "../../src/runtime/events.ts";
+import type { Leadership } from "../../src/runtime/leader.ts";
+import type { Metrics } from "../../src/metrics.ts";
+import { T0, agent, at, lease, partitionedNode, policy, releasing } from "./decide-fixtures.ts";
+
+export function releasingFence(): NodeFence {
+  return {
+    apiVersion: "stockade.io/v1alpha1",
+    kind: "NodeFence",
+    metadata: { name: "node-1", uid: "fence-uid", generation: 1, finalizers: [FINALIZER], resourceVersion: "1" },
+    spec: { nodeName: "node-1", origin: "Automatic" },
+    status: releasing(),
+  };
+}
+
+export interface WorldOptions {
+  /** Pods whose force delete answers 500. */
+  fail?: Set<string>;
+  leading?: () => boolean;
+  metrics?: Metrics;
+  initial?: NodeFence;
+  /** Milliseconds every status write takes. */
+  writeMs?: number;
+  viewReuseMs?: number;
+}
+
+export function world(pods: V1Pod[], o: WorldOptions = {}) {
+  const fail = o.fail ?? new Set<string>();
+  const leading = o.leading ?? (() => true);
+  let fence = o.initial ?? releasingFence();
+  let node: V1Node = partitionedNode();
+  const live = new Map(pods.map((p) => [p.metadata?.uid ?? "", p]));
+  const calls: string[] = [];
+  const statusWrites: NodeFenceStatus[] = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  const stored = (obj: NodeFence): NodeFence => ({
+    ...structuredClone(obj),
+    metadata: { ...obj.metadata, resourceVersion: String(Number(obj.metadata?.resourceVersion) + 1) },
+  });
+  const kube = {
+    getNodeFence: async () => structuredClone(fence),
+    readNode: async () => {
+      calls.push("read node");
+      return structuredClone(node);
+    },
+    readLease: async () => {
+      calls.push("read lease");
+      return lease("node-1", T0);
+    },
+    forceDeletePod: async (p: V1Pod) => {
+      calls.push(`delete ${p.metadata?.name}`);
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      await new Promise((r) => setTimeout(r, 20));
+      inFlight--;
+      if (fail.has(p.metadata?.name ?? "")) throw new ApiException(500, "Internal Server Error", {}, {});
+      live.delete(p.metadata?.uid ?? "");
+      return "deleted" as const;
+    },
+    replaceStatus: async (_plural: string, obj: NodeFence) => {
+      calls.push(`status ${obj.status?.phase}`);
+      if (o.writeMs) await new Promise((r) => setTimeout(r, o.writeMs));
+      statusWrites.push(structuredClone(obj.status ?? {}));
+      fence = stored(obj);
+      return structuredClone(fence);
+    },
+    patchNodeFenceMetadata: async (obj: NodeFence, patch: { finalizers?: string[] }) => {
+      calls.push("metadata");
+      fence = stored({ ...obj, metadata: { ...obj.metadata, ...patch } });
+      return structuredClone(fence);
+    },
+    setTaints: async (_n: V1Node, taints: V1Taint[]) => {
+      calls.push("taint");
+      node = { ...node, spec: { ...node.spec, taints } };
+      return structuredClone(node);
+    },
+    setNodeCondition: async () => {
+      calls.push("node condition");
+    },
+    readSecret: async () => {
+      calls.push("read secret");
+      return { password: "x" };
+    },
+  };
+  const list = <T>(xs: () => T[]) => ({
+    list: xs,
+    get: (n: string) => xs().find((x) => (x as { metadata?: { name?: string } }).metadata?.name === n),
+  });
+  const caches = {
+    policies: list(() => [policy("default")]),
+    agents: list(() => [agent("ipmi")]),
+    pods: list(() => [...live.values()]),
+    pvcs: list(() => []),
+    volumeAttachments: list(() => []),
+    nodes: list(() => [node]),
+  };
+  const events = { record: async () => {} };
+  const leadership = {
+    epoch: 1,
+    assertLeading: (what: string) => {
+      calls.push(`assert ${what}`);
+      if (!leading()) throw new Error(`not leading: ${what}`);
+    },
+  };
+  const controller = new NodeFenceController({
+    kube: kube as unknown as Kube,
+    caches: caches as unknown as Caches,
+    events: events as unknown as EventRecorder,
+    log: pino({ level: "silent" }),
+    clock: () => at(1000),
+    leadership: leadership as unknown as Leadership,
+    metrics: o.metrics,
+    viewReuseMs: o.viewReuseMs,
+  });
+  return { controller, calls, statusWrites, fence: () => fence, maxInFlight: () => maxInFlight };
+}
