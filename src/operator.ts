@@ -10,18 +10,19 @@ import { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { AdmissionServer } from "./admission/server.ts";
 import { TlsKeeper } from "./admission/tls-keeper.ts";
+import type { FenceAgent, FencingPolicy } from "./api/v1alpha1.ts";
 import type { Config } from "./config.ts";
 import { ClaimLockController } from "./controllers/claim-lock.ts";
 import { FenceAgentController } from "./controllers/fence-agent.ts";
 import { NodeFenceController } from "./controllers/node-fence.ts";
-import { FLEET_KEY, NodeHealthController } from "./controllers/node-health.ts";
+import { FLEET_KEY, NodeHealthController, fleetReadsChange } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
 import { ADMISSION_POLICY, checkAdmissionPolicy } from "./kube/admission-check.ts";
 import { Kube } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
 import { withRequestDeadline, withRequestTimeout } from "./kube/deadline.ts";
 import { Metrics } from "./metrics.ts";
-import { Controller, enqueueFrom } from "./runtime/controller.ts";
+import { Controller, changedBeyondStatus, enqueueFrom } from "./runtime/controller.ts";
 import { EventRecorder } from "./runtime/events.ts";
 import { InFlight } from "./runtime/in-flight.ts";
 import { LeaderElector, SoleLeadership, type Leadership } from "./runtime/leader.ts";
@@ -147,7 +148,7 @@ export class Operator {
     }
 
     const c = this.caches;
-    for (const inf of [c.nodes, c.policies, c.fences] as const) enqueueFrom(inf as never, this.fleet.queue, () => FLEET_KEY);
+    for (const inf of [c.nodes, c.policies] as const) enqueueFrom(inf as never, this.fleet.queue, () => FLEET_KEY);
     // Pods, claims and budgets change all the time in a big cluster (every pod status update), and one pass of the
     // fleet decision reads them all: their changes reach it within a second, coalesced into one pass.
     const soon = () => this.fleet.queue.addAfter(FLEET_KEY, OBJECT_EVENTS_COALESCE_MS);
@@ -155,12 +156,17 @@ export class Operator {
       c.pods.on(verb, soon);
       c.pvcs.on(verb, soon);
       c.pdbs.on(verb, soon);
+      c.fences.on(verb, (f, old) => void (fleetReadsChange(f, old) && soon()));
     }
     // Leases: a routine renewal of a healthy node changes no decision (NodeHealthController.isRoutineRenewal).
     enqueueFrom(c.leases, this.fleet.queue, (l) => (this.health.isRoutineRenewal(l) ? undefined : FLEET_KEY));
     enqueueFrom(c.fences, fences.queue, (f) => f.metadata?.name);
     enqueueFrom(c.nodes, fences.queue, (n) => (c.fences.get(n.metadata?.name ?? "") ? n.metadata?.name : undefined));
-    const allFences = () => c.fences.list().map((f) => f.metadata?.name ?? "");
+    // A NodeFence reads policies' and agents' specs, never their status: the fleet pass writes a policy's status
+    // (partitioned nodes, active fences) at every change, and each such write used to re-run every NodeFence,
+    // a fresh read each, in the middle of a burst of failures.
+    const allFences = (o: FencingPolicy | FenceAgent, old?: FencingPolicy | FenceAgent) =>
+      changedBeyondStatus(o, old) ? c.fences.list().map((f) => f.metadata?.name ?? "") : undefined;
     enqueueFrom(c.policies, fences.queue, allFences);
     enqueueFrom(c.agents, fences.queue, allFences);
     enqueueFrom(c.agents, agents.queue, (a) => a.metadata?.name);

@@ -15,6 +15,7 @@ import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import type { EventRecorder } from "../runtime/events.ts";
 import type { InFlight } from "../runtime/in-flight.ts";
+import { changedBeyondStatus } from "../runtime/controller.ts";
 import { mapLimit } from "../runtime/map-limit.ts";
 
 export const FLEET_KEY = "fleet";
@@ -60,6 +61,15 @@ const RETRY_MAX_MS = 300_000;
 /** A NodeDown write just made is not made again while the cache may not show it yet (monotonic time: a wall
  * clock set back must not make it last). */
 const NODE_DOWN_ECHO_MS = 30_000;
+
+/**
+ * Whether a NodeFence event can change the fleet decision, which reads a fence's existence, phase and policy: not
+ * the dozen other status writes of each fence (conditions, attempts, releases), which during a burst of failures
+ * re-ran the whole decision back to back.
+ */
+export function fleetReadsChange(f: NodeFence, old?: NodeFence): boolean {
+  return !old || changedBeyondStatus(f, old) || f.status?.phase !== old.status?.phase || f.status?.policy !== old.status?.policy;
+}
 
 /** What the last decision saw of a healthy node's Lease: a later renewal that keeps it so changes nothing. */
 interface Routine {

@@ -1,5 +1,6 @@
 // Worker loops around a WorkQueue, the way controller-runtime runs a Reconciler: a failed reconcile is
 // retried with backoff, a successful one resets the backoff and may ask to be run again later.
+import { isDeepStrictEqual } from "node:util";
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Informer } from "./informer.ts";
 import { WorkQueue } from "./work-queue.ts";
@@ -78,12 +79,23 @@ type Keys = string | readonly string[] | undefined;
 export function enqueueFrom<T extends KubernetesObject>(
   informer: Pick<Informer<T>, "on">,
   queue: WorkQueue,
-  keyFn: (obj: T) => Keys,
+  keyFn: (obj: T, old?: T) => Keys,
 ): void {
-  const enqueue = (obj: T) => {
-    const keys = keyFn(obj);
+  const enqueue = (obj: T, old?: T) => {
+    const keys = keyFn(obj, old);
     if (typeof keys === "string") queue.add(keys);
     else for (const key of keys ?? []) queue.add(key);
   };
   for (const verb of ["add", "update", "delete"] as const) informer.on(verb, enqueue);
+}
+
+/**
+ * Whether an update changed more than the object's status (a new object, a deleted one, and any change of spec or
+ * metadata other than resourceVersion count). A controller whose decisions never read another kind's status uses it
+ * to ignore that kind's status writes.
+ */
+export function changedBeyondStatus(obj: KubernetesObject & { spec?: unknown }, old?: KubernetesObject & { spec?: unknown }): boolean {
+  if (!old) return true;
+  const meta = (o: KubernetesObject) => ({ ...o.metadata, resourceVersion: undefined, managedFields: undefined });
+  return !isDeepStrictEqual(meta(obj), meta(old)) || !isDeepStrictEqual(obj.spec, old.spec);
 }

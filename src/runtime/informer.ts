@@ -40,7 +40,8 @@ export interface InformerOptions<T extends KubernetesObject> {
 }
 
 type Verb = "add" | "update" | "delete";
-type Handler<T> = (obj: T) => void;
+/** `old`: on an update, the object the cache held before. */
+type Handler<T> = (obj: T, old?: T) => void;
 type WatchEnd = { kind: "closed" } | { kind: "gone" } | { kind: "failed"; err: unknown };
 
 /** Objects per page of a list (client-go's pager uses 500 too). */
@@ -211,11 +212,11 @@ export class Informer<T extends KubernetesObject> {
     const old = this.objects.get(k);
     this.objects.set(k, o);
     if (!old) this.emit("add", o);
-    else if (old.metadata?.resourceVersion !== o.metadata?.resourceVersion) this.emit("update", o);
+    else if (old.metadata?.resourceVersion !== o.metadata?.resourceVersion) this.emit("update", o, old);
   }
 
-  private emit(verb: Verb, o: T): void {
-    for (const fn of this.handlers[verb]) fn(o);
+  private emit(verb: Verb, o: T, old?: T): void {
+    for (const fn of this.handlers[verb]) fn(o, old);
   }
 
   /** One watch request, from resourceVersion until it ends; resolves how it ended. */

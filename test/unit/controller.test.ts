@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import { pino } from "pino";
 import type { KubernetesObject } from "@kubernetes/client-node";
-import { Controller, enqueueFrom, type Log } from "../../src/runtime/controller.ts";
+import { Controller, changedBeyondStatus, enqueueFrom, type Log } from "../../src/runtime/controller.ts";
 import { WorkQueue } from "../../src/runtime/work-queue.ts";
 
 type Entry = { level: string; obj: Record<string, unknown>; msg: string };
@@ -170,5 +170,31 @@ test("enqueueFrom queues the keys of added, updated and deleted objects", async 
   const got = [await q.get(), await q.get(), await q.get()];
   assert.deepEqual(got, ["ns/p", "x", "y"]);
   assert.equal(q.len(), 0);
+  q.shutDown();
+});
+
+test("enqueueFrom hands an update's previous object to keyFn; changedBeyondStatus ignores a status-only write", async () => {
+  type Obj = KubernetesObject & { spec?: unknown; status?: unknown };
+  const handlers = new Map<string, (obj: Obj, old?: Obj) => void>();
+  const informer = { on: (verb: "add" | "update" | "delete", fn: (obj: Obj, old?: Obj) => void) => void handlers.set(verb, fn) };
+  const q = queue();
+  enqueueFrom(informer, q, (o, old) => (changedBeyondStatus(o, old) ? (o.metadata?.name ?? "") : undefined));
+  const v1: Obj = { metadata: { name: "p", resourceVersion: "1", generation: 1 }, spec: { paused: false }, status: { activeFences: 0 } };
+  const statusOnly: Obj = { ...v1, metadata: { ...v1.metadata, resourceVersion: "2" }, status: { activeFences: 3 } };
+  const spec: Obj = { ...statusOnly, metadata: { ...v1.metadata, resourceVersion: "3", generation: 2 }, spec: { paused: true } };
+  const label: Obj = { ...spec, metadata: { ...spec.metadata, resourceVersion: "4", labels: { a: "b" } } };
+  handlers.get("update")!(statusOnly, v1);
+  assert.equal(q.len(), 0, "a status-only write queues nothing");
+  handlers.get("update")!(spec, statusOnly);
+  assert.equal(await q.get(), "p", "a spec change is queued");
+  q.done("p");
+  handlers.get("update")!(label, spec);
+  assert.equal(await q.get(), "p", "a metadata change is queued");
+  q.done("p");
+  handlers.get("add")!(v1);
+  assert.equal(await q.get(), "p", "an add (no previous object) is queued");
+  q.done("p");
+  handlers.get("delete")!(v1);
+  assert.equal(await q.get(), "p", "a delete is queued");
   q.shutDown();
 });

@@ -1,10 +1,10 @@
 // The fleet decision's fast path for Leases: a routine renewal of a healthy node skips the fleet decision, anything
-// that could change a decision does not.
+// that could change a decision does not; nor does a NodeFence status write the decision does not read.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Lease, V1Node } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
-import { NodeHealthController } from "../../src/controllers/node-health.ts";
+import { NodeHealthController, fleetReadsChange } from "../../src/controllers/node-health.ts";
 import { at, lease, node, policy, stsPod } from "./decide-fixtures.ts";
 
 function world() {
@@ -72,4 +72,23 @@ test("anything that may change a decision runs it: a renewal after a lag, a new 
   await w.ctl.reconcile(); // partitioned now
   w.tick(51);
   assert.equal(w.ctl.isRoutineRenewal(w.set(51, "Unknown")), false, "a node back from a partition");
+});
+
+test("a NodeFence event runs the fleet decision only when it is new, gone, or changes what the decision reads", () => {
+  const f = (rv: string, status: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
+    ({ metadata: { name: "node-1", resourceVersion: rv, ...extra }, spec: { nodeName: "node-1" }, status }) as never;
+  const fencing = f("1", { phase: "Fencing", policy: "default", conditions: [{ type: "Fenced", reason: "Fencing" }] });
+  assert.equal(fleetReadsChange(fencing), true, "added or deleted");
+  assert.equal(
+    fleetReadsChange(f("2", { phase: "Fencing", policy: "default", conditions: [{ type: "Fenced", reason: "AgentRunning" }] }), fencing),
+    false,
+    "a condition or an attempt written: the decision reads neither",
+  );
+  assert.equal(fleetReadsChange(f("2", { phase: "Fenced", policy: "default" }), fencing), true, "a new phase");
+  assert.equal(fleetReadsChange(f("2", { phase: "Fencing", policy: "other" }), fencing), true, "another policy");
+  assert.equal(
+    fleetReadsChange(f("2", { phase: "Fencing", policy: "default" }, { deletionTimestamp: "2026-11-26T00:00:00Z" }), fencing),
+    true,
+    "being deleted",
+  );
 });
