@@ -25,6 +25,7 @@ import {
   FINALIZER,
   claimLockMessage,
   OUT_OF_SERVICE_TAINT,
+  agentRunning,
   heartbeatsAgain,
   nextStep,
   targetNode,
@@ -553,6 +554,10 @@ export class NodeFenceController {
         ...(s.attempts ?? []),
         { level, round: s.round ?? 0, agent: agentName, operation: op, startTime: this.now(), outcome: "InProgress", message: "" },
       ];
+      // The condition the wait for this operation writes (fence-machine operationStep), in the same write: one round
+      // trip less. Not while unfencing, whose condition reason decides the power-on (waitFor).
+      if (s.phase === "Fencing" && agent.spec.type !== "manual")
+        this.cond(s, { type: FENCED_CONDITION, status: "False", ...agentRunning(`${agentName} ${op}`) }, fence);
       return s;
     });
     this.d.log.info(

@@ -563,11 +563,14 @@ function inProgressStep(o: FenceObservation, index: number, health: NodeHealth |
   return operationStep(o, index, `${a.agent} ${a.operation}`);
 }
 
+/** The Fenced condition's reason and message while an agent operation runs (`what`: agent and operation). */
+export const agentRunning = (what: string) => ({ reason: "AgentRunning", message: `${what} in progress` });
+
 /** An InProgress attempt run in the background: record its end, wait for it, or, with no operation here, interrupt it. */
 function operationStep(o: FenceObservation, index: number, what: string): Step {
   const op = o.operations.get(index);
   if (op?.state === "done") return { kind: "recordOutcome", index, outcome: op.outcome, message: op.message };
-  if (op?.state === "running") return { kind: "wait", reason: "AgentRunning", message: `${what} in progress`, requeueAfterMs: 30_000 };
+  if (op?.state === "running") return { kind: "wait", ...agentRunning(what), requeueAfterMs: 30_000 };
   return { kind: "interrupted", index };
 }
 

@@ -82,6 +82,13 @@ test("a new NodeFence: start and begin reuse the finalizer's read; the power-off
     ["read node", "metadata", "status Pending", "status Fencing", "read node"],
   );
   assert.equal(w.fence().status?.attempts?.[0]?.outcome, "InProgress");
+  // The attempt's write carries the wait's condition: the wait that follows writes nothing.
+  assert.deepEqual(
+    w.calls.slice(until).filter((c) => c.startsWith("status")),
+    ["status Fencing"],
+    "one write: the attempt and its AgentRunning condition",
+  );
+  assert.equal(w.fence().status?.conditions?.find((c) => c.type === "Fenced")?.reason, "AgentRunning");
   w.controller.operations.abort("fence-uid");
 });
 
