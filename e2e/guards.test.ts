@@ -86,11 +86,15 @@ describe("e2e: NodeDown and the storm guard", () => {
     );
     assert.deepEqual(await fences(), [], "no NodeFence");
     assert.equal(bed.lab.machine(node).power, "on");
-    const ev = await bed.lab.core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=g-0" });
-    assert.deepEqual(
-      new Set(ev.items.map((e) => e.reason)).has("NodeDown") && new Set(ev.items.map((e) => e.reason)).has("NodeUp"),
-      true,
-      "NodeDown and NodeUp Events",
+    // Each Event is written right after its condition change: wait for the NodeUp one rather than race it.
+    await waitFor(
+      "NodeDown and NodeUp Events on g-0",
+      async () => {
+        const ev = await bed.lab.core.listNamespacedEvent({ namespace: NS, fieldSelector: "involvedObject.name=g-0" });
+        const reasons = new Set(ev.items.map((e) => e.reason));
+        return reasons.has("NodeDown") && reasons.has("NodeUp") ? true : undefined;
+      },
+      { timeoutMs: 30_000 },
     );
   });
 
