@@ -37,6 +37,7 @@ import { startClusterDns, stopClusterDns } from "./cluster-dns.ts";
 import { realKillKubelet, realPartitionNodes, realContext, realReconnect } from "./real/machine.ts";
 import { killSlotNodes, nodeCgroup, removeNodeCgroup } from "./real/node.ts";
 import { clearRef, readRef, signal, startDetached, stop, writeRef } from "./processes.ts";
+import { pooled } from "../src/kube/connections.ts";
 
 export interface UpOptions {
   dir: string;
@@ -85,8 +86,9 @@ export class Lab implements FaultDriver {
 
   private constructor(state: LabState) {
     this.state = state;
-    this.kc = new KubeConfig();
-    this.kc.loadFromFile(paths(state.dir).kubeconfig);
+    const kc = new KubeConfig();
+    kc.loadFromFile(paths(state.dir).kubeconfig);
+    this.kc = pooled(kc); // a TLS handshake per request slowed populating thousands of pods
     this.core = this.kc.makeApiClient(CoreV1Api);
   }
 

@@ -21,6 +21,7 @@ import {
 } from "@kubernetes/client-node";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { Kube, errorMessage, statusCode } from "../kube/api.ts";
+import { pooled } from "../kube/connections.ts";
 
 /** An error for the user: printed as "error: <message>" and the process exits with `code`. */
 import { MUTATING_WEBHOOK, VALIDATING_WEBHOOK } from "../admission/tls-keeper.ts";
@@ -64,7 +65,7 @@ export function loadKubeConfig(o: ConnectOptions): KubeConfig {
     throw new CliError(
       `the kubeconfig's current context "${kc.getCurrentContext()}" names no cluster: pass --context or fix the kubeconfig`,
     );
-  return kc;
+  return pooled(kc);
 }
 
 /** The innermost cause's code or message (fetch wraps ECONNREFUSED and friends in "fetch failed"). */

@@ -6,7 +6,9 @@
 // clients it creates (kc.makeApiClient) a deadline, with no change in the callers.
 // Watches are not affected: client-node's Watch runs its own fetch with its own AbortController and an
 // inactivity timeout, and ignores the context's signal (the informer's watchdog handles watches).
-import { KubeConfig, type RequestContext } from "@kubernetes/client-node";
+// Its requests also share connections (connections.ts).
+import type { KubeConfig, RequestContext } from "@kubernetes/client-node";
+import { PooledKubeConfig } from "./connections.ts";
 
 /** A request that got no complete answer before its deadline (the signal's abort reason, so fetch rejects with it). */
 export class RequestTimeoutError extends Error {
@@ -35,12 +37,11 @@ function deadlineSignal(ms: number, reason: () => Error): AbortSignal {
 }
 
 /** A copy of a KubeConfig whose API requests carry the signal `signalFor` returns (none: no deadline). */
-export class DeadlineKubeConfig extends KubeConfig {
+export class DeadlineKubeConfig extends PooledKubeConfig {
   private readonly signalFor: (ctx: RequestContext) => AbortSignal | undefined;
 
   constructor(from: KubeConfig, signalFor: (ctx: RequestContext) => AbortSignal | undefined) {
-    super();
-    this.loadFromOptions({ clusters: from.clusters, contexts: from.contexts, users: from.users, currentContext: from.currentContext });
+    super(from);
     this.signalFor = signalFor;
   }
 

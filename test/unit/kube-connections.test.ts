@@ -1,0 +1,62 @@
+// API requests reuse their connections: client-node 2.0 opened a new TCP connection and TLS handshake for every
+// request (a new undici Agent each time); src/kube/deadline.ts keeps one pool per TLS identity, a new one when the
+// certificates change, and every request keeps its deadline.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer } from "node:https";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { AddressInfo } from "node:net";
+import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
+import { issueCa, issueServing } from "../../src/admission/certificates.ts";
+import { RequestTimeoutError, withRequestTimeout } from "../../src/kube/deadline.ts";
+
+test("API requests share a connection; a new CA file gets a new pool; a hanging request still meets its deadline", async () => {
+  const now = new Date();
+  const ca = issueCa(now);
+  const serving = issueServing(ca, ["127.0.0.1"], now);
+  let connections = 0;
+  const server = createServer({ key: serving.key, cert: serving.cert }, (req, res) => {
+    if (req.url?.includes("/nodes/hang")) return; // never answers
+    res.setHeader("content-type", "application/json");
+    res.end(JSON.stringify({ kind: "Node", apiVersion: "v1", metadata: { name: "n" } }));
+  });
+  server.on("secureConnection", () => connections++);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  try {
+    const caFile = join(mkdtempSync(join(tmpdir(), "stockade-conn-")), "ca.crt");
+    writeFileSync(caFile, ca.cert);
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [{ name: "c", server: `https://127.0.0.1:${(server.address() as AddressInfo).port}`, caFile }],
+      users: [{ name: "u", token: "t" }],
+      contexts: [{ name: "x", cluster: "c", user: "u" }],
+      currentContext: "x",
+    });
+    const api = withRequestTimeout(kc, 300).makeApiClient(CoreV1Api);
+    for (let i = 0; i < 10; i++) assert.equal((await api.readNode({ name: "n" })).metadata?.name, "n");
+    // Back to back, undici may open a second connection while the first one's socket is being released: not ten.
+    assert.ok(connections <= 2, `10 requests one after the other: ${connections} connections`);
+    const before = connections;
+
+    // A rotated CA bundle (the old CA and another): new TLS material, a new pool; then reused again.
+    writeFileSync(caFile, ca.cert + issueCa(now).cert);
+    for (let i = 0; i < 5; i++) await api.readNode({ name: "n" });
+    assert.ok(
+      connections - before >= 1 && connections - before <= 2,
+      `the new CA bundle gets a pool of its own: ${connections - before} new`,
+    );
+
+    const t0 = Date.now();
+    await assert.rejects(
+      api.readNode({ name: "hang" }),
+      (err: unknown) => err instanceof RequestTimeoutError || /300|within/.test(String(err)),
+    );
+    assert.ok(Date.now() - t0 < 5_000, "the deadline ended it");
+    assert.equal((await api.readNode({ name: "n" })).metadata?.name, "n", "the pool still serves after an aborted request");
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+});
