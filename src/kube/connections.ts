@@ -2,16 +2,20 @@
 // connection and TLS handshake, for every request (createDispatcher is called from applySecurityAuthentication and
 // not cached, unlike the https.Agent of its watch path). Under load, on a machine whose CPU the apiserver needs,
 // that handshake cost more than the request (issue 12: a GET answered in 0.15 s by the apiserver took 1.8 s).
-// A PooledKubeConfig keeps one Agent (one keep-alive pool) per TLS identity. Idle pooled sockets do not keep a
-// process alive.
+// A PooledKubeConfig keeps one Agent (one keep-alive pool) per TLS identity, on HTTP/1.1: undici 8 negotiates
+// HTTP/2 by default, and a shared HTTP/2 session broken by a network fault (a TLS "bad record mac" after bytes were
+// dropped) stayed in the pool and failed every later request with "The session has been destroyed" — minutes
+// after the network was back (test/lab/informer.test.ts, the half-open connection). A broken HTTP/1.1 socket is
+// dropped and the next request opens another. Idle pooled sockets do not keep a process alive.
 import { createHash } from "node:crypto";
 import { KubeConfig, bufferFromFileOrString, type RequestContext } from "@kubernetes/client-node";
+import { Agent } from "undici";
 
 type Dispatcher = NonNullable<ReturnType<RequestContext["getDispatcher"]>>;
 
 /** A copy of a KubeConfig whose API requests reuse connections. */
 export class PooledKubeConfig extends KubeConfig {
-  private pool: { key: string; dispatcher: Dispatcher } | undefined;
+  private pool: { key: string; dispatcher: Agent } | undefined;
 
   constructor(from: KubeConfig) {
     super();
@@ -20,35 +24,36 @@ export class PooledKubeConfig extends KubeConfig {
 
   override async applySecurityAuthentication(ctx: RequestContext): Promise<void> {
     await super.applySecurityAuthentication(ctx);
-    const made = ctx.getDispatcher();
-    if (made) ctx.setDispatcher(this.shared(made));
+    // Only where client-node made a plain Agent (TLS to the server): through a proxy, its own dispatcher stays.
+    const pool = ctx.getDispatcher() ? this.shared() : undefined;
+    if (pool) ctx.setDispatcher(pool as unknown as Dispatcher);
   }
 
   /**
    * The pool for the current TLS material (the server, its CA, the client certificate and key, read as client-node
-   * reads them, files included, so a rotated certificate gets a new pool). The Agent client-node just made for this
-   * request has opened nothing yet: it is dropped, or becomes the pool when the material changed (the old pool is
-   * closed gracefully: its requests under way finish).
+   * reads them, files included, so a rotated certificate gets a new pool; the old one is closed gracefully).
    */
-  private shared(made: Dispatcher): Dispatcher {
+  private shared(): Agent | undefined {
     const cluster = this.getCurrentCluster();
     const user = this.getCurrentUser();
-    const h = createHash("sha256");
-    for (const part of [
-      cluster?.server,
-      String(cluster?.skipTLSVerify ?? ""),
-      cluster?.tlsServerName,
-      bufferFromFileOrString(cluster?.caFile, cluster?.caData),
-      bufferFromFileOrString(user?.certFile, user?.certData),
-      bufferFromFileOrString(user?.keyFile, user?.keyData),
-    ])
-      h.update(part ?? "").update("\0");
+    const tls = {
+      ca: bufferFromFileOrString(cluster?.caFile, cluster?.caData) ?? undefined,
+      cert: bufferFromFileOrString(user?.certFile, user?.certData) ?? undefined,
+      key: bufferFromFileOrString(user?.keyFile, user?.keyData) ?? undefined,
+      ...(cluster?.skipTLSVerify ? { rejectUnauthorized: false } : {}),
+      ...(cluster?.tlsServerName ? { servername: cluster.tlsServerName } : {}),
+    };
+    const o = this.createDispatcherOptions(cluster, tls);
+    if (o.type !== "agent") return undefined;
+    const h = createHash("sha256").update(cluster?.server ?? "");
+    for (const part of [tls.ca, tls.cert, tls.key, String(cluster?.skipTLSVerify ?? ""), cluster?.tlsServerName])
+      h.update("\0").update(part ?? "");
     const key = h.digest("hex");
     if (this.pool?.key === key) return this.pool.dispatcher;
     const old = this.pool;
-    this.pool = { key, dispatcher: made };
+    this.pool = { key, dispatcher: new Agent({ connect: o.connect, allowH2: false }) };
     old?.dispatcher.close().catch(() => undefined);
-    return made;
+    return this.pool.dispatcher;
   }
 }
 

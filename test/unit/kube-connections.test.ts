@@ -1,9 +1,9 @@
 // API requests reuse their connections: client-node 2.0 opened a new TCP connection and TLS handshake for every
-// request (a new undici Agent each time); src/kube/deadline.ts keeps one pool per TLS identity, a new one when the
-// certificates change, and every request keeps its deadline.
+// request (a new undici Agent each time); src/kube/connections.ts keeps one HTTP/1.1 pool per TLS identity, a new
+// one when the certificates change, and every request keeps its deadline (src/kube/deadline.ts).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer } from "node:https";
+import { createSecureServer } from "node:http2";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,7 +17,10 @@ test("API requests share a connection; a new CA file gets a new pool; a hanging 
   const ca = issueCa(now);
   const serving = issueServing(ca, ["127.0.0.1"], now);
   let connections = 0;
-  const server = createServer({ key: serving.key, cert: serving.cert }, (req, res) => {
+  const versions = new Set<string>();
+  // A server that speaks HTTP/2 to whoever offers it, as the apiserver does: the pool must stay on HTTP/1.1.
+  const server = createSecureServer({ key: serving.key, cert: serving.cert, allowHTTP1: true }, (req, res) => {
+    versions.add(req.httpVersion);
     if (req.url?.includes("/nodes/hang")) return; // never answers
     res.setHeader("content-type", "application/json");
     res.end(JSON.stringify({ kind: "Node", apiVersion: "v1", metadata: { name: "n" } }));
@@ -38,6 +41,7 @@ test("API requests share a connection; a new CA file gets a new pool; a hanging 
     for (let i = 0; i < 10; i++) assert.equal((await api.readNode({ name: "n" })).metadata?.name, "n");
     // Back to back, undici may open a second connection while the first one's socket is being released: not ten.
     assert.ok(connections <= 2, `10 requests one after the other: ${connections} connections`);
+    assert.deepEqual([...versions], ["1.1"], "HTTP/1.1: a shared HTTP/2 session broken by a network fault was never replaced");
     const before = connections;
 
     // A rotated CA bundle (the old CA and another): new TLS material, a new pool; then reused again.
@@ -56,7 +60,6 @@ test("API requests share a connection; a new CA file gets a new pool; a hanging 
     assert.ok(Date.now() - t0 < 5_000, "the deadline ended it");
     assert.equal((await api.readNode({ name: "n" })).metadata?.name, "n", "the pool still serves after an aborted request");
   } finally {
-    server.closeAllConnections();
     server.close();
   }
 });
