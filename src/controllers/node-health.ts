@@ -306,17 +306,16 @@ export class NodeHealthController {
       log.warn({ node: intent.node, policy: intent.policy, reason: intent.reason }, `created NodeFence ${intent.node}`);
       // Best-effort (the recorder never throws), and not awaited: two round trips per fence held the pass, and with
       // it every fence falling due meanwhile. Shutdown waits for them.
-      void this.d.inflight?.track(
-        Promise.all([
-          events.record(
-            ref("Node", intent.node, node.metadata?.uid),
-            "Warning",
-            "FenceRequested",
-            `FencingPolicy ${intent.policy}: ${intent.reason}`,
-          ),
-          events.record(ref("NodeFence", intent.node, created.metadata?.uid, undefined, API_VERSION), "Normal", "Created", intent.reason),
-        ]),
-      );
+      const recorded = Promise.all([
+        events.record(
+          ref("Node", intent.node, node.metadata?.uid),
+          "Warning",
+          "FenceRequested",
+          `FencingPolicy ${intent.policy}: ${intent.reason}`,
+        ),
+        events.record(ref("NodeFence", intent.node, created.metadata?.uid, undefined, API_VERSION), "Normal", "Created", intent.reason),
+      ]);
+      void this.d.inflight?.track(recorded); // made first: `?.` would skip the writes, not only the tracking
     } catch (err) {
       if (errorMessage(err).startsWith("409")) return; // someone (an administrator, another replica) created it first
       throw err;

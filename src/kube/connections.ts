@@ -11,8 +11,6 @@ import { createHash } from "node:crypto";
 import { KubeConfig, bufferFromFileOrString, type RequestContext } from "@kubernetes/client-node";
 import { Agent } from "undici";
 
-type Dispatcher = NonNullable<ReturnType<RequestContext["getDispatcher"]>>;
-
 /** A copy of a KubeConfig whose API requests reuse connections. */
 export class PooledKubeConfig extends KubeConfig {
   private pool: { key: string; dispatcher: Agent } | undefined;
@@ -26,7 +24,7 @@ export class PooledKubeConfig extends KubeConfig {
     await super.applySecurityAuthentication(ctx);
     // Only where client-node made a plain Agent (TLS to the server): through a proxy, its own dispatcher stays.
     const pool = ctx.getDispatcher() ? this.shared() : undefined;
-    if (pool) ctx.setDispatcher(pool as unknown as Dispatcher);
+    if (pool) ctx.setDispatcher(pool);
   }
 
   /**
