@@ -6,7 +6,8 @@ import { join } from "node:path";
 import { repoRoot, type Bins } from "./bins.ts";
 import { probe, waitFor } from "./health.ts";
 import { isAlive, readRef, startDetached, stop, writeRef } from "./processes.ts";
-import { paths, type LabState } from "./state.ts";
+import { paths, writeState, type LabState } from "./state.ts";
+import { freeTcpPort, portTaken } from "./ports.ts";
 
 // etcd-proxy sits between kube-apiserver and etcd so a test can partition the two (lab/forwarder.ts).
 export const components = ["etcd", "etcd-proxy", "kube-apiserver", "kube-controller-manager", "kube-scheduler"] as const;
@@ -177,20 +178,13 @@ export async function startComponent(s: LabState, c: Component, bins: Bins, t: T
   const { cmd, args: a } = args(s, c, bins, t);
   const ref = startDetached({ cmd, args: a, logFile: logFile(s, c) });
   writeRef(pidFile(s, c), ref);
-  await waitFor(
-    `${c} to become healthy`,
-    async () => {
-      if (!isAlive(ref)) throw new Error(`${c} exited`);
-      return healthy(s, c);
-    },
-    {
-      timeoutMs,
-      intervalMs: 250,
-      onTimeout: () => `\n--- last lines of ${logFile(s, c)} ---\n${tail(logFile(s, c))}`,
-    },
-  ).catch((e: Error) => {
-    throw new Error(`${e.message}${e.message.includes("---") ? "" : `\n--- last lines of ${logFile(s, c)} ---\n${tail(logFile(s, c))}`}`);
+  // A component that exits fails at once (waitFor would poll a thrown error until its deadline).
+  const state = await waitFor(`${c} to become healthy`, async () => (!isAlive(ref) ? "exited" : (await healthy(s, c)) && "healthy"), {
+    timeoutMs,
+    intervalMs: 250,
+    onTimeout: () => `\n--- last lines of ${logFile(s, c)} ---\n${tail(logFile(s, c))}`,
   });
+  if (state === "exited") throw new Error(`${c} exited\n--- last lines of ${logFile(s, c)} ---\n${tail(logFile(s, c))}`);
 }
 
 export async function stopComponent(s: LabState, c: Component): Promise<void> {
@@ -199,4 +193,29 @@ export async function stopComponent(s: LabState, c: Component): Promise<void> {
 
 export function componentAlive(s: LabState, c: Component): boolean {
   return isAlive(readRef(pidFile(s, c)));
+}
+
+/** The ports each component binds, where only components started after it are told of them (the
+ * apiserver's is in every kubeconfig already written, so it is not re-chosen). */
+const REBINDABLE: Partial<Record<Component, (keyof LabState["ports"])[]>> = {
+  etcd: ["etcd", "etcdPeer"],
+  "etcd-proxy": ["etcdProxy"],
+  "kube-controller-manager": ["controllerManager"],
+  "kube-scheduler": ["scheduler"],
+};
+
+/** Starts a component; one whose port was taken between choosing and binding it gets new ports and another try. */
+export async function startWithFreshPorts(s: LabState, c: Component, bins: Bins, log: (msg: string) => void): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startComponent(s, c, bins, s.timings);
+    } catch (e) {
+      const keys = REBINDABLE[c];
+      if (!keys || attempt >= 3 || !portTaken((e as Error).message)) throw e;
+      await stopComponent(s, c);
+      for (const k of keys) s.ports[k] = await freeTcpPort();
+      writeState(s);
+      log(`${c}: its port was taken before it bound it; starting it again on ${keys.map((k) => s.ports[k]).join(", ")}`);
+    }
+  }
 }

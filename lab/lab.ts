@@ -20,6 +20,7 @@ import {
   defaultTimings,
   pidFile,
   startComponent,
+  startWithFreshPorts,
   stopComponent,
   type Component,
   type Timings,
@@ -227,7 +228,7 @@ export class Lab implements FaultDriver {
     try {
       for (const c of components) {
         log(`starting ${c}`);
-        await startComponent(s, c, bins, s.timings);
+        await startWithFreshPorts(s, c, bins, log);
       }
       const lab = new Lab(s);
       if (runtime === "real") {

@@ -12,12 +12,14 @@
 //     instance was alive when its replacement started.
 import { mkdirSync, readFileSync, readdirSync, existsSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { waitFor } from "./health.ts";
 import {
   AppsV1Api,
   CoreV1Api,
   StorageV1Api,
   type KubeConfig,
   type V1PersistentVolume,
+  type V1PersistentVolumeClaim,
   type V1Service,
   type V1StatefulSet,
   type V1StorageClass,
@@ -83,6 +85,8 @@ export interface LedgerManifests {
   storageClass: V1StorageClass;
   /** One per ordinal, pre-bound to its claim, in ordinal order. */
   volumes: V1PersistentVolume[];
+  /** The claims the StatefulSet would create, each naming its volume: created first and waited for. */
+  claims: V1PersistentVolumeClaim[];
   service: V1Service;
   statefulSet: V1StatefulSet;
 }
@@ -195,6 +199,12 @@ export function ledgerManifests(o: LedgerOptions): LedgerManifests {
       reclaimPolicy: "Retain",
     },
     volumes,
+    claims: volumes.map((pv, i) => ({
+      apiVersion: "v1",
+      kind: "PersistentVolumeClaim",
+      metadata: { name: ledgerClaimName(name, i), namespace: o.namespace, labels },
+      spec: { ...statefulSet.spec!.volumeClaimTemplates![0]!.spec!, volumeName: pv.metadata!.name },
+    })),
     service: {
       apiVersion: "v1",
       kind: "Service",
@@ -220,6 +230,20 @@ export async function deployLedger(kc: KubeConfig, o: LedgerOptions): Promise<Le
   }
   const core = kc.makeApiClient(CoreV1Api);
   for (const pv of m.volumes) await core.createPersistentVolume({ body: pv });
+  // The claims are created and Bound before the pods exist: a pod created with its claim still unbound is
+  // unschedulable, and when the scheduler's try raced the binding it waited for an unrelated cluster event
+  // to try again (90 s once, under load).
+  for (const pvc of m.claims) await core.createNamespacedPersistentVolumeClaim({ namespace: o.namespace, body: pvc });
+  await waitFor(
+    `the ${m.claims.length} claims of ${m.statefulSet.metadata!.name} Bound`,
+    async () => {
+      const bound = await Promise.all(
+        m.claims.map((c) => core.readNamespacedPersistentVolumeClaim({ namespace: o.namespace, name: c.metadata!.name! })),
+      );
+      return bound.every((c) => c.status?.phase === "Bound");
+    },
+    { timeoutMs: 60_000, intervalMs: 100 },
+  );
   await core.createNamespacedService({ namespace: o.namespace, body: m.service });
   await kc.makeApiClient(AppsV1Api).createNamespacedStatefulSet({ namespace: o.namespace, body: m.statefulSet });
   return m;

@@ -22,6 +22,24 @@ const NS = "default";
 const sysctls = () => KUBELET_SYSCTLS.map((k) => readFileSync(`/proc/sys/${k}`, "utf8").trim());
 const netnsList = () => execFileSync("ip", ["netns", "list"], { encoding: "utf8" });
 
+/** What a wait that timed out last saw of a pod: enough to tell which step of its replacement stalled. */
+function describePod(p: V1Pod | undefined, writes: (uid: string) => number): string {
+  if (!p) return "absent";
+  const st = p.status;
+  const containers = (st?.containerStatuses ?? []).map(
+    (c) => `${c.name} ${Object.keys(c.state ?? {}).join("/")} restarts=${c.restartCount}`,
+  );
+  return JSON.stringify({
+    uid: p.metadata?.uid,
+    node: p.spec?.nodeName,
+    phase: st?.phase,
+    deleting: p.metadata?.deletionTimestamp,
+    conditions: (st?.conditions ?? []).map((c) => `${c.type}=${c.status}${c.reason ? ` (${c.reason})` : ""}`),
+    containers,
+    writes: p.metadata?.uid ? writes(p.metadata.uid) : 0,
+  });
+}
+
 describe("real nodes", () => {
   let lab: Lab;
   const before0 = sysctls();
@@ -76,15 +94,17 @@ describe("real nodes", () => {
     await lab.heal(node);
     await lab.waitForNodeReadyStatus(node, "True", 60_000);
     // The lab's 5 s default tolerations evicted it meanwhile: its kubelet, back, stops it; a new ledger-0 starts.
+    let seen = "";
     writer = await waitFor(
       "ledger-0 replaced and writing",
       async () => {
         const p = (await pods()).find((x) => x.metadata!.name === "ledger-0");
+        seen = describePod(p, (uid) => writes(uid));
         return p && p.metadata!.uid !== writer.metadata!.uid && p.status?.phase === "Running" && writes(p.metadata!.uid!) > 3
           ? p
           : undefined;
       },
-      { timeoutMs: 120_000 },
+      { timeoutMs: 180_000, onTimeout: () => `; ledger-0 last seen: ${seen}` },
     );
   });
 

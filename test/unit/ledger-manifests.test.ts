@@ -19,6 +19,13 @@ test("one volume per ordinal under the SAN, pre-bound to its claim; the options 
     m.volumes.map((v) => [v.metadata?.name, v.spec?.hostPath?.path, v.spec?.claimRef?.namespace, v.spec?.claimRef?.name]),
     [0, 1, 2].map((i) => [`san-ns1-data-ledger-${i}`, `/tmp/lab/san/san-ns1-data-ledger-${i}`, "ns1", `data-ledger-${i}`]),
   );
+  // The claims the StatefulSet would make, each naming its volume (created and Bound before the pods).
+  const template = m.statefulSet.spec!.volumeClaimTemplates![0]!;
+  assert.deepEqual(
+    m.claims.map((c) => [c.metadata?.namespace, c.metadata?.name, c.spec?.volumeName]),
+    [0, 1, 2].map((i) => ["ns1", `${template.metadata!.name}-ledger-${i}`, `san-ns1-data-ledger-${i}`]),
+  );
+  for (const c of m.claims) assert.deepEqual({ ...c.spec, volumeName: undefined }, { ...template.spec, volumeName: undefined });
   const pod = m.statefulSet.spec!.template.spec!;
   assert.deepEqual(pod.tolerations, STAY);
   assert.equal(pod.containers[0]!.image, "stockade.lab/ledger:abc");
