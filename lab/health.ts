@@ -2,6 +2,7 @@ import { request } from "node:https";
 import { request as httpRequest } from "node:http";
 import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
+import { connect } from "node:net";
 
 export interface TlsClient {
   ca: string;
@@ -55,4 +56,18 @@ export async function waitFor<T>(
     }
     await sleep(o.intervalMs ?? 200);
   }
+}
+
+/** Whether something accepts TCP connections at host:port (within timeoutMs). */
+export function tcpOpen(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = connect({ host, port, timeout: timeoutMs });
+    const done = (ok: boolean) => {
+      sock.destroy();
+      resolve(ok);
+    };
+    sock.once("connect", () => done(true));
+    sock.once("timeout", () => done(false));
+    sock.once("error", () => done(false));
+  });
 }

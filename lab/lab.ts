@@ -1,6 +1,6 @@
 // The lab: a real Kubernetes control plane on loopback with simulated nodes (kwok) and simulated BMCs
 // (ipmi_sim). Lab.up() starts one; Lab.attach() finds a running one (how the CLI's later commands work).
-import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
@@ -26,18 +26,29 @@ import {
   type Timings,
 } from "./control-plane.ts";
 import type { BmcEndpoint, FaultDriver } from "./faults.ts";
-import { waitFor } from "./health.ts";
+import { tcpOpen, waitFor } from "./health.ts";
 import { stopScaleKwok } from "./scale.ts";
 import { boot, crash, heal, machineStatus, partition, shutdownMachine, type MachineStatus } from "./machine.ts";
 import { createPki, writeKubeconfig } from "./pki.ts";
 import { freeTcpPorts, freeUdpPort } from "./ports.ts";
 import { appendEvent, nodeSpec, paths, readState, withNodeLock, writeState, type LabState, type NodeSpec, type Runtime } from "./state.ts";
-import { claimSlot, labNet, nodeIp, podCidr, releaseSlot, setupNodeNet, setupSwitch, slotsInUse, teardownNet } from "./real/net.ts";
+import {
+  claimSlot,
+  killSlotListeners,
+  labNet,
+  nodeIp,
+  podCidr,
+  releaseSlot,
+  setupNodeNet,
+  setupSwitch,
+  slotsInUse,
+  teardownNet,
+} from "./real/net.ts";
 import { recordHostSettings, restoreHostSettings } from "./real/host-settings.ts";
 import { startClusterDns, stopClusterDns } from "./cluster-dns.ts";
 import { realKillKubelet, realPartitionNodes, realContext, realReconnect } from "./real/machine.ts";
 import { killSlotNodes, nodeCgroup, removeNodeCgroup } from "./real/node.ts";
-import { clearRef, readRef, signal, startDetached, stop, writeRef } from "./processes.ts";
+import { clearRef, isAlive, readRef, signal, startDetached, stop, writeRef } from "./processes.ts";
 import { pooled } from "../src/kube/connections.ts";
 
 export interface UpOptions {
@@ -64,6 +75,7 @@ const REAL_NODE_TOOLS = ["containerd", "runc", "ctr", "iptables", "nsenter", "un
 async function reclaimSlot(slot: number, owner: string): Promise<void> {
   await Lab.downDir(owner).catch(() => undefined);
   await killSlotNodes(slot);
+  killSlotListeners(slot);
 }
 
 /** A slot's lab is gone when the process that set it up has exited and nothing of it runs (a lab being set
@@ -263,14 +275,23 @@ export class Lab implements FaultDriver {
     recordHostSettings();
     setupSwitch(r.slot);
     for (const node of s.nodes) setupNodeNet(r.slot, node.name, node.index, s.nodes.length);
-    writeRef(
-      join(p.pids, "forwarder.json"),
-      startDetached({
-        cmd: s.nodeBin,
-        args: [join(repoRoot, "lab/forwarder.ts"), r.hostIp, String(r.forwardPort), String(s.ports.apiserver)],
-        logFile: join(p.logs, "forwarder.log"),
-      }),
+    const forwarder = startDetached({
+      cmd: s.nodeBin,
+      args: [join(repoRoot, "lab/forwarder.ts"), r.hostIp, String(r.forwardPort), String(s.ports.apiserver)],
+      logFile: join(p.logs, "forwarder.log"),
+    });
+    writeRef(join(p.pids, "forwarder.json"), forwarder);
+    // Without it no kubelet registers: say so now, not after a minute of waiting for nodes (a lab left running
+    // on the same slot by a killed test held its address once).
+    const up = await waitFor(
+      `the apiserver forwarder on ${r.hostIp}:${r.forwardPort}`,
+      async () => (!isAlive(forwarder) ? "exited" : (await tcpOpen(r.hostIp, r.forwardPort)) && "listening"),
+      { timeoutMs: 30_000 },
     );
+    if (up === "exited")
+      throw new Error(
+        `the apiserver forwarder on ${r.hostIp}:${r.forwardPort} exited:\n${readFileSync(join(p.logs, "forwarder.log"), "utf8").trim().split("\n").slice(-6).join("\n")}`,
+      );
     // Cluster DNS on the host's lab address: StatefulSet members find each other by their stable names.
     await startClusterDns(s, { listen: { address: r.hostIp } });
     r.clusterDns = r.hostIp;

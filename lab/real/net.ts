@@ -143,6 +143,36 @@ export function setupNodeNet(slot: number, node: string, index: number, all: num
 }
 
 /** Removes every namespace, link and route of a slot (idempotent; used on down and before reuse). */
+/** The pids of the processes with a socket listening on `ip` (TCP or UDP), from `ss -Hlnptu` output. */
+export function listenerPids(ssOutput: string, ip: string): number[] {
+  const pids = new Set<number>();
+  for (const line of ssOutput.split("\n")) {
+    const cols = line.trim().split(/\s+/);
+    // Netid State Recv-Q Send-Q Local:Port Peer:Port Process
+    const local = cols[4] ?? "";
+    if (!local.startsWith(`${ip}:`) && !local.startsWith(`${ip}%`)) continue;
+    for (const m of line.matchAll(/pid=(\d+)/g)) pids.add(Number(m[1]));
+  }
+  return [...pids];
+}
+
+/**
+ * Kills what still listens on a slot's host address: the apiserver forwarder and cluster DNS of a lab whose
+ * directory is gone (its pid files with it) keep the address bound after the bridge is deleted, and the next
+ * lab on the slot could not listen there (EADDRINUSE; its kubelets never registered).
+ */
+export function killSlotListeners(slot: number): number[] {
+  const pids = listenerPids(run("ss", ["-Hlnptu"], { ignoreError: true }), labNet(slot).hostIp).filter((p) => p !== process.pid);
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      /* gone already */
+    }
+  }
+  return pids;
+}
+
 export function teardownNet(slot: number): void {
   const prefix = `stockade-${slot}-`;
   const list = run("ip", ["netns", "list"], { ignoreError: true });

@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { cniConfig, containerdConfig, kubeletArgs, kubeletConfig, nodePaths, type RealNodeLayout } from "../../lab/real/config.ts";
-import { dropRules, labNet, nodeIp, podCidr } from "../../lab/real/net.ts";
+import { dropRules, labNet, listenerPids, nodeIp, podCidr } from "../../lab/real/net.ts";
 
 const node = (name: string, i: number): RealNodeLayout => ({
   dir: `/labs/x/nodes/${name}/machine`,
@@ -75,4 +75,18 @@ test("a cut drops both directions for every peer", () => {
     ["-s", "10.250.3.1", "-j", "DROP"],
     ["-d", "10.250.3.1", "-j", "DROP"],
   ]);
+});
+
+test("a reclaimed slot's leftover listeners are found by its host address only (ss -Hlnptu output)", () => {
+  const ss = [
+    `tcp LISTEN 0 511 10.250.1.1:6443 0.0.0.0:* users:(("node",pid=17357,fd=20))`,
+    `udp UNCONN 0 0 10.250.1.1:53 0.0.0.0:* users:(("coredns",pid=17366,fd=9),("coredns",pid=17367,fd=9))`,
+    `tcp LISTEN 0 4096 10.250.1.1%stk1br:8053 0.0.0.0:* users:(("coredns",pid=17368,fd=3))`,
+    `tcp LISTEN 0 511 10.250.11.1:6443 0.0.0.0:* users:(("node",pid=20001,fd=20))`,
+    `tcp LISTEN 0 4096 127.0.0.1:25646 0.0.0.0:* users:(("kube-apiserver",pid=17287,fd=7))`,
+    `garbage`,
+    ``,
+  ].join("\n");
+  assert.deepEqual(listenerPids(ss, "10.250.1.1"), [17357, 17366, 17367, 17368]);
+  assert.deepEqual(listenerPids(ss, "10.250.2.1"), []);
 });

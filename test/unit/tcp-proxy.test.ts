@@ -4,6 +4,8 @@ import { createServer, connect, type Socket } from "node:net";
 import { once } from "node:events";
 import { setTimeout as sleep } from "node:timers/promises";
 import { TcpProxy } from "../../lab/tcp-proxy.ts";
+import { tcpOpen } from "../../lab/health.ts";
+import { freeTcpPort } from "../../lab/ports.ts";
 
 async function echoServer() {
   const srv = createServer((s) => {
@@ -77,4 +79,20 @@ test("stall: nothing moves while stalled, and nothing is lost: every byte arrive
   c.destroy();
   await proxy.stop();
   srv.close();
+});
+
+test("the lab's readiness probe: tcpOpen sees the proxy listening and a closed port as closed; a probe's dropped connection leaves the proxy forwarding", async () => {
+  const echo = await echoServer();
+  const target = (echo.address() as { port: number }).port;
+  const proxy = await new TcpProxy("127.0.0.1", target).start(0, "127.0.0.1");
+  try {
+    assert.equal(await tcpOpen("127.0.0.1", proxy.port), true);
+    assert.equal(await tcpOpen("127.0.0.1", proxy.port), true);
+    assert.equal(await roundTrip(proxy.port, "still here"), "still here");
+  } finally {
+    await proxy.stop();
+    echo.close();
+  }
+  const closed = await freeTcpPort();
+  assert.equal(await tcpOpen("127.0.0.1", closed), false);
 });
