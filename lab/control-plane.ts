@@ -166,7 +166,8 @@ export async function healthy(s: LabState, c: Component): Promise<boolean> {
   return r.status === 200 && (!c.startsWith("etcd") || r.body.includes('"health":"true"'));
 }
 
-function tail(file: string, lines = 15): string {
+/** The last lines of a log file, or "(no log)". */
+export function tail(file: string, lines = 15): string {
   try {
     return readFileSync(file, "utf8").trimEnd().split("\n").slice(-lines).join("\n");
   } catch {

@@ -1,6 +1,6 @@
 // The lab: a real Kubernetes control plane on loopback with simulated nodes (kwok) and simulated BMCs
 // (ipmi_sim). Lab.up() starts one; Lab.attach() finds a running one (how the CLI's later commands work).
-import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
@@ -22,6 +22,7 @@ import {
   startComponent,
   startWithFreshPorts,
   stopComponent,
+  tail,
   type Component,
   type Timings,
 } from "./control-plane.ts";
@@ -289,9 +290,7 @@ export class Lab implements FaultDriver {
       { timeoutMs: 30_000 },
     );
     if (up === "exited")
-      throw new Error(
-        `the apiserver forwarder on ${r.hostIp}:${r.forwardPort} exited:\n${readFileSync(join(p.logs, "forwarder.log"), "utf8").trim().split("\n").slice(-6).join("\n")}`,
-      );
+      throw new Error(`the apiserver forwarder on ${r.hostIp}:${r.forwardPort} exited:\n${tail(join(p.logs, "forwarder.log"), 6)}`);
     // Cluster DNS on the host's lab address: StatefulSet members find each other by their stable names.
     await startClusterDns(s, { listen: { address: r.hostIp } });
     r.clusterDns = r.hostIp;

@@ -157,12 +157,12 @@ export class Operator {
       c.pvcs.on(verb, soon);
       c.pdbs.on(verb, soon);
       c.fences.on(verb, (f, old) => void (fleetReadsChange(f, old) && soon()));
+      // Leases: a routine renewal of a healthy node changes no decision (NodeHealthController.isRoutineRenewal).
+      // The others are coalesced too: when many nodes renew late (an apiserver or a network that lags), each
+      // late renewal ran a whole pass, three a second at 1,000 nodes. The cache already holds the renewal when a
+      // pass runs for any other reason, and fencing itself re-reads the Lease (NodeFence creation and release).
+      c.leases.on(verb, (l) => void (this.health.isRoutineRenewal(l) || soon()));
     }
-    // Leases: a routine renewal of a healthy node changes no decision (NodeHealthController.isRoutineRenewal).
-    // The others are coalesced too: when many nodes renew late (an apiserver or a network that lags), each
-    // late renewal ran a whole pass, three a second at 1,000 nodes. The cache already holds the renewal when a
-    // pass runs for any other reason, and fencing itself re-reads the Lease (NodeFence creation and release).
-    for (const verb of ["add", "update", "delete"] as const) c.leases.on(verb, (l) => void (this.health.isRoutineRenewal(l) || soon()));
     enqueueFrom(c.fences, fences.queue, (f) => f.metadata?.name);
     enqueueFrom(c.nodes, fences.queue, (n) => (c.fences.get(n.metadata?.name ?? "") ? n.metadata?.name : undefined));
     // A NodeFence reads policies' and agents' specs, never their status: the fleet pass writes a policy's status

@@ -142,7 +142,6 @@ export function setupNodeNet(slot: number, node: string, index: number, all: num
   inNs(ns, "iptables", "-I", "FORWARD", "-j", FAULT_CHAIN);
 }
 
-/** Removes every namespace, link and route of a slot (idempotent; used on down and before reuse). */
 /** The pids of the processes with a socket listening on `ip` (TCP or UDP), from `ss -Hlnptu` output. */
 export function listenerPids(ssOutput: string, ip: string): number[] {
   const pids = new Set<number>();
@@ -173,6 +172,7 @@ export function killSlotListeners(slot: number): number[] {
   return pids;
 }
 
+/** Removes every namespace, link and route of a slot (idempotent; used on down and before reuse). */
 export function teardownNet(slot: number): void {
   const prefix = `stockade-${slot}-`;
   const list = run("ip", ["netns", "list"], { ignoreError: true });
