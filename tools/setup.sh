@@ -22,6 +22,8 @@ command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && { ldd /bin/busybox 2>&1 || true; } | grep -q "not a dynamic" || need+=(busybox-static)
 command -v iptables >/dev/null || need+=(iptables)
+# Network namespaces and links (ip), and a stale slot's leftover listeners (ss).
+{ command -v ip && command -v ss; } >/dev/null || need+=(iproute2)
 # The AWS agent's test peer, trixie's moto (below), runs on bookworm's Python with these; boto3 also drives it in the tests.
 for p in python3-boto3 python3-botocore python3-flask python3-flask-cors python3-werkzeug python3-jinja2 python3-responses \
   python3-xmltodict python3-antlr4 python3-dateutil python3-cryptography python3-requests python3-yaml; do
