@@ -150,7 +150,7 @@ try {
   console.log(`operator: caches synced ${secs((synced?.time ?? NaN) - tOp)} after its start`);
   const after = await scrape(addr);
   console.log(
-    `after sync: RSS ${mib(after.get("process_resident_memory_bytes"))}, JS heap used ${mib(after.get("nodejs_heap_size_used_bytes"))}`,
+    `after sync: RSS ${mib(after.get("process_resident_memory_bytes"))}, JS heap used ${mib(after.get("nodejs_heap_size_used_bytes"))} of ${mib(after.get("nodejs_heap_size_total_bytes"))}, external ${mib(after.get("nodejs_external_memory_bytes"))}`,
   );
 
   const cpu0 = after.get("process_cpu_seconds_total") ?? NaN;
@@ -159,7 +159,7 @@ try {
   const steady = await scrape(addr);
   const share = ((steady.get("process_cpu_seconds_total") ?? NaN) - cpu0) / ((performance.now() - w0) / 1000);
   console.log(
-    `steady state (${steadyS} s): CPU ${(share * 100).toFixed(1)}% of one core, RSS ${mib(steady.get("process_resident_memory_bytes"))}, JS heap used ${mib(steady.get("nodejs_heap_size_used_bytes"))}`,
+    `steady state (${steadyS} s): CPU ${(share * 100).toFixed(1)}% of one core, RSS ${mib(steady.get("process_resident_memory_bytes"))}, JS heap used ${mib(steady.get("nodejs_heap_size_used_bytes"))} of ${mib(steady.get("nodejs_heap_size_total_bytes"))}, external ${mib(steady.get("nodejs_external_memory_bytes"))}`,
   );
   const n = steady.get('stockade_workqueue_work_duration_seconds_count{name="node-health"}') ?? 0;
   const sum = steady.get('stockade_workqueue_work_duration_seconds_sum{name="node-health"}') ?? NaN;

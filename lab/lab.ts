@@ -23,6 +23,7 @@ import {
   startWithFreshPorts,
   stopComponent,
   tail,
+  KWOK_USER,
   type Component,
   type Timings,
 } from "./control-plane.ts";
@@ -213,7 +214,7 @@ export class Lab implements FaultDriver {
       { name: "admin", cn: "stockade-lab-admin", groups: ["system:masters"] },
       { name: "kube-controller-manager", cn: "system:kube-controller-manager", groups: [] },
       { name: "kube-scheduler", cn: "system:kube-scheduler", groups: [] },
-      { name: "kwok", cn: "stockade-lab-kwok", groups: ["system:masters"] },
+      { name: "kwok", cn: KWOK_USER, groups: ["system:masters"] },
       // A real kubelet is what the Node authorizer and NodeRestriction expect: one identity per node.
       ...(runtime === "real"
         ? nodes.map((nd) => ({ name: `node-${nd.name}`, cn: `system:node:${nd.name}`, groups: ["system:nodes"] }))
@@ -225,6 +226,7 @@ export class Lab implements FaultDriver {
     kubeconfig(p.kubeconfig, "admin", "stockade-lab-admin");
     kubeconfig(join(p.kubeconfigs, "kube-controller-manager.kubeconfig"), "kube-controller-manager", "system:kube-controller-manager");
     kubeconfig(join(p.kubeconfigs, "kube-scheduler.kubeconfig"), "kube-scheduler", "system:kube-scheduler");
+    kubeconfig(join(p.kubeconfigs, "kwok.kubeconfig"), "kwok", KWOK_USER);
     for (const node of nodes) {
       mkdirSync(p.node(node.name).dir, { recursive: true });
       if (runtime === "real")
@@ -235,7 +237,7 @@ export class Lab implements FaultDriver {
           user: `system:node:${node.name}`,
           tlsServerName: "localhost",
         });
-      else kubeconfig(p.node(node.name).kubeconfig, "kwok", "stockade-lab-kwok");
+      else kubeconfig(p.node(node.name).kubeconfig, "kwok", KWOK_USER);
     }
 
     try {

@@ -20,6 +20,8 @@ import { paths } from "./state.ts";
 export const SCALE_LABEL = "lab.stockade.io/scale";
 /** The kubelet's default Lease (renewed every quarter of it). */
 export const SCALE_LEASE_SECONDS = 40;
+/** Requests the scale kwok has in flight per kind of work (Lease renewals, pod stages, node stages). */
+export const KWOK_PARALLELISM = 32;
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 const pidFile = (lab: Lab) => join(paths(lab.dir).pids, "scale-kwok.json");
@@ -59,12 +61,22 @@ export function startScaleKwok(lab: Lab, leaseSeconds = SCALE_LEASE_SECONDS): vo
   const bootFile = join(lab.dir, "scale-kwok.boot-id");
   const bootID = existsSync(bootFile) ? readFileSync(bootFile, "utf8").trim() : randomUUID();
   writeFileSync(bootFile, bootID);
-  writeFileSync(config, kwokConfig(s.kwokStages, bootID));
+  // kwok renews 4 Leases and plays 4 pod stages at a time by default: at a round trip of 20 ms that is 200 renewals a
+  // second, exactly what 2,000 nodes need every 10 s, so any slower answer made the nodes late.
+  const options = [
+    "apiVersion: config.kwok.x-k8s.io/v1alpha1",
+    "kind: KwokConfiguration",
+    "options:",
+    `  nodeLeaseParallelism: ${KWOK_PARALLELISM}`,
+    `  podPlayStageParallelism: ${KWOK_PARALLELISM}`,
+    `  nodePlayStageParallelism: ${KWOK_PARALLELISM}`,
+  ].join("\n");
+  writeFileSync(config, `${options}\n---\n${kwokConfig(s.kwokStages, bootID)}`);
   const ref = startDetached({
     cmd: s.kwok,
     logFile: join(paths(lab.dir).logs, "kwok-scale.log"),
     args: [
-      `--kubeconfig=${lab.kubeconfig}`,
+      `--kubeconfig=${join(paths(lab.dir).kubeconfigs, "kwok.kubeconfig")}`,
       `--config=${config}`,
       `--manage-nodes-with-label-selector=${SCALE_LABEL}=on`,
       `--node-lease-duration-seconds=${leaseSeconds}`,

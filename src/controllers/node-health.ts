@@ -90,6 +90,10 @@ export class NodeHealthController {
   private readonly nodeDownBusy = new Set<string>();
   private readonly nodeDownWritten = new Map<string, { present: boolean; at: number }>();
   private nodeDownDrain: Promise<void> | undefined;
+  /** FencingPolicy status writes waiting (the latest decision wins), and what the last write of each replaced and returned. */
+  private readonly policyQueue = new Map<string, PolicyState>();
+  private readonly policyWritten = new Map<string, { replaced: string | undefined; result: FencingPolicy }>();
+  private policyDrain: Promise<void> | undefined;
   private readonly d: NodeHealthDeps;
 
   constructor(d: NodeHealthDeps) {
@@ -130,7 +134,6 @@ export class NodeHealthController {
   }
 
   async reconcile(): Promise<{ requeueAfterMs: number }> {
-    const now = this.d.clock();
     const d = this.decide();
     this.rememberRoutine(d);
     this.logDecisions(d);
@@ -141,10 +144,10 @@ export class NodeHealthController {
       this.isolated(`NodeFence ${intent.node}`, () => this.createFence(intent)),
     );
     this.queueNodeDown(d.nodeDown);
-    for (const p of this.d.caches.policies.list())
-      await this.isolated(`FencingPolicy ${p.metadata?.name}`, () => this.updatePolicyStatus(p, d.policies.get(p.metadata?.name ?? "")));
+    this.queuePolicyStatus(d.policies);
     // Time alone changes verdicts (a heartbeat going stale); look again then, and at least every 5 s for the guards.
-    const wait = d.nextCheck ? Math.max(100, d.nextCheck.diff(now).as("milliseconds") + 50) : 5_000;
+    // Measured from now, not from the pass's start: a pass of 400 ms would otherwise wake 400 ms after the deadline.
+    const wait = d.nextCheck ? Math.max(100, d.nextCheck.diff(this.d.clock()).as("milliseconds") + 50) : 5_000;
     const retry = Math.min(...[...this.failing.values()].map((f) => f.retryAt - Date.now()));
     return { requeueAfterMs: Math.max(100, Math.min(wait, 5_000, retry)) };
   }
@@ -199,6 +202,53 @@ export class NodeHealthController {
         `decision for ${x.node}: ${x.verdict}: ${x.message}`,
       );
     }
+  }
+
+  /**
+   * FencingPolicy status is written in the background, one policy at a time, the latest decision winning: during a
+   * burst it changes on every pass (partitioned nodes, active fences), and a pass that waited for the write (and its
+   * Events) held back every NodeFence falling due meanwhile.
+   */
+  private queuePolicyStatus(states: ReadonlyMap<string, PolicyState>): void {
+    for (const p of this.d.caches.policies.list()) {
+      const name = p.metadata?.name ?? "";
+      const s = states.get(name);
+      if (s) this.policyQueue.set(name, s);
+    }
+    if (this.policyQueue.size && !this.policyDrain && !this.d.inflight?.stopping) {
+      const drain = this.drainPolicyStatus().finally(() => (this.policyDrain = undefined));
+      this.policyDrain = drain;
+      this.d.inflight?.track(drain);
+    }
+  }
+
+  private async drainPolicyStatus(): Promise<void> {
+    while (this.policyQueue.size && !this.d.inflight?.stopping) {
+      const [name, s] = this.policyQueue.entries().next().value!;
+      this.policyQueue.delete(name);
+      const p = this.policyToWrite(name);
+      if (p) await this.isolated(`FencingPolicy ${name}`, () => this.updatePolicyStatus(p, s));
+    }
+    this.policyQueue.clear();
+  }
+
+  /**
+   * The policy as the next status write must start from: the cache's, unless the cache still shows the version this
+   * controller's last write replaced (its watch event not in yet), in which case what that write returned. Writing
+   * from the older one was a 409 on every back-to-back pass of a burst.
+   */
+  private policyToWrite(name: string): FencingPolicy | undefined {
+    const cached = this.d.caches.policies.get(name);
+    if (!cached) return undefined;
+    const last = this.policyWritten.get(name);
+    if (last && last.replaced === cached.metadata?.resourceVersion) return last.result;
+    this.policyWritten.delete(name);
+    return cached;
+  }
+
+  /** Waits until the FencingPolicy status writes queued so far have been made. */
+  async policyStatusSettled(): Promise<void> {
+    while (this.policyDrain) await this.policyDrain;
   }
 
   /** NodeDown writes still queued or under way. */
@@ -384,6 +434,7 @@ export class NodeHealthController {
     if (canonical(status) === canonical(p.status)) return;
     const before = findCondition(p.status?.conditions as Condition[] | undefined, "StormGuard");
     const updated = await this.d.kube.replaceStatus("fencingpolicies", { ...p, status } as FencingPolicy);
+    this.policyWritten.set(p.metadata?.name ?? "", { replaced: p.metadata?.resourceVersion, result: updated });
     const pref = ref("FencingPolicy", p.metadata?.name ?? "", p.metadata?.uid, undefined, API_VERSION);
     const after = findCondition(updated.status?.conditions as Condition[] | undefined, "StormGuard");
     if (after?.status === "True" && (before?.status !== "True" || before.message !== after.message)) {

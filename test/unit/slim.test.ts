@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
-import { slimPod } from "../../src/kube/slim.ts";
+import { Interner, slimPod } from "../../src/kube/slim.ts";
 import { isGuarded, isFinished } from "../../src/decide/guarded-pods.ts";
 import { podWaitSeconds } from "../../src/decide/forgiveness.ts";
 import { claimNames } from "../../src/decide/claim-lock.ts";
@@ -78,4 +78,38 @@ test("a slimmed pod keeps what the decisions read and decides like the whole pod
     ["data", "scratch"],
   );
   assert.equal(slim.spec?.containers, undefined, "containers are not kept");
+});
+
+test("pods carrying equal tolerations, labels and owners share one frozen copy; a change to it throws, not spreads", () => {
+  const intern = new Interner();
+  const a = slimPod(JSON.parse(JSON.stringify(full)) as V1Pod, intern);
+  const b = slimPod(JSON.parse(JSON.stringify({ ...full, metadata: { ...full.metadata, name: "db-1", uid: "u2" } })) as V1Pod, intern);
+  assert.equal(a.spec?.tolerations, b.spec?.tolerations, "one tolerations array");
+  assert.equal(a.metadata?.labels, b.metadata?.labels, "one labels object");
+  assert.equal(a.metadata?.ownerReferences, b.metadata?.ownerReferences, "one owner list");
+  assert.deepEqual(b.metadata?.labels, { app: "db" });
+  assert.throws(() => {
+    a.metadata!.labels!.app = "other";
+  }, TypeError);
+  assert.throws(() => a.spec!.tolerations!.push({ key: "x" }), TypeError);
+  assert.throws(() => {
+    a.spec!.tolerations![0]!.tolerationSeconds = 1;
+  }, TypeError);
+  assert.equal(b.metadata?.labels?.app, "db");
+  // Different values are not shared.
+  const c = slimPod(JSON.parse(JSON.stringify({ ...full, metadata: { ...full.metadata, labels: { app: "web" } } })) as V1Pod, intern);
+  assert.notEqual(c.metadata?.labels, a.metadata?.labels);
+  assert.deepEqual(c.metadata?.labels, { app: "web" });
+  // No property appears that the pod did not have (an absent generateName stays absent).
+  assert.equal(Object.hasOwn(a.metadata!, "generateName"), false);
+});
+
+test("the interner is bounded: past its size it starts again, and values shared before stay intact", () => {
+  const intern = new Interner(2);
+  const x = intern.value({ k: "1" });
+  intern.value({ k: "2" });
+  intern.value({ k: "3" }); // full: cleared, then kept
+  assert.deepEqual(x, { k: "1" });
+  assert.notEqual(intern.value({ k: "1" }), x, "forgotten after the reset, kept anew");
+  assert.equal(intern.value({ k: "3" }), intern.value({ k: "3" }));
 });
