@@ -39,6 +39,15 @@ export function kwokConfig(stageDir: string, bootID: string): string {
   const ready = read("pod/fast/pod-ready.yaml");
   let reready = replaceOnce(ready, "name: pod-ready", "name: pod-reready", "pod-reready name");
   reready = replaceOnce(reready, /(operator: 'In'\n\s+values:\n\s+- )'Pending'/, "$1'Running'", "pod-reready selector");
+  // A running pod keeps its IP: pod-ready's template allocates one anew, and the status patch merged it beside the
+  // old (podIPs are merged by ip), which the apiserver refuses ("no more than one IP for each IP family") — kwok
+  // then retried the stage forever and, at 150,000 pods, never reached the pods still Pending.
+  reready = replaceOnce(
+    reready,
+    /\n\s*\{\{ \$podIPs := PodIPsWith[^\n]*\n\s*\{\{ with \$podIPs \}\}[\s\S]*?\{\{ end \}\}\n\s*\{\{ end \}\}/,
+    "",
+    "pod-reready without a new pod IP",
+  );
 
   return [
     boot,

@@ -6,7 +6,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { CoordinationV1Api } from "@kubernetes/client-node";
+import { CoordinationV1Api, PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import { Lab } from "../../lab/lab.ts";
 import { KWOK_USER, kubernetesTimings } from "../../lab/control-plane.ts";
 import { paths } from "../../lab/state.ts";
@@ -74,6 +74,34 @@ describe("scale lab", () => {
     assert.equal(guarded.length, 5);
     assert.equal(new Set(guarded.map((p) => p.spec?.nodeName)).size, 5, "guarded pods on different nodes, not stacked on a few");
     assert.equal(new Set(pods.map((p) => p.spec?.nodeName)).size, 20, "spread over every node");
+  });
+
+  test("a running pod marked NotReady (as the node controller does) is Ready again, keeping its one IP", async () => {
+    const name = "pod-000007";
+    const before = await lab.core.readNamespacedPod({ name, namespace: "default" });
+    const ip = before.status?.podIP;
+    assert.ok(ip, "the pod has an IP");
+    const conditions = (before.status?.conditions ?? []).map((c) =>
+      c.type === "Ready" ? { ...c, status: "False", reason: "NodeNotReady" } : c,
+    );
+    await lab.core.patchNamespacedPodStatus(
+      { name, namespace: "default", body: { status: { conditions } } },
+      setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch),
+    );
+    await waitFor(
+      `${name} Ready again`,
+      async () =>
+        (await lab.core.readNamespacedPod({ name, namespace: "default" })).status?.conditions?.some(
+          (c) => c.type === "Ready" && c.status === "True",
+        ) ?? false,
+      { timeoutMs: 30_000 },
+    );
+    const after = await lab.core.readNamespacedPod({ name, namespace: "default" });
+    assert.equal(after.status?.podIP, ip);
+    assert.deepEqual(
+      after.status?.podIPs?.map((x) => x.ip),
+      [ip],
+    );
   });
 
   test("the bench's retiming: kwok restarted with other Leases renews every one so, and no node looks rebooted", async () => {

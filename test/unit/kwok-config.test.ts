@@ -18,5 +18,9 @@ test("each boot's kwok config carries its bootID and keeps node-boot and node-in
   assert.match(boot, /bootID: "boot-123"/);
   assert.match(byName.get("node-initialize")!, /key: '\.status\.nodeInfo\.bootID'\n\s+operator: 'In'\n\s+values:\n\s+- 'boot-123'/);
   assert.match(byName.get("pod-reready")!, /- 'Running'/);
+  // pod-ready gives a starting pod its IP; pod-reready leaves a running pod's alone (a second one is refused).
+  assert.match(byName.get("pod-ready")!, /PodIPsWith/);
+  assert.doesNotMatch(byName.get("pod-reready")!, /podIP/);
+  assert.match(byName.get("pod-reready")!, /phase: Running/);
   assert.doesNotMatch(kwokConfig(stages, "other"), /boot-123/);
 });
