@@ -91,9 +91,17 @@ describe("real nodes", () => {
     const later = writes(writer.metadata!.uid!);
     assert.ok(later >= atUnknown + 10, `the cut-off pod kept writing (${atUnknown} -> ${later} records in 3 s)`);
     assert.equal(lab.machine(node).kubelet, "running");
+    // The lab's 5 s default tolerations evict it (the node controller taints the node unreachable, then deletes the
+    // pod). Healed before that, the node would keep its pod and nothing below would happen: CI once healed 3 s after
+    // Unknown, before the eviction, and waited 180 s for a replacement that had no reason to come.
+    await waitFor(
+      "ledger-0 evicted from the cut-off node",
+      async () => !!(await pods()).find((x) => x.metadata!.uid === writer.metadata!.uid)?.metadata?.deletionTimestamp,
+      { timeoutMs: 60_000 },
+    );
     await lab.heal(node);
     await lab.waitForNodeReadyStatus(node, "True", 60_000);
-    // The lab's 5 s default tolerations evicted it meanwhile: its kubelet, back, stops it; a new ledger-0 starts.
+    // Its kubelet, back, stops it; a new ledger-0 starts.
     let seen = "";
     writer = await waitFor(
       "ledger-0 replaced and writing",
