@@ -19,7 +19,7 @@ import {
 } from "@kubernetes/client-node";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { Informer } from "../runtime/informer.ts";
-import { slimPod } from "./slim.ts";
+import { slimNode, slimPod } from "./slim.ts";
 
 export interface CacheOptions {
   staleAfterMs?: number;
@@ -53,7 +53,7 @@ export class Caches {
         async (page) =>
           (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural, ...page })) as KubernetesListObject<T>,
       );
-    this.nodes = mk("/api/v1/nodes", (page) => core.listNode(page));
+    this.nodes = mk("/api/v1/nodes", (page) => core.listNode(page), slimNode);
     const coordination = kc.makeApiClient(CoordinationV1Api);
     this.leases = mk("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", (page) =>
       coordination.listNamespacedLease({ namespace: "kube-node-lease", ...page }),

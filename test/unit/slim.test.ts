@@ -1,9 +1,9 @@
 // What the pod cache keeps: every field a decision reads, so a slimmed pod decides exactly like the whole one, and
-// nothing else (containers are most of a pod and no decision reads them).
+// nothing else (containers are most of a pod and no decision reads them); a cached node without its image list.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
-import { Interner, slimPod } from "../../src/kube/slim.ts";
+import type { V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import { Interner, slimNode, slimPod } from "../../src/kube/slim.ts";
 import { isGuarded, isFinished } from "../../src/decide/guarded-pods.ts";
 import { podWaitSeconds } from "../../src/decide/forgiveness.ts";
 import { claimNames } from "../../src/decide/claim-lock.ts";
@@ -112,4 +112,23 @@ test("the interner is bounded: past its size it starts again, and values shared 
   assert.deepEqual(x, { k: "1" });
   assert.notEqual(intern.value({ k: "1" }), x, "forgotten after the reset, kept anew");
   assert.equal(intern.value({ k: "3" }), intern.value({ k: "3" }));
+});
+
+test("a cached node drops only the kubelet's image list: targets, evidence and health keep every field they read", () => {
+  const node: V1Node = {
+    metadata: { name: "node-1", labels: { "topology.kubernetes.io/zone": "a" }, annotations: { a: "b" } },
+    spec: { providerID: "aws:///eu-west-1a/i-0123", taints: [{ key: "k", effect: "NoSchedule" }] },
+    status: {
+      addresses: [{ type: "InternalIP", address: "10.0.0.1" }],
+      conditions: [{ type: "Ready", status: "Unknown", reason: "NodeStatusUnknown" }],
+      nodeInfo: { bootID: "b1" } as never,
+      images: Array.from({ length: 50 }, (_, i) => ({ names: [`registry.example/app-${i}@sha256:${"0".repeat(64)}`], sizeBytes: 1e8 })),
+      volumesAttached: [{ name: "kubernetes.io/csi/x^vol-1", devicePath: "" }],
+    },
+  };
+  const statusWithout = structuredClone(node.status!);
+  delete statusWithout.images;
+  const slim = slimNode(structuredClone(node));
+  assert.equal(slim.status?.images, undefined);
+  assert.deepEqual(JSON.parse(JSON.stringify(slim)), JSON.parse(JSON.stringify({ ...node, status: statusWithout })));
 });
