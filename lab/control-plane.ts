@@ -101,6 +101,7 @@ function args(s: LabState, c: Component, bins: Bins, t: Timings): { cmd: string;
           `--audit-log-path=${p.audit}`,
           "--audit-log-maxsize=200",
           "--profiling=false",
+          ...(s.apiserverFeatureGates?.length ? [`--feature-gates=${s.apiserverFeatureGates.join(",")}`] : []),
         ],
       };
     case "kube-controller-manager":

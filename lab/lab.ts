@@ -591,8 +591,15 @@ export class Lab implements FaultDriver {
     appendEvent(this.dir, { kind: "lab", detail: { action: "component-started", component: c } });
   }
 
-  /** Stops and starts kube-apiserver (same port, same etcd): clients see their connections drop. */
-  async restartApiserver(): Promise<void> {
+  /**
+   * Stops and starts kube-apiserver (same port, same etcd): clients see their connections drop. `featureGates`
+   * replaces its --feature-gates from then on (e.g. ["WatchList=false"], as Kubernetes 1.33 serves).
+   */
+  async restartApiserver(o: { featureGates?: string[] } = {}): Promise<void> {
+    if (o.featureGates) {
+      this.state.apiserverFeatureGates = o.featureGates;
+      writeState(this.state);
+    }
     await stopComponent(this.state, "kube-apiserver");
     appendEvent(this.dir, { kind: "lab", detail: { action: "apiserver-stopped" } });
     await startComponent(this.state, "kube-apiserver", binPaths(), this.state.timings);

@@ -49,6 +49,8 @@ export interface LabState {
   nodeLeaseSeconds: number;
   /** Control-plane timings the lab was started with (reused when a component restarts). */
   timings: Timings;
+  /** kube-apiserver --feature-gates, e.g. ["WatchList=false"] to serve as Kubernetes 1.33 does. */
+  apiserverFeatureGates?: string[];
   nodes: NodeSpec[];
   /** Simulated kubelets (kwok, the default) or real ones. */
   runtime?: Runtime;

@@ -2,8 +2,8 @@
 // the Ready condition (whose status the node-lifecycle controller turns Unknown when heartbeats stop).
 // Partitioned needs both: a stale Lease alone may be a broken lease controller; Ready=Unknown alone
 // is what the controller says before its grace period is over.
-import type { V1Node } from "@kubernetes/client-node";
-import type { V1Lease } from "@kubernetes/client-node";
+import { isDeepStrictEqual } from "node:util";
+import type { V1Lease, V1Node } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 
 export type HealthState = "Healthy" | "Suspect" | "Partitioned";
@@ -54,6 +54,21 @@ export const toDateTime = (v: Date | string | undefined | null): DateTime | unde
   const d = typeof v === "string" ? DateTime.fromISO(v) : DateTime.fromJSDate(v);
   return d.isValid ? d : undefined;
 };
+
+/**
+ * Whether a Node update changed anything but its conditions' heartbeat times (and resourceVersion): the kubelet's
+ * routine status write. Labels, taints, annotations, a condition's status or reason, the boot ID, addresses: any
+ * other change counts. Both must be shaped alike (a listed object is a class with Dates, a watched one plain JSON):
+ * unlike shapes count as a change, which only costs a pass.
+ */
+export function nodeChangedBeyondHeartbeat(n: V1Node, old: V1Node): boolean {
+  const strip = (x: V1Node) => ({
+    ...x,
+    metadata: { ...x.metadata, resourceVersion: undefined, managedFields: undefined },
+    status: x.status && { ...x.status, conditions: x.status.conditions?.map((c) => ({ ...c, lastHeartbeatTime: undefined })) },
+  });
+  return !isDeepStrictEqual(strip(n), strip(old));
+}
 
 export function readyCondition(node: V1Node) {
   return node.status?.conditions?.find((c) => c.type === "Ready");

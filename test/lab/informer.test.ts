@@ -151,6 +151,43 @@ describe("informer: refused and dead watches", () => {
     assert.ok(pages[1]!._continue && pages[2]!._continue, "later pages continue the first");
   });
 
+  test("a streamed first list (WatchList): the cache takes the whole state at its end bookmark, no page listed, later changes on the same watch", async () => {
+    const ns = "informer-stream";
+    await lab.core.createNamespace({ body: { metadata: { name: ns } } });
+    const count = 2 * LIST_PAGE_SIZE + 100;
+    await mapLimit(
+      Array.from({ length: count }, (_, i) => `cm-${i}`),
+      32,
+      (name) => lab.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name }, data: { k: "v" } } }),
+    );
+    let lists = 0;
+    const errors: unknown[] = [];
+    const inf = new Informer<V1ConfigMap>({
+      kc: lab.kc,
+      path: `/api/v1/namespaces/${ns}/configmaps`,
+      list: () => (lists++, lab.core.listNamespacedConfigMap({ namespace: ns })),
+      streamingList: true,
+      onError: (e) => errors.push(e),
+    });
+    let adds = 0;
+    inf.on("add", () => adds++);
+    try {
+      await inf.start();
+      assert.equal(lists, 0, "nothing listed in pages");
+      assert.deepEqual(errors, []);
+      assert.equal(inf.list().filter((c) => c.metadata?.name?.startsWith("cm-")).length, count);
+      assert.equal(adds, count + 1, "handlers saw each object (and kube-root-ca.crt) added once");
+      assert.equal(inf.get("cm-0", ns)?.metadata?.managedFields, undefined, "streamed objects are trimmed like listed ones");
+      assert.ok(inf.staleForMs() < 5_000, `fresh at sync (${inf.staleForMs()} ms)`);
+      await lab.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name: "after-sync" }, data: { k: "v" } } });
+      await waitFor("the stream to deliver after-sync", () => !!inf.get("after-sync", ns), { timeoutMs: 10_000 });
+      assert.equal(inf.restarts, 0);
+      assert.equal(inf.streaming, true);
+    } finally {
+      inf.stop();
+    }
+  });
+
   test("list allowed, watch forbidden by RBAC: restarts back off (a successful list does not reset the backoff)", async () => {
     const pki = createPki(paths(lab.dir).pki, [{ name: "list-only", cn: "stockade-list-only", groups: [] }]);
     const file = join(lab.dir, "list-only.kubeconfig");
@@ -240,5 +277,40 @@ describe("informer: refused and dead watches", () => {
     assert.ok(lists > listsBefore, "the silent watch was relisted");
     assert.ok(r.restarts <= 8, `${r.restarts} restarts in 20 s`);
     assert.ok(staleAfter < 5_000, `fresh again after recovery (${staleAfter} ms)`);
+  });
+
+  // Last: it restarts the apiserver.
+  test("a server that refuses streamed lists (WatchList off, as Kubernetes 1.33): pages at once, says why, keeps watching", async () => {
+    await lab.restartApiserver({ featureGates: ["WatchList=false"] });
+    let lists = 0;
+    const errors: { err: unknown; ms: number }[] = [];
+    const inf = new Informer<V1ConfigMap>({
+      kc: lab.kc,
+      path,
+      list: () => (lists++, lab.core.listNamespacedConfigMap({ namespace: NS })),
+      streamingList: true,
+      onError: (err, ms) => errors.push({ err, ms }),
+    });
+    try {
+      const t0 = performance.now();
+      await inf.start();
+      const took = performance.now() - t0;
+      assert.equal(lists, 1, "listed in pages instead");
+      assert.equal(errors.length, 1, `said once: ${errors.map((e) => String(e.err)).join("; ")}`);
+      assert.match(
+        String(errors[0]!.err),
+        /streamed list of \/api\/v1\/namespaces\/informer\/configmaps refused \(.+\): listing in pages from now on/,
+      );
+      assert.equal(errors[0]!.ms, 0, "no backoff: waiting would not mend it");
+      assert.ok(took < 5_000, `synced in ${took} ms`);
+      assert.equal(inf.streaming, false);
+      assert.ok(inf.get("listed", NS), "the listed state is in the cache");
+      await lab.core.createNamespacedConfigMap({ namespace: NS, body: { metadata: { name: "after-refusal" }, data: { k: "v" } } });
+      await waitFor("the watch to deliver after-refusal", () => !!inf.get("after-refusal", NS), { timeoutMs: 10_000 });
+      assert.equal(inf.restarts, 0);
+    } finally {
+      inf.stop();
+      await lab.restartApiserver({ featureGates: [] });
+    }
   });
 });

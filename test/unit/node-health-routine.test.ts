@@ -1,5 +1,5 @@
-// The fleet decision's fast path for Leases: a routine renewal of a healthy node skips the fleet decision, anything
-// that could change a decision does not; nor does a NodeFence status write the decision does not read.
+// The fleet decision's fast paths: a routine Lease renewal or Node status write of a healthy node skips the fleet
+// decision, anything that could change a decision does not; nor does a NodeFence status write it does not read.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Lease, V1Node } from "@kubernetes/client-node";
@@ -39,7 +39,7 @@ function world() {
     leases.set("node-1", l);
     return l;
   };
-  return { ctl, set, tick: (s: number) => (now = at(s)) };
+  return { ctl, set, nodes, tick: (s: number) => (now = at(s)) };
 }
 
 test("a renewal of a node the last decision found healthy, before it could lag, skips the fleet decision", async () => {
@@ -72,6 +72,37 @@ test("anything that may change a decision runs it: a renewal after a lag, a new 
   await w.ctl.reconcile(); // partitioned now
   w.tick(51);
   assert.equal(w.ctl.isRoutineRenewal(w.set(51, "Unknown")), false, "a node back from a partition");
+});
+
+test("a healthy node's routine status write (heartbeat times only) skips the fleet decision; any other change runs it", async () => {
+  const w = world();
+  w.set(0);
+  const before = structuredClone(w.nodes.get("node-1")!);
+  const beat = (s: number, change: (n: V1Node) => void = () => {}) => {
+    const n = structuredClone(before);
+    n.metadata!.resourceVersion = String(100 + s);
+    n.status!.conditions![0]!.lastHeartbeatTime = at(s).toJSDate();
+    change(n);
+    return n;
+  };
+  assert.equal(w.ctl.isRoutineNodeUpdate(beat(10), before), false, "no decision yet");
+  await w.ctl.reconcile();
+  w.tick(10);
+  assert.equal(w.ctl.isRoutineNodeUpdate(beat(10), before), true);
+  assert.equal(w.ctl.isRoutineNodeUpdate(beat(10)), false, "a new node (no old object)");
+  const changes: [string, (n: V1Node) => void][] = [
+    ["Ready turned Unknown", (n) => (n.status!.conditions![0]!.status = "Unknown")],
+    ["another reason", (n) => (n.status!.conditions![0]!.reason = "KubeletNotReady")],
+    ["a new condition", (n) => n.status!.conditions!.push({ type: "DiskPressure", status: "True" })],
+    ["a taint", (n) => (n.spec!.taints = [{ key: "node.kubernetes.io/unreachable", effect: "NoExecute" }])],
+    ["a label (policies select by them)", (n) => (n.metadata!.labels = { "topology.kubernetes.io/zone": "b" })],
+    ["an annotation", (n) => (n.metadata!.annotations = { "stockade.io/x": "y" })],
+    ["a new boot ID", (n) => (n.status!.nodeInfo!.bootID = "boot-2")],
+    ["being deleted", (n) => (n.metadata!.deletionTimestamp = at(10).toJSDate())],
+  ];
+  for (const [what, change] of changes) assert.equal(w.ctl.isRoutineNodeUpdate(beat(10, change), before), false, what);
+  w.tick(21);
+  assert.equal(w.ctl.isRoutineNodeUpdate(beat(21), before), false, "after the node could have lagged");
 });
 
 test("a NodeFence event runs the fleet decision only when it is new, gone, or changes what the decision reads", () => {
