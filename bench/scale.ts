@@ -20,6 +20,10 @@ import { CoordinationV1Api, CustomObjectsApi, type V1Node } from "@kubernetes/cl
 import { Informer } from "../src/runtime/informer.ts";
 import { join } from "node:path";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
+import { readFileSync } from "node:fs";
+import { loadAllYaml, type V1Deployment } from "@kubernetes/client-node";
+import { createMemoryCgroup, memoryQuantityBytes, type MemoryCgroup } from "../lab/memory-cgroup.ts";
+import { repoRoot } from "../lab/bins.ts";
 
 const { values } = parseArgs({
   options: {
@@ -31,6 +35,8 @@ const { values } = parseArgs({
     failures: { type: "string", default: "50" },
     "populate-lease-seconds": { type: "string", default: "100" },
     keep: { type: "boolean", default: false },
+    // "deployment": the memory limit of manifests/03-deployment.yaml, as a container gets it; "none"; or e.g. 2Gi.
+    "memory-limit": { type: "string", default: "deployment" },
   },
 });
 const int = (name: string, v: string | undefined, min: number, max: number) => {
@@ -47,6 +53,16 @@ const failures = int("failures", values.failures, 0, Math.min(100, nodes));
 // nodes the kubelet's 10 s were 200 writes a second, most of what kept the apiserver from creating and starting pods.
 // Nothing is measured then; kwok is restarted on the kubelet's timing before the operator starts.
 const populateLeaseS = int("populate-lease-seconds", values["populate-lease-seconds"], SCALE_LEASE_SECONDS, 160);
+/** The operator's memory limit in bytes (undefined: none), and where it comes from. */
+function memoryLimit(v: string): { bytes?: number; source: string } {
+  if (v === "none") return { source: "none" };
+  if (v !== "deployment") return { bytes: memoryQuantityBytes(v), source: `--memory-limit ${v}` };
+  const docs = loadAllYaml(readFileSync(join(repoRoot, "manifests/03-deployment.yaml"), "utf8")) as V1Deployment[];
+  const q = docs.find((d) => d?.kind === "Deployment")?.spec?.template.spec?.containers[0]?.resources?.limits?.memory;
+  if (!q) throw new Error("manifests/03-deployment.yaml has no memory limit: pass --memory-limit none or a quantity");
+  return { bytes: memoryQuantityBytes(String(q)), source: `the Deployment's limit, ${String(q)}` };
+}
+const limit = memoryLimit(values["memory-limit"]!);
 // The shipped defaults (crds/): what the bench's policy leaves unset.
 const TIMEOUT_S = 40;
 const FENCE_AFTER_S = 10;
@@ -77,6 +93,7 @@ function histogramQuantile(m: Map<string, number>, name: string, label: string, 
   return hit?.le === "+Inf" ? "> largest bucket" : `≤ ${Number(hit?.le) * 1000} ms`;
 }
 
+let cgroup: MemoryCgroup | undefined;
 const t0 = performance.now();
 // Kubernetes' own timings: with the lab's fast ones (node-monitor grace 10 s) the node controller would take nodes
 // renewing every 10 s for dead between two renewals, taint them and evict their pods all through the run.
@@ -137,8 +154,17 @@ try {
     escalation: [{ agents: [{ name: "instant-test-double" }] }],
     guards: { maxUnhealthyNodes: "50%", maxConcurrentFences: Math.max(1, failures) },
   });
+  if (limit.bytes) {
+    try {
+      cgroup = createMemoryCgroup(`stockade-bench-${process.pid}`, limit.bytes);
+      console.log(`operator in a memory cgroup of ${mib(limit.bytes)} (${limit.source}): Node.js sizes its heap from it`);
+    } catch (err) {
+      console.log(`operator WITHOUT a memory limit: ${(err as Error).message}; its RSS is not what a container shows`);
+    }
+  } else console.log("operator without a memory limit (--memory-limit none): V8 sizes its heap from the host's memory");
   const tOp = Date.now();
   const op = await bed.startOperator({
+    cgroup,
     // One worker per simultaneous failure: a worker waits on its agent (the shipped default, 4, would take the 50 four
     // at a time).
     extraArgs: ["--log-level", values["operator-log-level"]!, "--fence-workers", String(Math.min(64, Math.max(4, failures)))],
@@ -172,6 +198,9 @@ try {
   if (failures > 0) await measureFailures(names, addr);
 } finally {
   await bed.down();
+  const peak = cgroup?.peakBytes();
+  if (peak) console.log(`operator's cgroup: peak ${mib(peak)} charged of ${mib(cgroup!.bytes)}`);
+  cgroup?.remove();
   if (values.keep) console.log(`logs kept in ${bed.lab.dir}`);
 }
 

@@ -21,6 +21,7 @@ import { checkLedger, checkProcessTables, deployLedger, instanceStarts, readLedg
 import { readSnapshots } from "./real/node.ts";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../src/api/v1alpha1.ts";
 import { checkInvariant } from "./invariant.ts";
+import type { MemoryCgroup } from "./memory-cgroup.ts";
 import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
 
 const run = promisify(execFile);
@@ -261,13 +262,20 @@ export class Bed {
       env?: NodeJS.ProcessEnv;
       /** How long to wait for it to be ready (default 30 s; the scale bench's cache sync is what it measures). */
       readyTimeoutMs?: number;
+      /** Runs it in this memory cgroup from its first instruction (lab/memory-cgroup.ts), as a container would. */
+      cgroup?: MemoryCgroup;
     } = {},
   ): Promise<ChildProcess> {
     const log = join(this.lab.dir, "logs", `operator-${++this.opRuns}.log`);
     const out = createWriteStream(log);
+    // In the cgroup before Node.js starts: it sizes its heap from the limit it finds then.
+    const [cmd, pre] = o.cgroup
+      ? ["/bin/sh", ["-c", 'echo $$ > "$0" && exec "$@"', o.cgroup.procs, process.execPath]]
+      : [process.execPath, []];
     const child = spawn(
-      process.execPath,
+      cmd,
       [
+        ...pre,
         join(repoRoot, "src/main.ts"),
         "--health-bind-address",
         "127.0.0.1:0",
