@@ -151,10 +151,7 @@ export class Operator {
     enqueueFrom(c.policies, this.fleet.queue, () => FLEET_KEY);
     // Nodes at once (a Ready condition turning Unknown is half of a partition), but not a healthy node's routine
     // status write (NodeHealthController.isRoutineNodeUpdate); the pass runs at least every 5 s anyway.
-    for (const verb of ["add", "update", "delete"] as const)
-      c.nodes.on(verb, (n, old) => {
-        if (!this.health.isRoutineNodeUpdate(n, old)) this.fleet.queue.add(FLEET_KEY);
-      });
+    enqueueFrom(c.nodes, this.fleet.queue, (n, old) => (this.health.isRoutineNodeUpdate(n, old) ? undefined : FLEET_KEY));
     // Pods, claims and budgets change all the time in a big cluster (every pod status update), and one pass of the
     // fleet decision reads them all: their changes reach it within a second, coalesced into one pass.
     const soon = () => this.fleet.queue.addAfter(FLEET_KEY, OBJECT_EVENTS_COALESCE_MS);

@@ -56,6 +56,17 @@ describe("informer: refused and dead watches", () => {
         `backoff ${r.delays.join(",")} ms, staleness up to ${(r.maxStaleMs / 1000).toFixed(1)} s`,
     );
 
+  /** Creates namespace `ns` holding `count` ConfigMaps cm-0 … (plus the kube-root-ca.crt every namespace gets). */
+  async function namespaceWithConfigMaps(ns: string, count: number): Promise<number> {
+    await lab.core.createNamespace({ body: { metadata: { name: ns } } });
+    await mapLimit(
+      Array.from({ length: count }, (_, i) => `cm-${i}`),
+      32,
+      (name) => lab.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name }, data: { k: "v" } } }),
+    );
+    return count;
+  }
+
   const growing = (delays: number[]) => delays.every((d, i) => i === 0 || d >= delays[i - 1]!);
 
   test("a quiet, healthy watch stays fresh: no restarts, staleness under the storm guard's 60 s", async () => {
@@ -128,13 +139,7 @@ describe("informer: refused and dead watches", () => {
 
   test("a first list longer than a page is read in pages of LIST_PAGE_SIZE, and every object is in the cache", async () => {
     const ns = "informer-pages";
-    await lab.core.createNamespace({ body: { metadata: { name: ns } } });
-    const count = 2 * LIST_PAGE_SIZE + 100;
-    await mapLimit(
-      Array.from({ length: count }, (_, i) => `cm-${i}`),
-      32,
-      (name) => lab.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name }, data: { k: "v" } } }),
-    );
+    const count = await namespaceWithConfigMaps(ns, 2 * LIST_PAGE_SIZE + 100);
     const pages: { limit: number; _continue?: string }[] = [];
     const inf = new Informer<V1ConfigMap>({
       kc: lab.kc,
@@ -153,13 +158,7 @@ describe("informer: refused and dead watches", () => {
 
   test("a streamed first list (WatchList): the cache takes the whole state at its end bookmark, no page listed, later changes on the same watch", async () => {
     const ns = "informer-stream";
-    await lab.core.createNamespace({ body: { metadata: { name: ns } } });
-    const count = 2 * LIST_PAGE_SIZE + 100;
-    await mapLimit(
-      Array.from({ length: count }, (_, i) => `cm-${i}`),
-      32,
-      (name) => lab.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name }, data: { k: "v" } } }),
-    );
+    const count = await namespaceWithConfigMaps(ns, 2 * LIST_PAGE_SIZE + 100);
     let lists = 0;
     const errors: unknown[] = [];
     const inf = new Informer<V1ConfigMap>({
