@@ -7,6 +7,7 @@ import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { decideFleet, type FenceIntent, type FleetDecision, type PolicyState } from "../decide/fleet.ts";
+import { nameList } from "../decide/name-list.ts";
 import { NODE_DOWN } from "../decide/node-down.ts";
 import { lagSecondsOf, nodeChangedBeyondHeartbeat } from "../decide/node-health.ts";
 import type { Kube } from "../kube/api.ts";
@@ -415,7 +416,7 @@ export class NodeHealthController {
             type: "DryRun",
             status: "True",
             reason: "WouldFence",
-            message: `dry run: would fence ${s.wouldFence.join(", ")}`,
+            message: `dry run: would fence ${nameList(s.wouldFence)}`,
             observedGeneration: gen,
           }
         : { type: "DryRun", status: "False", reason: p.spec.dryRun ? "NothingToFence" : "Disabled", message: "", observedGeneration: gen },
@@ -456,7 +457,7 @@ export class NodeHealthController {
     } else if (after?.status === "False" && before?.status === "True") {
       await this.d.events.record(pref, "Normal", "StormGuardReleased", "no guard holds fencing back any more");
     }
-    if (s.wouldFence.length) await this.d.events.record(pref, "Normal", "WouldFence", `dry run: would fence ${s.wouldFence.join(", ")}`);
+    if (s.wouldFence.length) await this.d.events.record(pref, "Normal", "WouldFence", `dry run: would fence ${nameList(s.wouldFence)}`);
     const ready = findCondition(updated.status?.conditions as Condition[] | undefined, "Ready");
     const readyBefore = findCondition(p.status?.conditions as Condition[] | undefined, "Ready");
     if (s.raisedTimeouts.length && ready?.message !== readyBefore?.message)

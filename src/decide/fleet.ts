@@ -207,11 +207,13 @@ export function decideFleet(i: FleetInput): FleetDecision {
     };
     policies.set(pname, state);
     let slots = verdict.slots;
+    // One string shared by every held node's decision, not a copy each.
+    const held = verdict.holds.map((h) => h.message).join("; ");
     for (const c of orderCandidates(candidates.get(pname) ?? [])) {
       const d = (verdict: Verdict, message: string) => decisions.push({ node: c.node, verdict, message, policy: pname, health: c.health });
       const blocked = verdict.blocked.get(c.node);
       if (policy.spec.paused) d("Paused", `FencingPolicy ${pname} is paused; would fence: ${c.why}`);
-      else if (verdict.holds.length) d("Held", verdict.holds.map((h) => h.message).join("; "));
+      else if (verdict.holds.length) d("Held", held);
       else if (stormInStatus(policy)) {
         // The storm ends now (its end is recorded in the policy's status by this pass): its wait starts now.
         d("Waiting", `the storm guard lifts now; guarded pods wait again from now before ${c.node} is fenced`);

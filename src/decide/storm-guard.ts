@@ -1,6 +1,7 @@
 // "When in doubt, stop." Many nodes silent at once, a whole zone silent, or our own watches silent look
 // like a network or control-plane failure, not dead machines: fencing then would turn an outage of the
 // control plane into an outage of the workloads. The guard holds, and says why.
+import { nameList } from "./name-list.ts";
 
 export interface Guards {
   maxConcurrentFences?: number;
@@ -62,12 +63,7 @@ export function evaluateGuards(i: GuardInput): GuardVerdict {
   if (unhealthy.length > limit) {
     holds.push({
       reason: "TooManyUnhealthyNodes",
-      message: `${unhealthy.length} of ${i.nodes.length} nodes are unhealthy (${unhealthy
-        .map((n) => n.name)
-        .sort()
-        .join(
-          ", ",
-        )}), more than maxUnhealthyNodes ${g.maxUnhealthyNodes ?? "50%"} = ${limit}: this looks like a network or control-plane failure`,
+      message: `${unhealthy.length} of ${i.nodes.length} nodes are unhealthy (${nameList(unhealthy.map((n) => n.name))}), more than maxUnhealthyNodes ${g.maxUnhealthyNodes ?? "50%"} = ${limit}: this looks like a network or control-plane failure`,
     });
   }
   const blocked = new Map<string, Hold>();

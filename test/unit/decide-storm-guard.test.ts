@@ -96,6 +96,17 @@ describe("evaluateGuards", () => {
       assert.match(msg, /maxUnhealthyNodes 50% = 2/);
       assert.match(evaluateGuards(input({ nodes: fleet(2, 2) })).holds[0]?.message ?? "", /maxUnhealthyNodes 50% = 1/);
     });
+
+    test("at thousands of unhealthy nodes the message names the first ten and counts the rest", () => {
+      // Every held node's decision carries this message, and it is kept and logged per node: naming all 4,000 made it
+      // 57 KB and ran the operator out of heap at 5,000 nodes.
+      const msg = evaluateGuards(input({ nodes: fleet(5000, 4000) })).holds[0]?.message ?? "";
+      assert.match(
+        msg,
+        /^4000 of 5000 nodes are unhealthy \(([^,()]+, ){9}[^,()]+ and 3990 more\), more than maxUnhealthyNodes 50% = 2500/,
+      );
+      assert.ok(msg.length < 500, `${msg.length} characters`);
+    });
   });
 
   describe("watch staleness", () => {
