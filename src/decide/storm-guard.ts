@@ -63,7 +63,7 @@ export function evaluateGuards(i: GuardInput): GuardVerdict {
   if (unhealthy.length > limit) {
     holds.push({
       reason: "TooManyUnhealthyNodes",
-      message: `${unhealthy.length} of ${i.nodes.length} nodes are unhealthy (${nameList(unhealthy.map((n) => n.name))}), more than maxUnhealthyNodes ${g.maxUnhealthyNodes ?? "50%"} = ${limit}: this looks like a network or control-plane failure`,
+      message: `${unhealthy.length} of ${i.nodes.length} nodes are unhealthy (${nameList(unhealthy.map((n) => n.name).sort())}), more than maxUnhealthyNodes ${g.maxUnhealthyNodes ?? "50%"} = ${limit}: this looks like a network or control-plane failure`,
     });
   }
   const blocked = new Map<string, Hold>();
