@@ -38,7 +38,7 @@ const { values } = parseArgs({
     "steady-seconds": { type: "string", default: "60" },
     "operator-log-level": { type: "string", default: "info" },
     failures: { type: "string", default: "50" },
-    "heartbeat-timeout-seconds": { type: "string", default: "40" },
+    "heartbeat-timeout-seconds": { type: "string" },
     "populate-lease-seconds": { type: "string", default: "100" },
     keep: { type: "boolean", default: false },
     // "deployment": the memory limit of manifests/03-deployment.yaml, as a container gets it; "none"; or e.g. 2Gi.
@@ -70,7 +70,9 @@ function memoryLimit(v: string): { bytes?: number; source: string } {
 }
 const limit = memoryLimit(values["memory-limit"]!);
 // The shipped defaults (crds/): what the bench's policy leaves unset, but for the heartbeat timeout when asked.
-const TIMEOUT_S = int("heartbeat-timeout-seconds", values["heartbeat-timeout-seconds"], 10, 600);
+const SHIPPED_TIMEOUT_S = 40;
+const askedTimeout = values["heartbeat-timeout-seconds"];
+const TIMEOUT_S = askedTimeout === undefined ? SHIPPED_TIMEOUT_S : int("heartbeat-timeout-seconds", askedTimeout, 10, 600);
 const FENCE_AFTER_S = 10;
 
 /** The operator's /metrics, parsed into "name{labels}" → value. */
@@ -156,11 +158,12 @@ try {
   });
   await bed.policy("default", {
     nodeSelector: { matchExpressions: [{ key: SCALE_LABEL, operator: "Exists" }] },
-    detection: TIMEOUT_S === 40 ? {} : { heartbeatTimeoutSeconds: TIMEOUT_S },
+    detection: TIMEOUT_S === SHIPPED_TIMEOUT_S ? {} : { heartbeatTimeoutSeconds: TIMEOUT_S },
     escalation: [{ agents: [{ name: "instant-test-double" }] }],
     guards: { maxUnhealthyNodes: "50%", maxConcurrentFences: Math.max(1, failures) },
   });
-  if (TIMEOUT_S !== 40) console.log(`policy: heartbeatTimeoutSeconds ${TIMEOUT_S} (the shipped default is 40)`);
+  if (TIMEOUT_S !== SHIPPED_TIMEOUT_S)
+    console.log(`policy: heartbeatTimeoutSeconds ${TIMEOUT_S} (the shipped default is ${SHIPPED_TIMEOUT_S})`);
   if (limit.bytes) {
     try {
       cgroup = createMemoryCgroup(`stockade-bench-${process.pid}`, limit.bytes);

@@ -409,14 +409,15 @@ export class NodeHealthController {
         : { type: "StormGuard", status: "False", reason: "NoHold", message: "no guard holds fencing back", observedGeneration: gen },
       now,
     );
+    const wouldFence = s.wouldFence.length ? `dry run: would fence ${nameList(s.wouldFence)}` : "";
     conditions = setCondition(
       conditions,
-      s.wouldFence.length
+      wouldFence
         ? {
             type: "DryRun",
             status: "True",
             reason: "WouldFence",
-            message: `dry run: would fence ${nameList(s.wouldFence)}`,
+            message: wouldFence,
             observedGeneration: gen,
           }
         : { type: "DryRun", status: "False", reason: p.spec.dryRun ? "NothingToFence" : "Disabled", message: "", observedGeneration: gen },
@@ -457,7 +458,7 @@ export class NodeHealthController {
     } else if (after?.status === "False" && before?.status === "True") {
       await this.d.events.record(pref, "Normal", "StormGuardReleased", "no guard holds fencing back any more");
     }
-    if (s.wouldFence.length) await this.d.events.record(pref, "Normal", "WouldFence", `dry run: would fence ${nameList(s.wouldFence)}`);
+    if (wouldFence) await this.d.events.record(pref, "Normal", "WouldFence", wouldFence);
     const ready = findCondition(updated.status?.conditions as Condition[] | undefined, "Ready");
     const readyBefore = findCondition(p.status?.conditions as Condition[] | undefined, "Ready");
     if (s.raisedTimeouts.length && ready?.message !== readyBefore?.message)
