@@ -376,10 +376,8 @@ export class Operator {
     const d = this.health.decide();
     const partitioned = new Set(d.decisions.filter((x) => x.health.state === "Partitioned").map((x) => x.node));
     m.partitioned.set(partitioned.size);
-    const pvcs = new Map(this.caches.pvcs.list().map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p] as const));
-    m.guardedPods.set(
-      this.caches.pods.list().filter((p) => partitioned.has(p.spec?.nodeName ?? "") && isGuarded(p, undefined, pvcs).guarded).length,
-    );
+    const pvcs = this.caches.pvcsByKey();
+    m.guardedPods.set([...partitioned].flatMap((n) => this.caches.podsOn(n)).filter((p) => isGuarded(p, undefined, pvcs).guarded).length);
     m.stormGuard.reset();
     for (const [policy, s] of d.policies) for (const h of s.holds) m.stormGuard.set({ policy, reason: h.reason }, 1);
   }

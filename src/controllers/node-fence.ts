@@ -123,8 +123,8 @@ export class NodeFenceController {
       lease,
       policies: c.policies.list(),
       agents: new Map(c.agents.list().map((a) => [a.metadata?.name ?? "", a] as const)),
-      pods: c.pods.list().filter((p) => p.spec?.nodeName === name),
-      pvcs: new Map(c.pvcs.list().map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p] as const)),
+      pods: c.podsOn(name),
+      pvcs: c.pvcsByKey(),
       volumeAttachments: c.volumeAttachments.list(),
       operations: this.operations.view(fence.metadata?.uid ?? ""),
     };

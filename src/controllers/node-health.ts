@@ -105,7 +105,7 @@ export class NodeHealthController {
     const c = this.d.caches;
     const leases = new Map<string, V1Lease>();
     for (const l of c.leases.list()) leases.set(l.metadata?.name ?? "", l);
-    const pvcs = new Map(c.pvcs.list().map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p] as const));
+    const pvcs = c.pvcsByKey();
     return decideFleet({
       now: this.d.clock(),
       nodes: c.nodes.list(),

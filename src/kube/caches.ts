@@ -26,6 +26,9 @@ export interface CacheOptions {
   onError?: (what: string, err: unknown, restartInMs: number) => void;
 }
 
+/** The pods informer's index of pods by spec.nodeName. */
+const POD_NODE = "nodeName";
+
 export class Caches {
   readonly nodes: Informer<V1Node>;
   readonly leases: Informer<V1Lease>;
@@ -37,6 +40,7 @@ export class Caches {
   readonly agents: Informer<FenceAgent>;
   readonly fences: Informer<NodeFence>;
   private readonly all: [string, Informer<KubernetesObject>][];
+  private claims: { revision: number; byKey: ReadonlyMap<string, V1PersistentVolumeClaim> } | undefined;
 
   constructor(kc: KubeConfig, o: CacheOptions = {}) {
     const core = kc.makeApiClient(CoreV1Api);
@@ -70,6 +74,7 @@ export class Caches {
       coordination.listNamespacedLease({ namespace: "kube-node-lease", ...page }),
     );
     this.pods = mk("/api/v1/pods", (page) => core.listPodForAllNamespaces(page), slimPod);
+    this.pods.addIndex(POD_NODE, (p) => p.spec?.nodeName || undefined);
     this.pvcs = mk("/api/v1/persistentvolumeclaims", (page) => core.listPersistentVolumeClaimForAllNamespaces(page));
     const policy = kc.makeApiClient(PolicyV1Api);
     this.pdbs = mk("/apis/policy/v1/poddisruptionbudgets", (page) => policy.listPodDisruptionBudgetForAllNamespaces(page));
@@ -89,6 +94,20 @@ export class Caches {
       fenceagents: this.agents,
       nodefences: this.fences,
     }) as never;
+  }
+
+  /** The cached pods bound to this node. */
+  podsOn(nodeName: string): V1Pod[] {
+    // The index is kept with the cache; the filter costs nothing and keeps a wrong bucket from ever counting.
+    return this.pods.byIndex(POD_NODE, nodeName).filter((p) => p.spec?.nodeName === nodeName);
+  }
+
+  /** Every cached PVC keyed "namespace/name": a snapshot, built again only after the cache has changed. */
+  pvcsByKey(): ReadonlyMap<string, V1PersistentVolumeClaim> {
+    const revision = this.pvcs.revision;
+    if (this.claims?.revision !== revision)
+      this.claims = { revision, byKey: new Map(this.pvcs.list().map((p) => [`${p.metadata?.namespace}/${p.metadata?.name}`, p] as const)) };
+    return this.claims.byKey;
   }
 
   /** Starts every informer; resolves once every one has its first list in the cache (or they are stopped). */

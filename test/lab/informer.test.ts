@@ -9,7 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CoreV1Api, KubeConfig, RbacAuthorizationV1Api, type V1ConfigMap } from "@kubernetes/client-node";
+import { CoreV1Api, KubeConfig, PatchStrategy, RbacAuthorizationV1Api, setHeaderOptions, type V1ConfigMap } from "@kubernetes/client-node";
 import { Lab } from "../../lab/lab.ts";
 import { waitFor } from "../../lab/health.ts";
 import { createPki, writeKubeconfig } from "../../lab/pki.ts";
@@ -276,6 +276,83 @@ describe("informer: refused and dead watches", () => {
     assert.ok(lists > listsBefore, "the silent watch was relisted");
     assert.ok(r.restarts <= 8, `${r.restarts} restarts in 20 s`);
     assert.ok(staleAfter < 5_000, `fresh again after recovery (${staleAfter} ms)`);
+  });
+
+  test("an index follows adds, relabels and deletes, on the watch and across a relist", async () => {
+    const ns = "informer-index";
+    await lab.core.createNamespace({ body: { metadata: { name: ns } } });
+    const names = Array.from({ length: 10 }, (_, i) => `cm-${i}`);
+    for (const [i, name] of names.entries())
+      await lab.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name, labels: { node: i % 2 ? "b" : "a" } } } });
+    const relabel = (name: string, node: string) =>
+      lab.core.patchNamespacedConfigMap(
+        { namespace: ns, name, body: { metadata: { labels: { node } } } },
+        setHeaderOptions("Content-Type", PatchStrategy.MergePatch),
+      );
+    const timed = withRequestTimeout(viaProxy, 3_000);
+    const core = timed.makeApiClient(CoreV1Api);
+    let lists = 0;
+    const inf = new Informer<V1ConfigMap>({
+      kc: timed,
+      path: `/api/v1/namespaces/${ns}/configmaps`,
+      list: (page) => (lists++, core.listNamespacedConfigMap({ namespace: ns, ...page })),
+      staleAfterMs: 3_000,
+    });
+    inf.addIndex("node", (c) => c.metadata?.labels?.node);
+    const indexed = (v: string) =>
+      inf
+        .byIndex("node", v)
+        .map((c) => c.metadata!.name!)
+        .sort();
+    // The index must always say what a scan of the whole cache says.
+    const scanned = (v: string) =>
+      inf
+        .list()
+        .filter((c) => c.metadata?.labels?.node === v)
+        .map((c) => c.metadata!.name!)
+        .sort();
+    const agrees = () => ["a", "b", "c"].every((v) => JSON.stringify(indexed(v)) === JSON.stringify(scanned(v)));
+    try {
+      await inf.start();
+      assert.deepEqual(indexed("a"), ["cm-0", "cm-2", "cm-4", "cm-6", "cm-8"]);
+      assert.throws(() => inf.byIndex("zone", "a"), /has no index zone/);
+      // An index added after the sync indexes what the cache already holds.
+      inf.addIndex("parity", (c) => String(Number(c.metadata?.name?.slice(3)) % 2));
+      assert.equal(inf.byIndex("parity", "1").length, 5);
+      assert.throws(() => inf.addIndex("node", () => undefined), /already has an index node/);
+
+      const rev = inf.revision;
+      await relabel("cm-0", "b");
+      await lab.core.deleteNamespacedConfigMap({ namespace: ns, name: "cm-1" });
+      await lab.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name: "cm-new", labels: { node: "c" } } } });
+      await waitFor(
+        "the watch to deliver the changes",
+        () => !inf.get("cm-1", ns) && !!inf.get("cm-new", ns) && indexed("b").includes("cm-0"),
+        {
+          timeoutMs: 10_000,
+        },
+      );
+      assert.ok(inf.revision > rev, "the revision moved with the cache");
+      assert.deepEqual(indexed("a"), ["cm-2", "cm-4", "cm-6", "cm-8"]);
+      assert.deepEqual(indexed("c"), ["cm-new"]);
+      assert.ok(agrees(), "index and scan agree after watch events");
+
+      // Changes the watch never delivers: the relist must drop and move them in the index as in the cache.
+      proxy.blackhole();
+      const listsBefore = lists;
+      await lab.core.deleteNamespacedConfigMap({ namespace: ns, name: "cm-2" });
+      await lab.core.deleteNamespacedConfigMap({ namespace: ns, name: "cm-new" });
+      await relabel("cm-4", "c");
+      await waitFor("the watchdog to relist", () => lists > listsBefore, { timeoutMs: 20_000 });
+      proxy.restore();
+      await waitFor("the relist to land", () => !inf.get("cm-2", ns) && !inf.get("cm-new", ns), { timeoutMs: 45_000 });
+      assert.deepEqual(indexed("a"), ["cm-6", "cm-8"]);
+      assert.deepEqual(indexed("c"), ["cm-4"]);
+      assert.ok(agrees(), "index and scan agree after a relist");
+    } finally {
+      proxy.restore();
+      inf.stop();
+    }
   });
 
   // Last: it restarts the apiserver.

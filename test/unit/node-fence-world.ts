@@ -102,6 +102,8 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     agents: list(() => [agent("ipmi")]),
     pods: list(() => [...live.values()]),
     pvcs: list(() => []),
+    podsOn: (n: string) => [...live.values()].filter((p) => p.spec?.nodeName === n),
+    pvcsByKey: () => new Map(),
     volumeAttachments: list(() => []),
     nodes: list(() => [node]),
   };

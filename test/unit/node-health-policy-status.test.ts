@@ -21,6 +21,7 @@ function setup() {
     leases: inf(new Map([["node-1", l1]])),
     pods: inf(new Map([["db-0", stsPod("db-0", { node: "node-1" })]])),
     pvcs: inf(new Map()),
+    pvcsByKey: () => new Map(),
     pdbs: inf(new Map()),
     policies: inf(policies),
     agents: inf(new Map([["ipmi", {}]])),

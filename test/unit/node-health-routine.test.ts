@@ -17,6 +17,7 @@ function world() {
     leases: inf(leases),
     pods: inf(new Map([["db-0", stsPod("db-0", { node: "node-1" })]])),
     pvcs: inf(new Map()),
+    pvcsByKey: () => new Map(),
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),
     fences: inf(new Map()),

@@ -20,6 +20,7 @@ function setup() {
     leases: inf(new Map([["node-1", l1]])),
     pods: inf(pods),
     pvcs: inf(new Map()),
+    pvcsByKey: () => new Map(),
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),
     agents: inf(new Map([["ipmi", {}]])),
