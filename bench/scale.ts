@@ -5,6 +5,7 @@
 //   node bench/scale.ts [--nodes N] [--pods M] [--zones Z] [--steady-seconds S] [--operator-log-level L] [--keep]
 //                       [--failures F] [--heartbeat-timeout-seconds T] [--memory-limit deployment|none|<quantity>]
 //                       [--populate-lease-seconds L]  (Leases while populating, default 100: renewed every 25 s)
+//                       [--operator-node-options "<V8 flags>"]  (the operator's NODE_OPTIONS, e.g. --max-semi-space-size=16)
 // --heartbeat-timeout-seconds T sets the policy's detection.heartbeatTimeoutSeconds (default: the shipped 40). At 5,000
 // nodes this machine's kwok renews each Lease every 35-40 s instead of 10 once the operator runs beside it: at 40 s
 // most nodes look silent and the storm guard holds every fence, so the burst cannot be timed; a longer timeout
@@ -14,7 +15,9 @@
 // prints when its fence became due (its last Lease renewal + heartbeatTimeoutSeconds + fenceAfterSeconds, or the
 // node controller's Ready=Unknown if later), and how long after that its NodeFence appeared, its power-off was
 // confirmed and its guarded pods were released (p50/p99/max, each seen by a watch here). The scale nodes have no
-// BMC: they are fenced through a test double that answers at once (lab/instant-agent.ts).
+// BMC: they are fenced through a test double that answers at once (lab/instant-agent.ts). Over the burst it also prints
+// the operator's CPU, GC time, event-loop delay and fleet passes, and the apiserver's own time (from the audit log)
+// for the operator's fresh GETs of Nodes and Leases: a round trip far longer than that is the operator's side.
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS } from "../lab/bed.ts";
@@ -25,7 +28,8 @@ import { CoordinationV1Api, CustomObjectsApi, type V1Node } from "@kubernetes/cl
 import { Informer } from "../src/runtime/informer.ts";
 import { join } from "node:path";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
-import { readFileSync } from "node:fs";
+import { createReadStream, readdirSync, readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
 import { loadAllYaml, type V1Deployment } from "@kubernetes/client-node";
 import { createMemoryCgroup, memoryQuantityBytes, type MemoryCgroup } from "../lab/memory-cgroup.ts";
 import { repoRoot } from "../lab/bins.ts";
@@ -43,6 +47,8 @@ const { values } = parseArgs({
     keep: { type: "boolean", default: false },
     // "deployment": the memory limit of manifests/03-deployment.yaml, as a container gets it; "none"; or e.g. 2Gi.
     "memory-limit": { type: "string", default: "deployment" },
+    // V8 flags for the operator's Node.js (NODE_OPTIONS), e.g. "--max-semi-space-size=16"; stated beside the figures.
+    "operator-node-options": { type: "string", default: "" },
   },
 });
 const int = (name: string, v: string | undefined, min: number, max: number) => {
@@ -178,7 +184,10 @@ try {
     // One worker per simultaneous failure: a worker waits on its agent (the shipped default, 4, would take the 50 four
     // at a time).
     extraArgs: ["--log-level", values["operator-log-level"]!, "--fence-workers", String(Math.min(64, Math.max(4, failures)))],
-    env: { PATH: `${doubleBin}:${bed.lab.env.PATH ?? ""}` },
+    env: {
+      PATH: `${doubleBin}:${bed.lab.env.PATH ?? ""}`,
+      ...(values["operator-node-options"] ? { NODE_OPTIONS: values["operator-node-options"] } : {}),
+    },
     // The sync is a figure here (goal ≤ 60 s), not a precondition: a slow one is printed, not a crash.
     readyTimeoutMs: 600_000,
   });
@@ -219,6 +228,50 @@ try {
  * its fence becoming due to its NodeFence appearing, its power-off confirmed (Fenced=True) and its guarded pods
  * released (Released=True). Times are when this process's watches saw each change.
  */
+/**
+ * Where the burst's time went, operator side against apiserver side: the operator's CPU, GC and event-loop delay
+ * over the burst, its fleet passes, and how long the apiserver itself took to answer the operator's fresh reads
+ * (from the audit log's timestamps) — to tell a slow apiserver from a busy operator.
+ */
+async function burstLoad(a: Map<string, number>, b: Map<string, number>, t0: number, t1: number): Promise<void> {
+  const d = (k: string) => (b.get(k) ?? 0) - (a.get(k) ?? 0);
+  const wall = (t1 - t0) / 1000;
+  const gc = ["minor", "major", "incremental", "weakcb"]
+    .map(
+      (kind) =>
+        `${kind} ${d(`nodejs_gc_duration_seconds_count{kind="${kind}"}`)} × ${d(`nodejs_gc_duration_seconds_sum{kind="${kind}"}`).toFixed(2)} s`,
+    )
+    .join(", ");
+  const passes = d('stockade_workqueue_work_duration_seconds_count{name="node-health"}');
+  const passSum = d('stockade_workqueue_work_duration_seconds_sum{name="node-health"}');
+  const lag = (q: string) => `${((b.get(`nodejs_eventloop_lag_${q}_seconds`) ?? NaN) * 1000).toFixed(0)} ms`;
+  console.log(`during the burst (${wall.toFixed(0)} s, silencing to the last release), the operator:`);
+  console.log(`  CPU ${((d("process_cpu_seconds_total") / wall) * 100).toFixed(1)}% of one core; GC ${gc}`);
+  console.log(`  event-loop delay mean ${lag("mean")}, p99 ${lag("p99")}, max ${lag("max")}`);
+  console.log(
+    `  fleet passes (node-health reconcile): ${passes}, mean ${((passSum / passes) * 1000).toFixed(0)} ms, ${passSum.toFixed(1)} s in all`,
+  );
+  const dir = join(bed.lab.dir, "logs");
+  const took = new Map<string, number[]>();
+  for (const f of readdirSync(dir).filter((n) => n.startsWith("audit") && n.endsWith(".log"))) {
+    for await (const l of createInterface({ input: createReadStream(join(dir, f)) })) {
+      if (!l.includes('"verb":"get"') || !l.includes('"userAgent":"kubernetes-client-javascript')) continue;
+      const e = JSON.parse(l) as { objectRef?: { resource?: string }; requestReceivedTimestamp: string; stageTimestamp: string };
+      const at = Date.parse(e.requestReceivedTimestamp);
+      const what = e.objectRef?.resource ?? "";
+      if (at < t0 || at > t1 || (what !== "nodes" && what !== "leases")) continue;
+      (took.get(what) ?? took.set(what, []).get(what)!).push(Date.parse(e.stageTimestamp) - at);
+    }
+  }
+  for (const [what, xs] of took) {
+    xs.sort((x, y) => x - y);
+    const mean = xs.reduce((x, y) => x + y, 0) / xs.length;
+    console.log(
+      `  apiserver time of its GETs of ${what} (audit log): ${xs.length} × mean ${mean.toFixed(0)} ms, p50 ${xs[Math.floor(xs.length / 2)]} ms, max ${xs.at(-1)} ms`,
+    );
+  }
+}
+
 async function measureFailures(all: readonly string[], addr: string): Promise<void> {
   const lab = bed.lab;
   const step = Math.floor(all.length / failures);
@@ -257,6 +310,7 @@ async function measureFailures(all: readonly string[], addr: string): Promise<vo
   silentNodes.on("add", onNode);
   silentNodes.on("update", onNode);
   await Promise.all([fences.start(), silentNodes.start()]);
+  const before = await scrape(addr); // also starts the event-loop delay histogram over (prom-client resets it)
   const tSilence = Date.now();
   await silence(lab, victims);
   console.log(`${victims.length} nodes silenced at once (${secs(Date.now() - tSilence)} to relabel them all)`);
@@ -269,6 +323,8 @@ async function measureFailures(all: readonly string[], addr: string): Promise<vo
     fences.stop();
     silentNodes.stop();
   }
+  const tDone = Date.now();
+  await burstLoad(before, await scrape(addr), tSilence, tDone);
   const coordination = lab.kc.makeApiClient(CoordinationV1Api);
   const rows: { due: number; created: number; fenced: number; released: number }[] = [];
   for (const v of victims) {

@@ -116,7 +116,15 @@ export class Operator {
     const fence = new NodeFenceController(deps);
     const agent = new FenceAgentController(deps);
     const queue = (name: string) => new WorkQueue({ onMetric: this.metrics.queue(name) });
-    this.fleet = new Controller({ name: "node-health", queue: queue("node-health"), reconcile: () => this.health.reconcile(), log });
+    this.fleet = new Controller({
+      name: "node-health",
+      queue: queue("node-health"),
+      reconcile: () => this.health.reconcile(),
+      log,
+      // At most half the event loop for fleet passes, however often their inputs change; never more than a second
+      // of rest (a pass stretched by a GC pause must not hold the next fence back long).
+      restMs: () => Math.min(this.health.lastPassMs, 1_000),
+    });
     const fences = new Controller({
       name: "node-fence",
       queue: queue("node-fence"),

@@ -85,6 +85,33 @@ test("requeueAfterMs runs the key again after the delay", async () => {
   assert.ok(calls[1]! - calls[0]! >= 29, `requeued after ${calls[1]! - calls[0]!} ms`);
 });
 
+test("restMs: the worker rests after each reconcile, and the keys added meanwhile are taken as one", async () => {
+  for (const rest of [0, 80]) {
+    const q = queue();
+    const starts: number[] = [];
+    const c = new Controller({
+      name: "test",
+      queue: q,
+      log: memoryLog(),
+      restMs: () => rest,
+      reconcile: async () => {
+        starts.push(performance.now());
+        // Something the reconcile caused wants it again at once, twice (as a fleet pass's own writes do).
+        if (starts.length < 4) queueMicrotask(() => (q.add("fleet"), q.add("fleet")));
+      },
+    });
+    c.start();
+    q.add("fleet");
+    await until(() => starts.length === 4, "four reconciles");
+    await sleep(rest + 30);
+    await c.stop();
+    assert.equal(starts.length, 4, "each pair of adds ran one reconcile");
+    const gaps = starts.slice(1).map((t, i) => t - starts[i]!);
+    if (rest) assert.ok(Math.min(...gaps) >= rest - 1, `reconciles ${gaps.map((g) => g.toFixed(0)).join(", ")} ms apart`);
+    else assert.ok(Math.max(...gaps) < 40, `without a rest, back to back (${gaps.map((g) => g.toFixed(0)).join(", ")} ms)`);
+  }
+});
+
 test("several workers never reconcile the same key concurrently", async () => {
   const q = queue();
   const inFlight = new Set<string>();
