@@ -224,11 +224,6 @@ try {
 }
 
 /**
- * Silences `failures` nodes at once (spread evenly over the list, hence over the zones) and times, per node, from
- * its fence becoming due to its NodeFence appearing, its power-off confirmed (Fenced=True) and its guarded pods
- * released (Released=True). Times are when this process's watches saw each change.
- */
-/**
  * Where the burst's time went, operator side against apiserver side: the operator's CPU, GC and event-loop delay
  * over the burst, its fleet passes, and how long the apiserver itself took to answer the operator's fresh reads
  * (from the audit log's timestamps) — to tell a slow apiserver from a busy operator.
@@ -272,6 +267,11 @@ async function burstLoad(a: Map<string, number>, b: Map<string, number>, t0: num
   }
 }
 
+/**
+ * Silences `failures` nodes at once (spread evenly over the list, hence over the zones) and times, per node, from
+ * its fence becoming due to its NodeFence appearing, its power-off confirmed (Fenced=True) and its guarded pods
+ * released (Released=True). Times are when this process's watches saw each change.
+ */
 async function measureFailures(all: readonly string[], addr: string): Promise<void> {
   const lab = bed.lab;
   const step = Math.floor(all.length / failures);

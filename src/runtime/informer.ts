@@ -268,8 +268,8 @@ export class Informer<T extends KubernetesObject> {
   /** Replaces the cache with a list's items, calling handlers for what changed. */
   private replace(items: readonly T[], resourceVersion: string): void {
     const fresh = new Map(items.map((o) => [keyOf(o), o] as const));
-    for (const k of [...this.objects.keys()]) {
-      if (fresh.has(k)) continue;
+    for (const k of this.objects.keys()) {
+      if (fresh.has(k)) continue; // deleting the entry a Map iterator is on is safe
       this.emit("delete", this.remove(k)!);
     }
     for (const o of fresh.values()) this.upsert(o);
