@@ -9,7 +9,7 @@ import { getHeapSpaceStatistics } from "node:v8";
 import { DateTime } from "luxon";
 import type { V1Lease, V1Node, V1Pod } from "@kubernetes/client-node";
 import { slimNode, slimPod } from "../src/kube/slim.ts";
-import { decideFleet } from "../src/decide/fleet.ts";
+import { decideFleet, podsByNode } from "../src/decide/fleet.ts";
 
 const { values } = parseArgs({ options: { nodes: { type: "string", default: "5000" }, pods: { type: "string", default: "150000" } } });
 const [nodeCount, podCount] = [Number(values.nodes), Number(values.pods)];
@@ -241,7 +241,7 @@ const input = () =>
     now: DateTime.utc(),
     nodes: [...nodes.values()],
     leases,
-    pods: [...pods.values()],
+    pods: podsByNode([...pods.values()]),
     pvcs: new Map(),
     pdbs: [],
     policies: [policy],

@@ -7,7 +7,7 @@ import { parseArgs } from "node:util";
 import { DateTime } from "luxon";
 import type { V1Lease, V1Node, V1Pod } from "@kubernetes/client-node";
 import type { FencingPolicy } from "../src/api/v1alpha1.ts";
-import { decideFleet } from "../src/decide/fleet.ts";
+import { decideFleet, podsByNode } from "../src/decide/fleet.ts";
 
 const { values } = parseArgs({
   options: {
@@ -80,7 +80,8 @@ const policy = {
 const input = {
   nodes: nodeList,
   leases,
-  pods: podList,
+  // Built once, as the operator's cache keeps its index.
+  pods: podsByNode(podList),
   pvcs: new Map(),
   pdbs: [],
   policies: [policy],

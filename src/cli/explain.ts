@@ -3,7 +3,7 @@
 // watch-staleness guard is taken as satisfied (watchStalenessSeconds 0).
 import type { DateTime } from "luxon";
 import type { FencingPolicy } from "../api/v1alpha1.ts";
-import { decideFleet, type FleetInput } from "../decide/fleet.ts";
+import { decideFleet, podsByNode, type FleetInput } from "../decide/fleet.ts";
 import { DEFAULT_FENCE_AFTER_SECONDS, isInjectedToleration, podWaitSeconds, unreachableToleration } from "../decide/forgiveness.ts";
 import { isFinished, isGuarded } from "../decide/guarded-pods.ts";
 import { policyForNode } from "../decide/selectors.ts";
@@ -21,7 +21,7 @@ export async function gatherFleet(c: Cluster, now: DateTime): Promise<FleetInput
     c.policies(),
     c.fences(),
   ]);
-  return { now, nodes, leases, pods, pvcs, pdbs, policies, fences, watchStalenessSeconds: 0 };
+  return { now, nodes, leases, pods: podsByNode(pods), pvcs, pdbs, policies, fences, watchStalenessSeconds: 0 };
 }
 
 function describePolicy(p: FencingPolicy): string {
@@ -77,7 +77,7 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
     if (fence.spec.unfence) out.push("  unfence requested");
   } else out.push("NodeFence: none");
 
-  const pods = i.pods.filter((p) => p.spec?.nodeName === nodeName);
+  const pods = [...i.pods.on(nodeName)];
   out.push("", `Pods on ${nodeName}: ${pods.length}`);
   if (pods.length && policy) {
     const rows = pods

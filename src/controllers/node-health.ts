@@ -17,7 +17,6 @@ import { findCondition, setCondition, type Condition } from "../kube/conditions.
 import type { EventRecorder } from "../runtime/events.ts";
 import type { InFlight } from "../runtime/in-flight.ts";
 import { changedBeyondStatus } from "../runtime/controller.ts";
-import { mapLimit } from "../runtime/map-limit.ts";
 
 export const FLEET_KEY = "fleet";
 export const ORIGIN_LABEL = "stockade.io/origin";
@@ -47,6 +46,11 @@ const RETRY_BASE_MS = 1_000;
 /** NodeFences created at once (each a fresh read of the node and its Lease, then a create, ~2 round trips): with
  * 8, 50 fences due together took 7 rounds, and the last was created ~2 s after it was due. */
 const FENCE_CREATES_IN_FLIGHT = 32;
+/**
+ * How long a NodeFence this controller created keeps counting as a fence while the cache does not show it yet
+ * (monotonic time). Past it the next pass decides from the cache alone: its create of the same fence is a 409.
+ */
+const CREATED_ECHO_MS = 30_000;
 /** NodeDown condition writes in flight at once (each is one pod's status patch, then its Event). */
 const NODE_DOWN_WRITES_IN_FLIGHT = 8;
 /**
@@ -86,6 +90,14 @@ export class NodeHealthController {
   /** Nodes the last decision found Healthy, Ready and not lagging, with what it saw of their Leases. */
   private readonly routine = new Map<string, Routine>();
   private readonly failing = new Map<string, { failures: number; retryAt: number }>();
+  /**
+   * NodeFences this controller decided to create, by node: waiting for a slot, being created, or created and not in
+   * the cache yet. Each counts in the decision as a new fence of its node, so a pass while they are under way
+   * neither decides them again nor gives their slots of maxConcurrentFences to other nodes.
+   */
+  private readonly creating = new Map<string, { intent: FenceIntent; created?: NodeFence; doneAt?: number }>();
+  private readonly createQueue: FenceIntent[] = [];
+  private readonly createsRunning = new Set<Promise<void>>();
   /** NodeDown writes waiting, by pod (the latest decision wins), and those under way or just made. */
   private readonly nodeDownQueue = new Map<string, NodeDownChange>();
   private readonly nodeDownBusy = new Set<string>();
@@ -103,20 +115,46 @@ export class NodeHealthController {
 
   decide(): FleetDecision {
     const c = this.d.caches;
-    const leases = new Map<string, V1Lease>();
-    for (const l of c.leases.list()) leases.set(l.metadata?.name ?? "", l);
-    const pvcs = c.pvcsByKey();
     return decideFleet({
       now: this.d.clock(),
       nodes: c.nodes.list(),
-      leases,
-      pods: c.pods.list(),
-      pvcs,
+      leases: { get: (n) => c.leaseOf(n) },
+      pods: c.podsByNode,
+      pvcs: c.pvcsByKey(),
       pdbs: c.pdbs.list(),
       policies: c.policies.list(),
-      fences: new Map(c.fences.list().map((f) => [f.metadata?.name ?? "", f] as const)),
+      fences: this.fencesWithCreating(),
       watchStalenessSeconds: c.heartbeatStalenessSeconds(),
     });
+  }
+
+  /** The cached NodeFences, with a new one in place for each that this controller is creating (see `creating`). */
+  private fencesWithCreating(): Map<string, NodeFence> {
+    const fences = new Map(this.d.caches.fences.list().map((f) => [f.metadata?.name ?? "", f] as const));
+    for (const [node, c] of this.pendingCreates()) {
+      const cached = fences.get(node);
+      // The cache's own, unless it is none or the earlier episode's that this create replaces.
+      const replaced = c.intent.replaces;
+      if (cached && !(replaced && cached.metadata?.uid === replaced.metadata?.uid)) continue;
+      fences.set(node, {
+        apiVersion: API_VERSION,
+        kind: "NodeFence",
+        metadata: { name: node },
+        spec: { nodeName: node, origin: "Automatic", policy: c.intent.policy },
+      });
+    }
+    return fences;
+  }
+
+  /** `creating`, less the fences made that the cache now shows (or that it has not shown for CREATED_ECHO_MS). */
+  private pendingCreates(): Map<string, { intent: FenceIntent; created?: NodeFence; doneAt?: number }> {
+    const now = performance.now();
+    for (const [node, c] of this.creating) {
+      if (c.doneAt === undefined) continue;
+      const uid = this.d.caches.fences.get(node)?.metadata?.uid;
+      if ((uid !== undefined && uid === c.created?.metadata?.uid) || now - c.doneAt > CREATED_ECHO_MS) this.creating.delete(node);
+    }
+    return this.creating;
   }
 
   /**
@@ -160,12 +198,10 @@ export class NodeHealthController {
     this.rememberRoutine(d);
     this.logDecisions(d);
     this.lastPassMs = performance.now() - t0;
-    // Each object's write is isolated: one pod whose condition cannot be written never stops a fence. NodeDown
-    // writes go on in the background: 50 nodes failing at once carry ~1,500 of them, and a pass that waited for
-    // them held back the next one, and with it every fence that fell due meanwhile.
-    await mapLimit(d.create, FENCE_CREATES_IN_FLIGHT, (intent) =>
-      this.isolated(`NodeFence ${intent.node}`, () => this.createFence(intent)),
-    );
+    // Each object's write is isolated: one pod whose condition cannot be written never stops a fence. Writes go on
+    // in the background: a pass that waited for its creates (two fresh reads and a create each, seconds under load)
+    // held back every fence that fell due meanwhile; 50 nodes failing at once carry ~1,500 NodeDown writes.
+    this.queueCreates(d.create);
     this.queueNodeDown(d.nodeDown);
     this.queuePolicyStatus(d.policies);
     // Time alone changes verdicts (a heartbeat going stale); look again then, and at least every 5 s for the guards.
@@ -175,12 +211,42 @@ export class NodeHealthController {
     return { requeueAfterMs: Math.max(100, Math.min(wait, 5_000, retry)) };
   }
 
+  private queueCreates(intents: readonly FenceIntent[]): void {
+    for (const intent of intents) {
+      if (this.creating.has(intent.node)) continue; // already under way (the cache shows another fence of that node)
+      this.creating.set(intent.node, { intent });
+      this.createQueue.push(intent);
+    }
+    while (this.createQueue.length && this.createsRunning.size < FENCE_CREATES_IN_FLIGHT && !this.d.inflight?.stopping) {
+      const intent = this.createQueue.shift()!;
+      const entry = this.creating.get(intent.node)!;
+      const run = this.isolated(`NodeFence ${intent.node}`, async () => {
+        entry.created = await this.createFence(intent);
+      }).finally(() => {
+        this.createsRunning.delete(run);
+        // Not created (a fresh read said no, a 409, a failure): the next pass decides again from the cache.
+        if (!entry.created) this.creating.delete(intent.node);
+        else entry.doneAt = performance.now();
+        this.queueCreates([]);
+      });
+      this.createsRunning.add(run);
+      this.d.inflight?.track(run);
+    }
+    // Shutting down: what never started is forgotten (the next leader decides again).
+    if (this.d.inflight?.stopping) for (const i of this.createQueue.splice(0)) this.creating.delete(i.node);
+  }
+
+  /** Waits until the NodeFence creates decided so far have been made (or given up). */
+  async fenceCreatesSettled(): Promise<void> {
+    while (this.createsRunning.size) await Promise.all(this.createsRunning);
+  }
+
   private rememberRoutine(d: FleetDecision): void {
     this.routine.clear();
     for (const x of d.decisions) {
       const h = x.health;
       if (h.state !== "Healthy" || h.ready !== "True" || h.lagging || h.silent || !h.lastHeartbeat) continue;
-      const lease = this.d.caches.leases.get(x.node, "kube-node-lease");
+      const lease = this.d.caches.leaseOf(x.node);
       this.routine.set(x.node, {
         holder: lease?.spec?.holderIdentity,
         duration: lease?.spec?.leaseDurationSeconds,
@@ -303,6 +369,8 @@ export class NodeHealthController {
 
   private async drainNodeDown(): Promise<void> {
     while (this.nodeDownQueue.size && !this.d.inflight?.stopping) {
+      // The NodeFences decided with them go first: both queue at the apiserver in one flow.
+      await this.fenceCreatesSettled();
       const batch = [...this.nodeDownQueue];
       this.nodeDownQueue.clear();
       for (const [key] of batch) this.nodeDownBusy.add(key);
@@ -332,7 +400,9 @@ export class NodeHealthController {
   /** NodeDown writes allowed in flight now: fewer while a NodeFence is under way (not when shutting down). */
   nodeDownSlots(): number {
     if (this.d.inflight?.stopping) return NODE_DOWN_WRITES_IN_FLIGHT;
-    const fencing = this.d.caches.fences.list().some((f) => !f.metadata?.deletionTimestamp && FENCING_PHASES.has(f.status?.phase ?? ""));
+    const fencing =
+      this.pendingCreates().size > 0 ||
+      this.d.caches.fences.list().some((f) => !f.metadata?.deletionTimestamp && FENCING_PHASES.has(f.status?.phase ?? ""));
     return fencing ? NODE_DOWN_WRITES_WHILE_FENCING : NODE_DOWN_WRITES_IN_FLIGHT;
   }
 
@@ -348,24 +418,25 @@ export class NodeHealthController {
     else await this.d.events.record(pod, "Normal", "NodeUp", "the pod's node is heartbeating again; NodeDown removed");
   }
 
-  private async createFence(intent: FenceIntent): Promise<void> {
+  /** Creates the NodeFence if a fresh read still says so; returns it if this call created it. */
+  private async createFence(intent: FenceIntent): Promise<NodeFence | undefined> {
     const { kube, log, events } = this.d;
     // Re-check from the apiserver, not the cache, right before acting.
     const policy = this.d.caches.policies.get(intent.policy);
-    if (!policy) return;
+    if (!policy) return undefined;
     const { node, health: h } = await kube.freshHealth(intent.node, policy.spec.detection?.heartbeatTimeoutSeconds, this.d.clock());
-    if (!node || !h) return;
+    if (!node || !h) return undefined;
     if (h.state !== "Partitioned") {
       log.info({ node: intent.node, health: h.state }, `not fencing ${intent.node}: a fresh read shows it is ${h.state}`);
-      return;
+      return undefined;
     }
     if (intent.replaces) {
       // Being deleted already (its finalizer runs): the next pass creates the new one once it is gone.
-      if (intent.replaces.metadata?.deletionTimestamp) return;
+      if (intent.replaces.metadata?.deletionTimestamp) return undefined;
       try {
         await kube.deleteNodeFence(intent.replaces);
       } catch (err) {
-        if (isConflict(err)) return; // it changed since the cache saw it: decide again on the next pass
+        if (isConflict(err)) return undefined; // it changed since the cache saw it: decide again on the next pass
         if (!isNotFound(err)) throw err;
       }
     }
@@ -390,8 +461,9 @@ export class NodeHealthController {
         events.record(ref("NodeFence", intent.node, created.metadata?.uid, undefined, API_VERSION), "Normal", "Created", intent.reason),
       ]);
       void this.d.inflight?.track(recorded); // made first: `?.` would skip the writes, not only the tracking
+      return created;
     } catch (err) {
-      if (errorMessage(err).startsWith("409")) return; // someone (an administrator, another replica) created it first
+      if (errorMessage(err).startsWith("409")) return undefined; // someone (an administrator, another replica) created it first
       throw err;
     }
   }

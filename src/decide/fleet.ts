@@ -7,7 +7,7 @@ import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
 import { podWaitSeconds } from "./forgiveness.ts";
 import { isFinished, isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, type NodeHealth } from "./node-health.ts";
-import { desiredNodeDown, nodeDownChange, type NodeDownChange } from "./node-down.ts";
+import { desiredNodeDown, hasNodeDown, nodeDownChange, type NodeDownChange } from "./node-down.ts";
 import { orderCandidates, podPriority, type Candidate } from "./priority.ts";
 import { matchesSelector, policyForNode } from "./selectors.ts";
 import { evaluateGuards, type Hold } from "./storm-guard.ts";
@@ -18,8 +18,8 @@ export interface FleetInput {
   now: DateTime;
   nodes: readonly V1Node[];
   /** Node Leases by node name. */
-  leases: ReadonlyMap<string, V1Lease>;
-  pods: readonly V1Pod[];
+  leases: Pick<ReadonlyMap<string, V1Lease>, "get">;
+  pods: PodsByNode;
   /** Claims by "namespace/name". */
   pvcs: ReadonlyMap<string, V1PersistentVolumeClaim>;
   pdbs: readonly V1PodDisruptionBudget[];
@@ -27,6 +27,34 @@ export interface FleetInput {
   /** NodeFences by name (= node name). */
   fences: ReadonlyMap<string, NodeFence>;
   watchStalenessSeconds: number;
+}
+
+/**
+ * The pods of each node, as the operator's cache indexes them: a pass reads the pods of the few partitioned or
+ * fenced nodes, and of every other node only those that still carry NodeDown, never all of the cluster's pods.
+ */
+export interface PodsByNode {
+  on(node: string): readonly V1Pod[];
+  /** The node's pods that carry a NodeDown condition (any status): the only ones a healthy node's pass can change. */
+  markedOn(node: string): readonly V1Pod[];
+}
+
+/** A PodsByNode over a plain list (the CLI's, the tests'): the operator's comes from its cache's indexes. */
+export function podsByNode(pods: readonly V1Pod[]): PodsByNode {
+  const all = new Map<string, V1Pod[]>();
+  const marked = new Map<string, V1Pod[]>();
+  const add = (by: Map<string, V1Pod[]>, n: string, p: V1Pod) => {
+    const list = by.get(n);
+    if (list) list.push(p);
+    else by.set(n, [p]);
+  };
+  for (const p of pods) {
+    const n = p.spec?.nodeName;
+    if (!n) continue;
+    add(all, n, p);
+    if (hasNodeDown(p)) add(marked, n, p);
+  }
+  return { on: (n) => all.get(n) ?? [], markedOn: (n) => marked.get(n) ?? [] };
 }
 
 export type Verdict =
@@ -79,14 +107,6 @@ const phaseOf = (f: NodeFence) => f.status?.phase ?? "";
 const iso = (d: DateTime | undefined) => d?.toUTC().toISO({ suppressMilliseconds: true }) ?? undefined;
 
 export function decideFleet(i: FleetInput): FleetDecision {
-  const podsByNode = new Map<string, V1Pod[]>();
-  for (const p of i.pods) {
-    const n = p.spec?.nodeName;
-    if (!n) continue;
-    const list = podsByNode.get(n);
-    if (list) list.push(p);
-    else podsByNode.set(n, [p]);
-  }
   const decisions: NodeDecision[] = [];
   const nodeDown: NodeDownChange[] = [];
   const healthOf = new Map<string, NodeHealth>();
@@ -110,7 +130,9 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const fence = i.fences.get(name);
     const holding = fence !== undefined && HOLDING_PHASES.has(phaseOf(fence));
     const want = desiredNodeDown(h, fence !== undefined && FENCED_PHASES.has(phaseOf(fence)));
-    for (const p of podsByNode.get(name) ?? []) {
+    // Where no pod should carry NodeDown, only those that carry it can change: at 5,000 nodes this is what keeps a
+    // pass from walking 150,000 pods.
+    for (const p of want ? i.pods.on(name) : i.pods.markedOn(name)) {
       const c = nodeDownChange(p, want);
       if (c) nodeDown.push(c);
     }
@@ -130,7 +152,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
       continue;
     }
     const pvcs = i.pvcs;
-    const guarded = (podsByNode.get(name) ?? []).filter((p) => !isFinished(p) && isGuarded(p, policy.spec.guardedPods, pvcs).guarded);
+    const guarded = i.pods.on(name).filter((p) => !isFinished(p) && isGuarded(p, policy.spec.guardedPods, pvcs).guarded);
     if (!guarded.length) {
       decide("NothingToProtect", "no guarded pods on the node: fencing it would release nothing");
       continue;

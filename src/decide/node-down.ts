@@ -25,6 +25,8 @@ export function desiredNodeDown(health: NodeHealth, fenced: boolean): NodeDownCh
   return null;
 }
 
+export const hasNodeDown = (pod: V1Pod): boolean => pod.status?.conditions?.some((c) => c.type === NODE_DOWN) ?? false;
+
 export function nodeDownChange(pod: V1Pod, want: NodeDownChange["condition"]): NodeDownChange | undefined {
   const have: V1PodCondition | undefined = pod.status?.conditions?.find((c) => c.type === NODE_DOWN);
   const same =

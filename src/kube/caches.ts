@@ -19,6 +19,8 @@ import {
 } from "@kubernetes/client-node";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { Informer } from "../runtime/informer.ts";
+import type { PodsByNode } from "../decide/fleet.ts";
+import { hasNodeDown } from "../decide/node-down.ts";
 import { slimNode, slimPod } from "./slim.ts";
 
 export interface CacheOptions {
@@ -28,6 +30,8 @@ export interface CacheOptions {
 
 /** The pods informer's index of pods by spec.nodeName. */
 const POD_NODE = "nodeName";
+/** Pods that carry a NodeDown condition, by node: the few a healthy node's fleet pass must look at. */
+const POD_NODE_DOWN = "nodeDown";
 
 export class Caches {
   readonly nodes: Informer<V1Node>;
@@ -75,6 +79,7 @@ export class Caches {
     );
     this.pods = mk("/api/v1/pods", (page) => core.listPodForAllNamespaces(page), slimPod);
     this.pods.addIndex(POD_NODE, (p) => p.spec?.nodeName || undefined);
+    this.pods.addIndex(POD_NODE_DOWN, (p) => (hasNodeDown(p) && p.spec?.nodeName) || undefined);
     this.pvcs = mk("/api/v1/persistentvolumeclaims", (page) => core.listPersistentVolumeClaimForAllNamespaces(page));
     const policy = kc.makeApiClient(PolicyV1Api);
     this.pdbs = mk("/apis/policy/v1/poddisruptionbudgets", (page) => policy.listPodDisruptionBudgetForAllNamespaces(page));
@@ -101,6 +106,19 @@ export class Caches {
     // The index is kept with the cache; the filter costs nothing and keeps a wrong bucket from ever counting.
     return this.pods.byIndex(POD_NODE, nodeName).filter((p) => p.spec?.nodeName === nodeName);
   }
+
+  /** The node's cached Lease. */
+  leaseOf(nodeName: string): V1Lease | undefined {
+    return this.leases.get(nodeName, "kube-node-lease");
+  }
+
+  /** The cached pods bound to this node that carry a NodeDown condition. */
+  podsMarkedOn(nodeName: string): V1Pod[] {
+    return this.pods.byIndex(POD_NODE_DOWN, nodeName).filter((p) => p.spec?.nodeName === nodeName && hasNodeDown(p));
+  }
+
+  /** The pods by node, for the fleet decision. */
+  readonly podsByNode: PodsByNode = { on: (n) => this.podsOn(n), markedOn: (n) => this.podsMarkedOn(n) };
 
   /** Every cached PVC keyed "namespace/name": a snapshot, built again only after the cache has changed. */
   pvcsByKey(): ReadonlyMap<string, V1PersistentVolumeClaim> {

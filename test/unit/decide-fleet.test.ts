@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1PodDisruptionBudget } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { FencingPolicy, NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
-import { decideFleet, type FleetDecision, type Verdict } from "../../src/decide/fleet.ts";
+import { decideFleet, podsByNode, type FleetDecision, type Verdict } from "../../src/decide/fleet.ts";
 import { GUARDED_LABEL } from "../../src/decide/guarded-pods.ts";
 import { NODE_DOWN } from "../../src/decide/node-down.ts";
 import { UNREACHABLE_TAINT } from "../../src/decide/forgiveness.ts";
@@ -46,7 +46,7 @@ function decide(now: DateTime, ns: N[], w: World = {}): FleetDecision {
     now,
     nodes: ns.map((x) => x.node),
     leases: leases(...ns.map((x) => x.lease)),
-    pods: w.pods ?? [],
+    pods: podsByNode(w.pods ?? []),
     pvcs: w.pvcs ?? pvcMap(),
     pdbs: w.pdbs ?? [],
     policies: w.policies ?? [policy("default")],
@@ -235,6 +235,33 @@ describe("decideFleet: NodeDown", () => {
       return c ? { ...p, status: { ...p.status, conditions: [{ type: NODE_DOWN, ...c }] } } : p;
     });
     assert.deepEqual(decide(at(60), threeNodes(at(60)).ns, { pods: marked }).nodeDown, []);
+  });
+
+  test("a healthy node's pass reads only its pods that carry NodeDown, never all of them", () => {
+    const { ns, pods } = threeNodes(at(50));
+    const stale = {
+      ...pod("old", { node: "node-1" }),
+      status: { conditions: [{ type: NODE_DOWN, status: "True", reason: "NodePartitioned" }] },
+    };
+    const all = podsByNode([...pods, stale as V1Pod]);
+    const read: string[] = [];
+    const d = decideFleet({
+      now: at(50),
+      nodes: ns.map((x) => x.node),
+      leases: leases(...ns.map((x) => x.lease)),
+      pods: { on: (n) => (read.push(n), all.on(n)), markedOn: (n) => all.markedOn(n) },
+      pvcs: pvcMap(),
+      pdbs: [],
+      policies: [policy("default")],
+      fences: fenceMap(),
+      watchStalenessSeconds: 0,
+    });
+    assert.deepEqual([...new Set(read)], ["node-2"], "all pods read of the partitioned node only");
+    assert.deepEqual(
+      d.nodeDown.filter((c) => c.condition === null).map((c) => c.name),
+      ["old"],
+      "the healthy node's stale NodeDown is still removed",
+    );
   });
 
   test("is removed when the node is healthy again (and not fenced)", () => {

@@ -13,7 +13,8 @@ import { renderExplain } from "../../src/cli/explain.ts";
 import { policyProblems, volumeSafetyWarnings } from "../../src/cli/check.ts";
 import { retryAfterSeconds } from "../../src/cli/cluster.ts";
 import { main } from "../../src/cli/kubectl-stockade.ts";
-import type { FleetInput } from "../../src/decide/fleet.ts";
+import { podsByNode, type FleetInput } from "../../src/decide/fleet.ts";
+import type { V1Lease, V1Pod } from "@kubernetes/client-node";
 import { ApiException } from "@kubernetes/client-node";
 import { T0, at, fence, fenceMap, lease, leases, node, pod, policy, pvcMap, stsPod } from "./decide-fixtures.ts";
 
@@ -63,20 +64,24 @@ describe("format", () => {
 });
 
 /** node-1 heartbeats; node-2 is silent since T0 (partitioned at T0+6 with a 6 s timeout), with a guarded pod and an opted-out one. */
-function world(now = at(8)): FleetInput {
+function world(now = at(8)): FleetInput & { podList: V1Pod[]; leaseMap: ReadonlyMap<string, V1Lease> } {
+  const podList = [
+    stsPod("db-0", { node: "node-2" }),
+    pod("web", { node: "node-2", labels: { "stockade.io/guarded": "false" } }),
+    pod("cache", {
+      node: "node-2",
+      claims: ["data"],
+      conditions: [{ type: "NodeDown", status: "True", reason: "NodePartitioned", lastTransitionTime: at(6).toJSDate() }],
+    }),
+  ];
+  const leaseMap = leases(lease("node-1", now.minus({ seconds: 1 }), 8), lease("node-2", T0, 8));
   return {
     now,
     nodes: [node("node-1", { heartbeat: now.minus({ seconds: 1 }) }), node("node-2", { ready: "Unknown", heartbeat: T0 })],
-    leases: leases(lease("node-1", now.minus({ seconds: 1 }), 8), lease("node-2", T0, 8)),
-    pods: [
-      stsPod("db-0", { node: "node-2" }),
-      pod("web", { node: "node-2", labels: { "stockade.io/guarded": "false" } }),
-      pod("cache", {
-        node: "node-2",
-        claims: ["data"],
-        conditions: [{ type: "NodeDown", status: "True", reason: "NodePartitioned", lastTransitionTime: at(6).toJSDate() }],
-      }),
-    ],
+    leases: leaseMap,
+    leaseMap,
+    pods: podsByNode(podList),
+    podList,
     pvcs: pvcMap(),
     pdbs: [],
     policies: [policy("default", { detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 4, honorPodTolerations: false } })],
@@ -149,7 +154,7 @@ describe("status", () => {
       attempts: [{ level: 1, agent: "pdu", operation: "off", startTime: at(15).toISO() ?? "", outcome: "InProgress" }],
     });
     f.metadata.creationTimestamp = at(12).toJSDate();
-    const out = renderStatus({ now: at(20), nodes: w.nodes, leases: w.leases, pods: w.pods, policies: [p], fences: fenceMap(f) });
+    const out = renderStatus({ now: at(20), nodes: w.nodes, leases: w.leaseMap, pods: w.podList, policies: [p], fences: fenceMap(f) });
     assert.match(out, /^node-2\s+Partitioned\s+Unknown\s+20s ago\s+14s ago\s+6s\s+default$/m);
     assert.doesNotMatch(out, /^node-1\s/m);
     assert.match(out, /^node-2\s+Fencing\s+Automatic\s+2\s+-\s+8s\s+pdu off InProgress 5s ago$/m);

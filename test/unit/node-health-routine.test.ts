@@ -1,5 +1,6 @@
 // The fleet decision's fast paths: a routine Lease renewal or Node status write of a healthy node skips the fleet
 // decision, anything that could change a decision does not; nor does a NodeFence status write it does not read.
+import { podsByNode } from "../../src/decide/fleet.ts";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Lease, V1Node } from "@kubernetes/client-node";
@@ -18,6 +19,12 @@ function world() {
     pods: inf(new Map([["db-0", stsPod("db-0", { node: "node-1" })]])),
     pvcs: inf(new Map()),
     pvcsByKey: () => new Map(),
+    get podsByNode() {
+      return podsByNode(this.pods.list());
+    },
+    leaseOf(n: string) {
+      return this.leases.get(n);
+    },
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),
     fences: inf(new Map()),

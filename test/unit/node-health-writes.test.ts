@@ -1,6 +1,8 @@
 // The fleet decision's writes: a fence that is due is created before the NodeDown conditions of the same pass
 // are written, and those are written a few at a time in the background, so that many nodes failing at once
-// (thousands of pod conditions) never hold a fence back, not even one that falls due while they are written.
+// (thousands of pod conditions) never hold a fence back, not even one that falls due while they are written. Nor
+// do the creates hold the pass; while under way, and until the cache shows them, they count as fences.
+import { podsByNode } from "../../src/decide/fleet.ts";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
@@ -8,32 +10,60 @@ import { NodeHealthController } from "../../src/controllers/node-health.ts";
 import { assessNode } from "../../src/decide/node-health.ts";
 import { at, lease, node, policy, stsPod } from "./decide-fixtures.ts";
 
-function setup() {
+type CachedFence = { metadata: { name: string; uid?: string }; spec: { nodeName: string; policy?: string }; status: { phase: string } };
+
+/** node-1 (40 guarded pods) and, with `nodes: 2`, node-2 (one) and three healthy nodes; node-N are silent long enough to be fenced. */
+function setup(o: { nodes?: number; holdCreates?: boolean } = {}) {
   const now = at(100);
-  const n1 = node("node-1", { ready: "Unknown", heartbeat: at(0) });
-  const l1 = lease("node-1", at(0), 40);
-  const fences = new Map<string, { metadata: { name: string }; spec: { nodeName: string }; status: { phase: string } }>();
+  const names = Array.from({ length: o.nodes ?? 1 }, (_, i) => `node-${i + 1}`);
+  const ns = new Map(names.map((n) => [n, node(n, { ready: "Unknown", heartbeat: at(0) })]));
+  const ls = new Map(names.map((n) => [n, lease(n, at(0), 40)]));
+  // Healthy nodes, so that two silent ones are not a storm (maxUnhealthyNodes 50%).
+  for (const n of names.length > 1 ? ["ok-1", "ok-2", "ok-3"] : []) {
+    ns.set(n, node(n, { heartbeat: now }));
+    ls.set(n, lease(n, now, 40));
+  }
+  const fences = new Map<string, CachedFence>();
   const pods = new Map<string, V1Pod>(Array.from({ length: 40 }, (_, i) => [`db-${i}`, stsPod(`db-${i}`, { node: "node-1" })]));
+  if (names.includes("node-2")) pods.set("web-0", stsPod("web-0", { node: "node-2" }));
   const inf = <T>(m: Map<string, T>) => ({ list: () => [...m.values()], get: (name: string) => m.get(name), on() {} });
   const caches = {
-    nodes: inf(new Map([["node-1", n1]])),
-    leases: inf(new Map([["node-1", l1]])),
+    nodes: inf(ns),
+    leases: inf(ls),
     pods: inf(pods),
     pvcs: inf(new Map()),
     pvcsByKey: () => new Map(),
+    get podsByNode() {
+      return podsByNode(this.pods.list());
+    },
+    leaseOf(n: string) {
+      return this.leases.get(n);
+    },
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),
     agents: inf(new Map([["ipmi", {}]])),
     fences: inf(fences),
     heartbeatStalenessSeconds: () => 0,
   };
-  const w = { order: [] as string[], inFlight: 0, peak: 0, open: () => {} };
+  const w = { order: [] as string[], inFlight: 0, peak: 0, open: () => {}, creates: 0, release: () => {} };
   let gate = new Promise<void>((r) => (w.open = r));
+  const created = new Promise<void>((r) => (w.release = r));
+  /** What the apiserver holds; the cache sees a fence only when the test says so (its watch event). */
+  const server = new Map<string, CachedFence>();
   const kube = {
-    freshHealth: async () => ({ node: n1, health: assessNode(n1, l1, now, 40) }),
-    createNodeFence: async (body: { metadata: { name: string } }) => {
+    freshHealth: async (name: string) => ({ node: ns.get(name), health: assessNode(ns.get(name)!, ls.get(name), now, 40) }),
+    createNodeFence: async (body: { metadata: { name: string }; spec: { nodeName: string; policy?: string } }) => {
       w.order.push(`fence ${body.metadata.name}`);
-      return body;
+      w.creates++;
+      if (o.holdCreates) await created;
+      const f = {
+        ...body,
+        metadata: { ...body.metadata, uid: `uid-${body.metadata.name}` },
+        spec: body.spec,
+        status: { phase: "Pending" },
+      };
+      server.set(f.metadata.name, f);
+      return f;
     },
     setPodCondition: async (_ns: string, name: string) => {
       w.order.push(`NodeDown ${name}`);
@@ -54,20 +84,60 @@ function setup() {
     leadership: { assertLeading() {} } as never,
   } as never);
   const reopen = () => (gate = new Promise<void>((r) => (w.open = r)));
-  return { ctl, w, reopen, fences };
+  /** The watch event of a created fence reaches the cache. */
+  const echo = (name: string) => fences.set(name, server.get(name)!);
+  const verdict = (name: string) => ctl.decide().decisions.find((d) => d.node === name)?.verdict;
+  return { ctl, w, reopen, fences, echo, verdict };
 }
 
-test("a due fence is created before the pass's NodeDown writes, which run 8 at a time and do not hold the pass", async () => {
-  const { ctl, w } = setup();
+test("a due fence is created before the pass's NodeDown writes, which do not hold the pass and yield while it is under way", async () => {
+  const { ctl, w, fences, echo } = setup();
   await ctl.reconcile(); // returns while every NodeDown write is still blocked
+  await ctl.fenceCreatesSettled();
+  await new Promise((r) => setTimeout(r, 50));
   assert.equal(w.order[0], "fence node-1", `first write: ${w.order[0]}`);
-  assert.equal(w.inFlight, 8, "NodeDown writes a few at a time");
+  assert.equal(w.inFlight, 2, "2 NodeDown writes at a time while the fence just created is under way (not in the cache yet)");
   assert.equal(ctl.nodeDownBacklog(), 40);
+  echo("node-1");
+  fences.get("node-1")!.status.phase = "Released";
+  await new Promise((r) => setTimeout(r, 400)); // the held-back slots look again
+  assert.equal(w.inFlight, 8, "8 at a time once it is released");
   w.open();
   await ctl.nodeDownSettled();
   assert.equal(w.order.filter((o) => o.startsWith("NodeDown")).length, 40);
   assert.equal(w.peak, 8);
   assert.equal(ctl.nodeDownBacklog(), 0);
+});
+
+test("a pass does not wait for its NodeFence creates, and counts them as fences until the cache shows them: no second create, no slot given away", async () => {
+  const { ctl, w, fences, echo, verdict } = setup({ nodes: 2, holdCreates: true });
+  w.open();
+  await ctl.reconcile(); // maxConcurrentFences 1: one of the two is created, the other queued
+  await new Promise((r) => setImmediate(r));
+  assert.equal(w.creates, 1, "the create is under way when the pass returns");
+  const first = w.order.find((o) => o.startsWith("fence "))!.slice("fence ".length);
+  const other = first === "node-1" ? "node-2" : "node-1";
+  await ctl.reconcile(); // the create still hangs
+  await new Promise((r) => setImmediate(r));
+  assert.equal(w.creates, 1, "not created twice while under way");
+  assert.equal(verdict(first), "HasFence");
+  assert.equal(verdict(other), "Queued", "its slot is not given to the other node while the create is under way");
+  w.release();
+  await ctl.fenceCreatesSettled();
+  await ctl.reconcile(); // created, but its watch event has not reached the cache
+  assert.equal(w.creates, 1, "not created again before the cache shows it");
+  assert.equal(verdict(other), "Queued", "nor its slot given away");
+  echo(first);
+  await ctl.reconcile(); // the cache's own fence now (Pending): still the one slot
+  assert.equal(w.creates, 1);
+  assert.equal(verdict(first), "HasFence");
+  assert.equal(verdict(other), "Queued");
+  fences.get(first)!.status.phase = "Released";
+  await ctl.reconcile();
+  await ctl.fenceCreatesSettled();
+  assert.equal(w.creates, 2, "the slot is free once the first is released");
+  assert.equal(w.order.filter((o) => o.startsWith("fence ")).at(-1), `fence ${other}`);
+  await ctl.nodeDownSettled();
 });
 
 test("a pass while NodeDown writes are under way, or right after them (the cache not updated yet), writes none twice", async () => {
@@ -86,10 +156,13 @@ test("a pass while NodeDown writes are under way, or right after them (the cache
 });
 
 test("while a NodeFence is under way, NodeDown writes yield to it: 2 at a time, 8 again once it is released", async () => {
-  const { ctl, w, fences } = setup();
+  const { ctl, w, fences, echo } = setup();
   const fence = { metadata: { name: "node-9" }, spec: { nodeName: "node-9" }, status: { phase: "Fencing" } };
   fences.set("node-9", fence);
   await ctl.reconcile();
+  await ctl.fenceCreatesSettled();
+  echo("node-1");
+  fences.get("node-1")!.status.phase = "Released";
   await new Promise((r) => setTimeout(r, 50));
   assert.equal(w.inFlight, 2, "2 in flight while node-9 is fenced");
   fence.status.phase = "Released";
