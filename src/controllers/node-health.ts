@@ -16,6 +16,7 @@ import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import type { EventRecorder } from "../runtime/events.ts";
 import type { InFlight } from "../runtime/in-flight.ts";
+import type { Leadership } from "../runtime/leader.ts";
 import { changedBeyondStatus } from "../runtime/controller.ts";
 
 export const FLEET_KEY = "fleet";
@@ -29,6 +30,8 @@ export interface NodeHealthDeps {
   clock: () => DateTime;
   /** Shutdown waits for the NodeDown writes under way. */
   inflight?: InFlight;
+  /** A create that waited for a slot starts only while this replica leads (creating a fence is not destructive). */
+  leadership?: Leadership;
 }
 
 type NodeDownChange = FleetDecision["nodeDown"][number];
@@ -245,12 +248,12 @@ export class NodeHealthController {
     this.routine.clear();
     for (const x of d.decisions) {
       const h = x.health;
-      if (h.state !== "Healthy" || h.ready !== "True" || h.lagging || h.silent || !h.lastHeartbeat) continue;
+      if (h.state !== "Healthy" || h.ready !== "True" || h.lagging || h.silent || h.lastHeartbeatMs === undefined) continue;
       const lease = this.d.caches.leaseOf(x.node);
       this.routine.set(x.node, {
         holder: lease?.spec?.holderIdentity,
         duration: lease?.spec?.leaseDurationSeconds,
-        quietUntil: h.lastHeartbeat.plus({ seconds: lagSecondsOf(lease, h.timeoutSeconds) }).toMillis(),
+        quietUntil: h.lastHeartbeatMs + lagSecondsOf(lease, h.timeoutSeconds) * 1000,
       });
     }
   }
@@ -440,6 +443,7 @@ export class NodeHealthController {
         if (!isNotFound(err)) throw err;
       }
     }
+    this.d.leadership?.assertLeading(`create NodeFence ${intent.node}`);
     const body: NodeFence = {
       apiVersion: API_VERSION,
       kind: "NodeFence",

@@ -111,9 +111,10 @@ export function decideFleet(i: FleetInput): FleetDecision {
   const nodeDown: NodeDownChange[] = [];
   const healthOf = new Map<string, NodeHealth>();
   const candidates = new Map<string, (Candidate & { policy: FencingPolicy; health: NodeHealth; why: string })[]>();
-  let nextCheck: DateTime | undefined;
-  const wake = (t: DateTime | undefined) => {
-    if (t && (!nextCheck || t < nextCheck)) nextCheck = t;
+  let nextCheckMs: number | undefined;
+  const wake = (t: DateTime | number | undefined) => {
+    const ms = typeof t === "number" ? t : t?.toMillis();
+    if (ms !== undefined && (nextCheckMs === undefined || ms < nextCheckMs)) nextCheckMs = ms;
   };
 
   for (const node of i.nodes) {
@@ -126,7 +127,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
       policy?.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     );
     healthOf.set(name, h);
-    wake(h.nextCheck);
+    wake(h.nextCheckMs);
     const fence = i.fences.get(name);
     const holding = fence !== undefined && HOLDING_PHASES.has(phaseOf(fence));
     const want = desiredNodeDown(h, fence !== undefined && FENCED_PHASES.has(phaseOf(fence)));
@@ -258,6 +259,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
       }
     }
   }
+  const nextCheck = nextCheckMs === undefined ? undefined : DateTime.fromMillis(nextCheckMs, { zone: "utc" });
   return { decisions, nodeDown, create, policies, nextCheck };
 }
 

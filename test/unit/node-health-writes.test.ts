@@ -13,7 +13,7 @@ import { at, lease, node, policy, stsPod } from "./decide-fixtures.ts";
 type CachedFence = { metadata: { name: string; uid?: string }; spec: { nodeName: string; policy?: string }; status: { phase: string } };
 
 /** node-1 (40 guarded pods) and, with `nodes: 2`, node-2 (one) and three healthy nodes; node-N are silent long enough to be fenced. */
-function setup(o: { nodes?: number; holdCreates?: boolean } = {}) {
+function setup(o: { nodes?: number; holdCreates?: boolean; leading?: () => boolean } = {}) {
   const now = at(100);
   const names = Array.from({ length: o.nodes ?? 1 }, (_, i) => `node-${i + 1}`);
   const ns = new Map(names.map((n) => [n, node(n, { ready: "Unknown", heartbeat: at(0) })]));
@@ -81,7 +81,11 @@ function setup(o: { nodes?: number; holdCreates?: boolean } = {}) {
     events: { record: async () => {} } as never,
     log: silent as never,
     clock: () => now,
-    leadership: { assertLeading() {} } as never,
+    leadership: {
+      assertLeading(action: string) {
+        if (o.leading && !o.leading()) throw new Error(`not leading: refusing to ${action}`);
+      },
+    } as never,
   } as never);
   const reopen = () => (gate = new Promise<void>((r) => (w.open = r)));
   /** The watch event of a created fence reaches the cache. */
@@ -171,4 +175,16 @@ test("while a NodeFence is under way, NodeDown writes yield to it: 2 at a time, 
   w.open();
   await ctl.nodeDownSettled();
   assert.equal(w.order.filter((o) => o.startsWith("NodeDown")).length, 40, "every write made");
+});
+
+test("a NodeFence create that starts after this replica stopped leading is not made", async () => {
+  let leading = true;
+  const { ctl, w } = setup({ leading: () => leading });
+  w.open();
+  const pass = ctl.reconcile();
+  leading = false; // lost between the decision and the create (which waits for two fresh reads first)
+  await pass;
+  await ctl.fenceCreatesSettled();
+  assert.equal(w.creates, 0);
+  await ctl.nodeDownSettled();
 });
