@@ -5,7 +5,8 @@
 //   node bench/scale.ts [--nodes N] [--pods M] [--zones Z] [--steady-seconds S] [--operator-log-level L] [--keep]
 //                       [--failures F] [--heartbeat-timeout-seconds T] [--memory-limit deployment|none|<quantity>]
 //                       [--populate-lease-seconds L]  (Leases while populating, default 100: renewed every 25 s)
-//                       [--operator-node-options "<V8 flags>"]  (the operator's NODE_OPTIONS, e.g. --max-semi-space-size=16)
+//                       [--operator-node-options="<flags>"]  (the operator's NODE_OPTIONS, e.g. "--cpu-prof --cpu-prof-dir=D";
+//                       with "=": a value that starts with a dash is otherwise refused as ambiguous)
 // --heartbeat-timeout-seconds T sets the policy's detection.heartbeatTimeoutSeconds (default: the shipped 40). At 5,000
 // nodes this machine's kwok renews each Lease every 35-40 s instead of 10 once the operator runs beside it: at 40 s
 // most nodes look silent and the storm guard holds every fence, so the burst cannot be timed; a longer timeout

@@ -13,7 +13,7 @@ import { TlsKeeper } from "./admission/tls-keeper.ts";
 import type { FenceAgent, FencingPolicy } from "./api/v1alpha1.ts";
 import type { Config } from "./config.ts";
 import { ClaimLockController } from "./controllers/claim-lock.ts";
-import { FenceAgentController } from "./controllers/fence-agent.ts";
+import { FenceAgentController, agentsForPolicyEvent } from "./controllers/fence-agent.ts";
 import { NodeFenceController } from "./controllers/node-fence.ts";
 import { FLEET_KEY, NodeHealthController, fleetReadsChange } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
@@ -184,7 +184,7 @@ export class Operator {
     enqueueFrom(c.policies, fences.queue, allFences);
     enqueueFrom(c.agents, fences.queue, allFences);
     enqueueFrom(c.agents, agents.queue, (a) => a.metadata?.name);
-    enqueueFrom(c.policies, agents.queue, () => c.agents.list().map((a) => a.metadata?.name ?? ""));
+    enqueueFrom(c.policies, agents.queue, (p, old) => agentsForPolicyEvent(c.agents.list(), p, old));
   }
 
   /** Ready: caches synced and leadership known (we lead, or we know who does), and not stopping. */

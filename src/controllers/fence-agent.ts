@@ -2,13 +2,14 @@
 // whether it could fence the nodes its policies give it — before a node fails, not during the fence.
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
-import { API_VERSION, type FenceAgent } from "../api/v1alpha1.ts";
+import { API_VERSION, type FenceAgent, type FencingPolicy } from "../api/v1alpha1.ts";
 import { secretKey, secretRefsFor } from "../agents/parameters.ts";
 import { loadRules } from "../agents/registry.ts";
 import { checkAgent, nodesForAgent, type AgentCheck } from "../decide/agent-check.ts";
 import { isNotFound, statusCode, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
+import { changedBeyondStatus } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
 
 export interface FenceAgentDeps {
@@ -17,6 +18,17 @@ export interface FenceAgentDeps {
   events: EventRecorder;
   log: Logger;
   clock: () => DateTime;
+}
+
+/**
+ * The agents to check again after a FencingPolicy event: all of them when the policy is new, deleted, or its spec or
+ * metadata changed (which nodes each agent serves), none on a write of its status alone, which the check never reads.
+ * The fleet pass writes a policy's status at every change of a burst of failures, and each check resolves every
+ * node's parameters: at 2,000 nodes these checks were the operator's largest use of CPU during a burst (12.8 s of
+ * 175, from a CPU profile), in stretches of ~0.5 s that held every fence's round trips.
+ */
+export function agentsForPolicyEvent(agents: readonly FenceAgent[], p: FencingPolicy, old?: FencingPolicy): string[] {
+  return changedBeyondStatus(p, old) ? agents.map((a) => a.metadata?.name ?? "") : [];
 }
 
 export class FenceAgentController {
