@@ -80,6 +80,13 @@ export function fleetReadsChange(f: NodeFence, old?: NodeFence): boolean {
   return !old || changedBeyondStatus(f, old) || f.status?.phase !== old.status?.phase || f.status?.policy !== old.status?.policy;
 }
 
+/** A NodeFence this controller decided to create: waiting for a slot, under way, or made (and when). */
+interface PendingCreate {
+  intent: FenceIntent;
+  created?: NodeFence;
+  doneAt?: number;
+}
+
 /** What the last decision saw of a healthy node's Lease: a later renewal that keeps it so changes nothing. */
 interface Routine {
   holder: string | undefined;
@@ -98,7 +105,7 @@ export class NodeHealthController {
    * the cache yet. Each counts in the decision as a new fence of its node, so a pass while they are under way
    * neither decides them again nor gives their slots of maxConcurrentFences to other nodes.
    */
-  private readonly creating = new Map<string, { intent: FenceIntent; created?: NodeFence; doneAt?: number }>();
+  private readonly creating = new Map<string, PendingCreate>();
   private readonly createQueue: FenceIntent[] = [];
   private readonly createsRunning = new Set<Promise<void>>();
   /** NodeDown writes waiting, by pod (the latest decision wins), and those under way or just made. */
@@ -150,7 +157,7 @@ export class NodeHealthController {
   }
 
   /** `creating`, less the fences made that the cache now shows (or that it has not shown for CREATED_ECHO_MS). */
-  private pendingCreates(): Map<string, { intent: FenceIntent; created?: NodeFence; doneAt?: number }> {
+  private pendingCreates(): Map<string, PendingCreate> {
     const now = performance.now();
     for (const [node, c] of this.creating) {
       if (c.doneAt === undefined) continue;

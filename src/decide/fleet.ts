@@ -112,8 +112,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
   const healthOf = new Map<string, NodeHealth>();
   const candidates = new Map<string, (Candidate & { policy: FencingPolicy; health: NodeHealth; why: string })[]>();
   let nextCheckMs: number | undefined;
-  const wake = (t: DateTime | number | undefined) => {
-    const ms = typeof t === "number" ? t : t?.toMillis();
+  const wake = (ms: number | undefined) => {
     if (ms !== undefined && (nextCheckMs === undefined || ms < nextCheckMs)) nextCheckMs = ms;
   };
 
@@ -177,7 +176,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
           ? `partitioned since ${iso(since)}; guarded pods wait ${wait} s, until ${iso(fenceAt)}`
           : `partitioned since ${iso(partitionedSince)}, through a storm that ended at ${iso(since)}; guarded pods wait ${wait} s from then, until ${iso(fenceAt)}`,
       );
-      wake(fenceAt);
+      wake(fenceAt.toMillis());
       continue;
     }
     const pname = policy.metadata?.name ?? "";
@@ -240,7 +239,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
       else if (stormInStatus(policy)) {
         // The storm ends now (its end is recorded in the policy's status by this pass): its wait starts now.
         d("Waiting", `the storm guard lifts now; guarded pods wait again from now before ${c.node} is fenced`);
-        wake(i.now.plus({ seconds: 1 }));
+        wake(i.now.toMillis() + 1_000);
       } else if (blocked) {
         d("Held", blocked.message);
         if (!state.holds.some((h) => h.message === blocked.message)) state.holds.push(blocked);
