@@ -46,12 +46,17 @@ function setup(o: { nodes?: number; holdCreates?: boolean; leading?: () => boole
     heartbeatStalenessSeconds: () => 0,
   };
   const w = { order: [] as string[], inFlight: 0, peak: 0, open: () => {}, creates: 0, release: () => {} };
+  const fresh = { healthy: false };
   let gate = new Promise<void>((r) => (w.open = r));
   const created = new Promise<void>((r) => (w.release = r));
   /** What the apiserver holds; the cache sees a fence only when the test says so (its watch event). */
   const server = new Map<string, CachedFence>();
   const kube = {
-    freshHealth: async (name: string) => ({ node: ns.get(name), health: assessNode(ns.get(name)!, ls.get(name), now, 40) }),
+    // What the apiserver says right before a create: as the cache, unless a test makes every node heartbeat again.
+    freshHealth: async (name: string) => {
+      const n = fresh.healthy ? node(name, { heartbeat: now }) : ns.get(name)!;
+      return { node: n, health: assessNode(n, fresh.healthy ? lease(name, now, 40) : ls.get(name), now, 40) };
+    },
     createNodeFence: async (body: { metadata: { name: string }; spec: { nodeName: string; policy?: string } }) => {
       w.order.push(`fence ${body.metadata.name}`);
       w.creates++;
@@ -91,7 +96,7 @@ function setup(o: { nodes?: number; holdCreates?: boolean; leading?: () => boole
   /** The watch event of a created fence reaches the cache. */
   const echo = (name: string) => fences.set(name, server.get(name)!);
   const verdict = (name: string) => ctl.decide().decisions.find((d) => d.node === name)?.verdict;
-  return { ctl, w, reopen, fences, echo, verdict };
+  return { ctl, w, reopen, fences, echo, verdict, fresh };
 }
 
 test("a due fence is created before the pass's NodeDown writes, which do not hold the pass and yield while it is under way", async () => {
@@ -186,5 +191,16 @@ test("a NodeFence create that starts after this replica stopped leading is not m
   await pass;
   await ctl.fenceCreatesSettled();
   assert.equal(w.creates, 0);
+  await ctl.nodeDownSettled();
+});
+
+test("a NodeFence create whose fresh read finds the node healthy is not made, and the next pass decides again", async () => {
+  const { ctl, w, fresh, verdict } = setup();
+  fresh.healthy = true; // the cache still shows it silent; the apiserver says it is back
+  w.open();
+  await ctl.reconcile();
+  await ctl.fenceCreatesSettled();
+  assert.equal(w.creates, 0, "no create on the cache's word alone");
+  assert.equal(verdict("node-1"), "Fence", "not held as a fence: the next pass decides again from the cache");
   await ctl.nodeDownSettled();
 });
