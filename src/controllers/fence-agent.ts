@@ -1,11 +1,12 @@
 // The FenceAgent controller: reports in the agent's Ready condition (and an Event when it turns bad)
 // whether it could fence the nodes its policies give it — before a node fails, not during the fence.
+import { setImmediate } from "node:timers/promises";
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FenceAgent, type FencingPolicy } from "../api/v1alpha1.ts";
 import { secretKey, secretRefsFor } from "../agents/parameters.ts";
 import { loadRules } from "../agents/registry.ts";
-import { checkAgent, nodesForAgent, type AgentCheck } from "../decide/agent-check.ts";
+import { checkAgentInSteps, nodesForAgent, type AgentCheck } from "../decide/agent-check.ts";
 import { isNotFound, statusCode, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
@@ -29,6 +30,15 @@ export interface FenceAgentDeps {
  */
 export function agentsForPolicyEvent(agents: readonly FenceAgent[], p: FencingPolicy, old?: FencingPolicy): string[] {
   return changedBeyondStatus(p, old) ? agents.map((a) => a.metadata?.name ?? "") : [];
+}
+
+/** Runs a check in steps, letting the event loop run everything waiting between two steps. */
+export async function inTurns<T>(steps: Generator<void, T>): Promise<T> {
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    await setImmediate();
+  }
 }
 
 export class FenceAgentController {
@@ -68,7 +78,7 @@ export class FenceAgentController {
           message: `the operator may not read Secret ${forbidden.join(", ")}: keep credentials in the operator's namespace, or grant its ServiceAccount get on secrets there (a Role and RoleBinding)`,
           nodes: [],
         }
-      : checkAgent(agent, nodes, secrets, allNodes);
+      : await inTurns(checkAgentInSteps(agent, nodes, secrets, allNodes));
     const gen = agent.metadata?.generation;
     const before = findCondition(agent.status?.conditions as Condition[] | undefined, "Ready");
     const conditions = setCondition(

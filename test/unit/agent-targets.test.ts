@@ -6,12 +6,13 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { V1Node } from "@kubernetes/client-node";
 import type { FenceAgent } from "../../src/api/v1alpha1.ts";
-import { checkUniqueTarget, duplicateTargets, sameMachine } from "../../src/agents/targets.ts";
+import { CHECK_CHUNK, checkUniqueTarget, duplicateTargets, sameMachine, targetOf } from "../../src/agents/targets.ts";
 import { ipmiRules } from "../../src/agents/ipmi.ts";
 import { rulesFromMetadata } from "../../src/agents/fence-agent.ts";
 import { parseMetadata } from "../../src/agents/fence-metadata.ts";
 import type { FenceAgentSpec } from "../../src/agents/parameters.ts";
-import { checkAgent } from "../../src/decide/agent-check.ts";
+import { checkAgent, checkAgentInSteps } from "../../src/decide/agent-check.ts";
+import type { FencingTarget } from "../../src/agents/types.ts";
 
 const fixture = (agent: string) => readFileSync(join(import.meta.dirname, "../fixtures/fence-agents", `${agent}.xml`), "utf8");
 const apc = rulesFromMetadata(parseMetadata(fixture("fence_apc")));
@@ -127,5 +128,82 @@ describe("duplicateTargets and the FenceAgent's Ready condition", () => {
     assert.equal(c.reason, "DuplicateTarget");
     assert.match(c.message, /node-1, node-3 all resolve to 10\.0\.0\.1:623/);
     assert.equal(checkAgent(a, [nodes[0]!], secrets).reason, "Valid", "without the other Node, nothing is shared");
+  });
+});
+
+describe("duplicateTargets at scale", () => {
+  // The grouping as it was written first: every pair of one device's nodes compared. The indexed one must agree.
+  function naive(spec: FenceAgentSpec, ns: readonly V1Node[]): { target: string; nodes: string[] }[] {
+    const byDevice = new Map<string, { name: string; target: FencingTarget }[]>();
+    for (const x of ns) {
+      const target = targetOf(spec, x, apc);
+      if (target) byDevice.set(target.device, [...(byDevice.get(target.device) ?? []), { name: x.metadata!.name!, target }]);
+    }
+    const groups: { target: string; nodes: string[] }[] = [];
+    for (const list of byDevice.values()) {
+      list.sort((a, b) => a.name.localeCompare(b.name));
+      const seen = new Set<string>();
+      for (const a of list) {
+        if (seen.has(a.name)) continue;
+        const same = list.filter((b) => b.name !== a.name && !seen.has(b.name) && sameMachine(a.target, b.target));
+        if (same.length === 0) continue;
+        for (const b of [a, ...same]) seen.add(b.name);
+        const t = a.target;
+        groups.push({
+          target: `${t.device}${t.outlets.length ? ` plug ${t.outlets.join(",")}` : ""}`,
+          nodes: [a.name, ...same.map((b) => b.name)],
+        });
+      }
+    }
+    return groups.sort((a, b) => a.nodes[0]!.localeCompare(b.nodes[0]!));
+  }
+
+  test("indexing outlets groups exactly as comparing every pair does (random PDUs, plugs and whole devices)", () => {
+    let seed = 12;
+    const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+    for (let round = 0; round < 300; round++) {
+      const count = 1 + rand(12);
+      const ns = Array.from({ length: count }, (_, i) => n(`node-${String.fromCharCode(97 + rand(26))}${i}`));
+      const nodesSpec: Record<string, { parameters: Record<string, string> }> = {};
+      for (const x of ns) {
+        const plugs = [...new Set(Array.from({ length: rand(3) }, () => String(1 + rand(5))))];
+        nodesSpec[x.metadata!.name!] = { parameters: { ip: `pdu-${rand(2)}`, ...(plugs.length ? { plug: plugs.join(",") } : {}) } };
+      }
+      const spec: FenceAgentSpec = { type: "fenceAgent", agent: "fence_apc", nodes: nodesSpec };
+      assert.deepEqual(duplicateTargets(spec, ns, apc), naive(spec, ns), JSON.stringify(nodesSpec));
+    }
+  });
+
+  test("one device driving 5,000 machines by plug: the duplicate found without comparing every pair", () => {
+    const ns = Array.from({ length: 5000 }, (_, i) => n(`node-${i}`));
+    const nodesSpec = Object.fromEntries(
+      ns.map((x, i) => [x.metadata!.name!, { parameters: { ip: "vcenter", plug: `vm-${i === 4999 ? 7 : i}` } }]),
+    );
+    const spec: FenceAgentSpec = { type: "fenceAgent", agent: "fence_apc", nodes: nodesSpec };
+    // Every comparison of two machines reads both devices: count the reads.
+    let reads = 0;
+    const counted = (t: FencingTarget) => new Proxy(t, { get: (o, k) => (k === "device" && reads++, o[k as keyof FencingTarget]) });
+    const counting = { ...apc, target: (p: Record<string, string>, node?: string) => apc.target(p, node) && counted(apc.target(p, node)!) };
+    assert.deepEqual(duplicateTargets(spec, ns, counting), [{ target: "vcenter:23 plug vm-7", nodes: ["node-4999", "node-7"] }]);
+    assert.ok(reads < 4 * 5000, `${reads} reads of a device: every pair would be over 12 million`);
+  });
+
+  test("the check in steps yields every CHECK_CHUNK nodes and ends with checkAgent's answer", () => {
+    const ns = Array.from({ length: 1000 }, (_, i) => n(`node-${i}`));
+    const a: FenceAgent = {
+      apiVersion: "stockade.io/v1alpha1",
+      kind: "FenceAgent",
+      metadata: { name: "pdu" },
+      spec: { type: "ipmi", credentialsSecretRef: { namespace: "s", name: "bmc" }, nodeTemplates: { address: "{{ name }}.bmc" } },
+    };
+    const secrets = new Map([["s/bmc", { password: "pw", username: "admin" }]]);
+    const steps = checkAgentInSteps(a, ns, secrets);
+    let yields = 0;
+    let r = steps.next();
+    for (; !r.done; r = steps.next()) yields++;
+    assert.deepEqual(r.value, checkAgent(a, ns, secrets));
+    assert.equal(r.value.reason, "Valid");
+    // 1,000 nodes' parameters, then 1,000 nodes' targets.
+    assert.equal(yields, (2 * 1000) / CHECK_CHUNK);
   });
 });
