@@ -1,6 +1,5 @@
 // The FenceAgent controller: reports in the agent's Ready condition (and an Event when it turns bad)
 // whether it could fence the nodes its policies give it — before a node fails, not during the fence.
-import { setImmediate } from "node:timers/promises";
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FenceAgent, type FencingPolicy } from "../api/v1alpha1.ts";
@@ -12,6 +11,7 @@ import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import { changedBeyondStatus } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
+import { inTurns } from "../runtime/steps.ts";
 
 export interface FenceAgentDeps {
   kube: Kube;
@@ -30,15 +30,6 @@ export interface FenceAgentDeps {
  */
 export function agentsForPolicyEvent(agents: readonly FenceAgent[], p: FencingPolicy, old?: FencingPolicy): string[] {
   return changedBeyondStatus(p, old) ? agents.map((a) => a.metadata?.name ?? "") : [];
-}
-
-/** Runs a check in steps, letting the event loop run everything waiting between two steps. */
-export async function inTurns<T>(steps: Generator<void, T>): Promise<T> {
-  for (;;) {
-    const r = steps.next();
-    if (r.done) return r.value;
-    await setImmediate();
-  }
 }
 
 export class FenceAgentController {

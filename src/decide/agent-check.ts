@@ -7,8 +7,9 @@ import type { V1Node } from "@kubernetes/client-node";
 import type { FenceAgent, FencingPolicy } from "../api/v1alpha1.ts";
 import { resolveParameters, secretKey, secretRefsFor } from "../agents/parameters.ts";
 import { driverFor, rulesFor, storageDriverFor } from "../agents/registry.ts";
-import { CHECK_CHUNK, duplicateTargetsInSteps, runSteps } from "../agents/targets.ts";
+import { CHECK_CHUNK, duplicateTargetsInSteps } from "../agents/targets.ts";
 import type { ParameterRules } from "../agents/types.ts";
+import { runSteps } from "../runtime/steps.ts";
 import { matchesSelector } from "./selectors.ts";
 
 export interface AgentCheck {
