@@ -138,8 +138,12 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
     const loser = all.find((p) => p.metadata?.uid !== winner.metadata?.uid)!;
     assert.equal(loser.status?.phase, "Pending");
     const waiting = await events(loser.metadata!.name!, "WaitingForClaim");
-    // Named as the holder, or (when the claim in the operator's cache did not show the grant yet) as a live user.
-    assert.match(waiting[0]?.message ?? "", new RegExp(`${winner.metadata?.name} (holds it \\(token 1\\)|uses it on node )`));
+    // Named as the holder, or (when the claim in the operator's cache did not show the grant yet) as a user on its
+    // node or, not scheduled yet, as granted by the token its gate lift wrote.
+    assert.match(
+      waiting[0]?.message ?? "",
+      new RegExp(`${winner.metadata?.name} (holds it \\(token 1\\)|uses it on node |was granted it \\(token 1\\))`),
+    );
     assert.equal(winner.metadata?.annotations?.[TOKEN_ANNOTATION], "1");
     // Graceful delete: the kubelet confirms, the pod object goes, the loser is granted.
     await bed.lab.core.deleteNamespacedPod({ name: winner.metadata!.name!, namespace: NS });

@@ -160,7 +160,7 @@ export type ClaimDecision =
   | { kind: "invalid"; message: string };
 
 /** Why a pod that uses the claim may still run an instance of it, or undefined when it cannot. */
-export function liveUse(p: V1Pod, lock: ClaimLock | undefined, fencedNodes: ReadonlyMap<string, Date>): string | undefined {
+export function liveUse(p: V1Pod, claim: string, lock: ClaimLock | undefined, fencedNodes: ReadonlyMap<string, Date>): string | undefined {
   if (isFinished(p)) return undefined;
   const node = p.spec?.nodeName;
   const fenced = node ? fencedNodes.get(node) : undefined;
@@ -173,6 +173,9 @@ export function liveUse(p: V1Pod, lock: ClaimLock | undefined, fencedNodes: Read
   if (holds) return `${name} holds it (token ${lock?.token})${node ? ` on node ${node}` : ""}`;
   if (node)
     return `${name} uses it on node ${node}${p.metadata?.deletionTimestamp ? " (terminating; its kubelet has not confirmed yet)" : ""}`;
+  // Granted after the claim read here (a cached claim may lag the pod list): the gate lift wrote its token.
+  const token = podTokens(p)[claim];
+  if (token) return `${name} was granted it (token ${token}) and may be scheduled at any moment`;
   return `${name} uses it and may be scheduled at any moment (it was created without Stockade's gate)`;
 }
 
@@ -187,7 +190,7 @@ export function decideClaim(o: ClaimObservation): ClaimDecision {
   if (o.pvc.metadata?.deletionTimestamp)
     return { kind: "wait", reason: "ClaimTerminating", message: `claim ${claim} is being deleted`, holders: [] };
   const users = o.pods.filter((p) => p.metadata?.uid !== uid && claimNames(p).includes(claim));
-  const holders = users.flatMap((p) => liveUse(p, lock, o.fencedNodes) ?? []);
+  const holders = users.flatMap((p) => liveUse(p, claim, lock, o.fencedNodes) ?? []);
   // The recorded holder may be a pod we no longer see at all (deleted): then it is gone, nothing to wait for.
   if (holders.length)
     return {

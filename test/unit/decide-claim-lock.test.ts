@@ -162,7 +162,19 @@ describe("decideClaim", () => {
   test("an unscheduled pod created without the gate may be scheduled any moment: it counts", () => {
     const loose = gated("loose");
     loose.spec!.schedulingGates = [];
-    assert.equal(observe(claim(), gated("db-0"), [loose]).kind, "wait");
+    const d = observe(claim(), gated("db-0"), [loose]);
+    assert.equal(d.kind, "wait");
+    assert.match((d as { message: string }).message, /loose uses it and may be scheduled at any moment \(it was created without/);
+  });
+
+  test("a pod granted after the claim was read (its gate lifted, its token written) waits the requester, named as granted", () => {
+    // The claim as read (a cache behind the fresh pod list) shows no holder; the pod's own token says it was granted.
+    const winner = gated("winner");
+    winner.spec!.schedulingGates = [];
+    winner.metadata!.annotations = { [TOKENS_ANNOTATION]: JSON.stringify({ data: 1 }) };
+    const d = observe(claim(), gated("db-0"), [winner]);
+    assert.equal(d.kind, "wait");
+    assert.match((d as { message: string }).message, /winner was granted it \(token 1\) and may be scheduled at any moment/);
   });
 
   test("other gated waiters do not count, but a gated pod already granted does", () => {
