@@ -35,11 +35,12 @@ for (let i = 0; i < nodes; i++) {
     status: {
       nodeInfo: { bootID: `boot-${name}` } as never,
       conditions: [
-        { type: "Ready", status: down ? "Unknown" : "True", lastHeartbeatTime: beat.minus({ seconds: 60 }).toJSDate() } as never,
+        // ISO strings, as a watch event carries them (most of the cache at steady state), not a list's Dates.
+        { type: "Ready", status: down ? "Unknown" : "True", lastHeartbeatTime: beat.minus({ seconds: 60 }).toISO() } as never,
       ],
     },
   });
-  leases.set(name, { metadata: { name }, spec: { holderIdentity: name, leaseDurationSeconds: 40, renewTime: beat.toJSDate() as never } });
+  leases.set(name, { metadata: { name }, spec: { holderIdentity: name, leaseDurationSeconds: 40, renewTime: beat.toISO() as never } });
 }
 const tolerations = [
   { key: "node.kubernetes.io/not-ready", operator: "Exists", effect: "NoExecute", tolerationSeconds: 300 },

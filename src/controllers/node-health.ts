@@ -93,12 +93,16 @@ interface Routine {
   duration: number | undefined;
   /** Until then (epoch ms) the node is not lagging even without another renewal. */
   quietUntil: number;
+  /** The pass that found the node routine: an entry of an earlier pass counts as none. */
+  pass: number;
 }
 
 export class NodeHealthController {
-  private readonly lastVerdict = new Map<string, string>();
+  /** What the log last said of each node: a line is written when it changes. */
+  private readonly lastVerdict = new Map<string, { verdict: string; message: string }>();
   /** Nodes the last decision found Healthy, Ready and not lagging, with what it saw of their Leases. */
   private readonly routine = new Map<string, Routine>();
+  private pass = 0;
   private readonly failing = new Map<string, { failures: number; retryAt: number }>();
   /**
    * NodeFences this controller decided to create, by node: waiting for a slot, being created, or created and not in
@@ -177,7 +181,7 @@ export class NodeHealthController {
    */
   isRoutineRenewal(lease: V1Lease): boolean {
     const seen = this.routine.get(lease.metadata?.name ?? "");
-    if (!seen) return false;
+    if (!seen || seen.pass !== this.pass) return false;
     if (lease.spec?.holderIdentity !== seen.holder || lease.spec?.leaseDurationSeconds !== seen.duration) return false;
     return this.d.clock().toMillis() < seen.quietUntil;
   }
@@ -191,7 +195,7 @@ export class NodeHealthController {
   isRoutineNodeUpdate(n: V1Node, old?: V1Node): boolean {
     if (!old) return false;
     const seen = this.routine.get(n.metadata?.name ?? "");
-    if (!seen || this.d.clock().toMillis() >= seen.quietUntil) return false;
+    if (!seen || seen.pass !== this.pass || this.d.clock().toMillis() >= seen.quietUntil) return false;
     return !nodeChangedBeyondHeartbeat(n, old);
   }
 
@@ -251,18 +255,27 @@ export class NodeHealthController {
     while (this.createsRunning.size) await Promise.all(this.createsRunning);
   }
 
+  // Entries are updated in place and stamped with the pass, not made anew: 5,000 a pass at 5,000 nodes.
   private rememberRoutine(d: FleetDecision): void {
-    this.routine.clear();
+    const pass = ++this.pass;
     for (const x of d.decisions) {
       const h = x.health;
       if (h.state !== "Healthy" || h.ready !== "True" || h.lagging || h.silent || h.lastHeartbeatMs === undefined) continue;
       const lease = this.d.caches.leaseOf(x.node);
-      this.routine.set(x.node, {
-        holder: lease?.spec?.holderIdentity,
-        duration: lease?.spec?.leaseDurationSeconds,
-        quietUntil: h.lastHeartbeatMs + lagSecondsOf(lease, h.timeoutSeconds) * 1000,
-      });
+      const holder = lease?.spec?.holderIdentity;
+      const duration = lease?.spec?.leaseDurationSeconds;
+      const quietUntil = h.lastHeartbeatMs + lagSecondsOf(lease, h.timeoutSeconds) * 1000;
+      const seen = this.routine.get(x.node);
+      if (!seen) this.routine.set(x.node, { holder, duration, quietUntil, pass });
+      else {
+        seen.holder = holder;
+        seen.duration = duration;
+        seen.quietUntil = quietUntil;
+        seen.pass = pass;
+      }
     }
+    // Nodes deleted or no longer routine keep an old entry (which counts as none) until they are as many as the fleet.
+    if (this.routine.size > 2 * d.decisions.length) for (const [n, r] of this.routine) if (r.pass !== pass) this.routine.delete(n);
   }
 
   /** Runs one object's write; a failure is logged and retried for that object alone, with backoff. */
@@ -284,9 +297,9 @@ export class NodeHealthController {
 
   private logDecisions(d: FleetDecision): void {
     for (const x of d.decisions) {
-      const key = `${x.verdict}|${x.message}`;
-      if (this.lastVerdict.get(x.node) === key) continue;
-      this.lastVerdict.set(x.node, key);
+      const last = this.lastVerdict.get(x.node);
+      if (last?.verdict === x.verdict && last.message === x.message) continue;
+      this.lastVerdict.set(x.node, { verdict: x.verdict, message: x.message });
       this.d.log.info(
         {
           node: x.node,

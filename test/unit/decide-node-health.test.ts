@@ -127,6 +127,27 @@ describe("assessNode", () => {
     assert.equal(h.lastHeartbeat?.toUTC().toISO(), "2026-01-01T00:01:00.123Z");
   });
 
+  test("a heartbeat string changed in place on the same object is read again, never the one parsed before", () => {
+    // Parsed strings are kept per holding object (a pass reads every node's heartbeats); a cache that changed an
+    // object in place must still be read as it is now: an old renewal would make a live node look silent.
+    const l = lease("node-1", undefined);
+    const spec = l.spec as unknown as { renewTime: string };
+    const n = node("node-1", { ready: "Unknown" });
+    const ready = readyCondition(n) as unknown as { lastHeartbeatTime: string };
+    ready.lastHeartbeatTime = "2026-01-01T00:00:00Z";
+    spec.renewTime = "2026-01-01T00:00:10Z";
+    assert.equal(assessNode(n, l, at(60), TIMEOUT).state, "Partitioned");
+    spec.renewTime = "2026-01-01T00:00:50Z";
+    const h = assessNode(n, l, at(60), TIMEOUT);
+    assert.equal(h.state, "Suspect", "the new renewal counts");
+    same(h.lastHeartbeat, at(50));
+    spec.renewTime = "2026-01-01T00:00:10Z";
+    ready.lastHeartbeatTime = "2026-01-01T00:00:55Z";
+    same(assessNode(n, l, at(60), TIMEOUT).lastHeartbeat, at(55), "and the Ready condition's");
+    ready.lastHeartbeatTime = "not a time";
+    same(assessNode(n, l, at(60), TIMEOUT).lastHeartbeat, at(10), "an unreadable one is none");
+  });
+
   test("missing bootID and name are empty strings, not undefined", () => {
     const n = node("node-1");
     delete n.status!.nodeInfo;

@@ -40,7 +40,7 @@ function world() {
     leadership: { assertLeading() {} } as never,
   } as never);
   /** node-1 last renewed at `beat` (seconds after T0), Ready as given; 40 s Leases (two renewals: 20 s). */
-  const set = (beat: number, ready: "True" | "Unknown" = "True", holder = "node-1") => {
+  const set = (beat: number, ready: "True" | "False" | "Unknown" = "True", holder = "node-1") => {
     nodes.set("node-1", node("node-1", { ready, heartbeat: at(beat) }));
     const l = lease("node-1", at(beat), 40);
     l.spec!.holderIdentity = holder;
@@ -80,6 +80,19 @@ test("anything that may change a decision runs it: a renewal after a lag, a new 
   await w.ctl.reconcile(); // partitioned now
   w.tick(51);
   assert.equal(w.ctl.isRoutineRenewal(w.set(51, "Unknown")), false, "a node back from a partition");
+});
+
+test("a node the last decision found routine but the next did not (Ready=False) is not routine, even before it could lag", async () => {
+  const w = world();
+  w.set(0);
+  await w.ctl.reconcile();
+  w.tick(5);
+  w.set(5, "False");
+  await w.ctl.reconcile(); // Suspect now: its entry of the first pass must not count
+  w.tick(6);
+  assert.equal(w.ctl.isRoutineRenewal(w.set(6, "False")), false);
+  const n = w.nodes.get("node-1")!;
+  assert.equal(w.ctl.isRoutineNodeUpdate(n, structuredClone(n)), false);
 });
 
 test("a healthy node's routine status write (heartbeat times only) skips the fleet decision; any other change runs it", async () => {
