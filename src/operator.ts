@@ -17,6 +17,7 @@ import { FenceAgentController, agentsForPolicyEvent } from "./controllers/fence-
 import { NodeFenceController } from "./controllers/node-fence.ts";
 import { FLEET_KEY, NodeHealthController, fleetReadsChange } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
+import { readyCondition } from "./decide/node-health.ts";
 import { ADMISSION_POLICY, checkAdmissionPolicy } from "./kube/admission-check.ts";
 import { Kube } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
@@ -158,8 +159,13 @@ export class Operator {
     const c = this.caches;
     enqueueFrom(c.policies, this.fleet.queue, () => FLEET_KEY);
     // Nodes at once (a Ready condition turning Unknown is half of a partition), but not a healthy node's routine
-    // status write (NodeHealthController.isRoutineNodeUpdate); the pass runs at least every 5 s anyway.
-    enqueueFrom(c.nodes, this.fleet.queue, (n, old) => (this.health.isRoutineNodeUpdate(n, old) ? undefined : FLEET_KEY));
+    // status write (NodeHealthController.isRoutineNodeUpdate); the pass runs at least every 5 s anyway. A Ready
+    // status that changed does not wait for the pass's rest either: it is what makes a partitioned node's fence due.
+    enqueueFrom(c.nodes, this.fleet.queue, (n, old) => {
+      if (this.health.isRoutineNodeUpdate(n, old)) return undefined;
+      if (readyCondition(n)?.status !== (old && readyCondition(old)?.status)) this.fleet.hurry();
+      return FLEET_KEY;
+    });
     // Pods, claims and budgets change all the time in a big cluster (every pod status update), and one pass of the
     // fleet decision reads them all: their changes reach it within a second, coalesced into one pass.
     const soon = () => this.fleet.queue.addAfter(FLEET_KEY, OBJECT_EVENTS_COALESCE_MS);

@@ -1,6 +1,5 @@
 // Worker loops around a WorkQueue, the way controller-runtime runs a Reconciler: a failed reconcile is
 // retried with backoff, a successful one resets the backoff and may ask to be run again later.
-import { setTimeout as sleep } from "node:timers/promises";
 import { isDeepStrictEqual } from "node:util";
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Informer } from "./informer.ts";
@@ -30,7 +29,8 @@ export interface ControllerOptions {
    * How long a worker rests after each reconcile before it takes its next key (read after the reconcile). Keys added
    * meanwhile wait and are taken as one. For a reconcile that holds the event loop for long (the fleet pass: ~0.5 s at
    * 5,000 nodes, run back to back during a burst of failures) so that everything else — every NodeFence's round
-   * trips — still gets its turn.
+   * trips — still gets its turn. A rest ends sooner at the reconcile's own requeueAfterMs (a deadline it named) and
+   * at `hurry()`.
    */
   restMs?: () => number;
 }
@@ -40,6 +40,7 @@ export class Controller {
   readonly queue: WorkQueue;
   private readonly o: ControllerOptions;
   private loops: Promise<void>[] = [];
+  private readonly resting = new Set<() => void>();
 
   constructor(o: ControllerOptions) {
     this.o = o;
@@ -53,9 +54,18 @@ export class Controller {
     for (let i = 0; i < workers; i++) this.loops.push(this.work());
   }
 
+  /**
+   * Ends the workers' rests now: for an event that may make something due at once (a node's Ready condition turning
+   * Unknown makes its fence due), which must not wait behind a rest of up to a second.
+   */
+  hurry(): void {
+    for (const wake of [...this.resting]) wake();
+  }
+
   /** Shuts the queue down and waits for the reconciles in flight to finish. */
   async stop(): Promise<void> {
     this.queue.shutDown();
+    this.hurry();
     await Promise.all(this.loops);
   }
 
@@ -63,10 +73,14 @@ export class Controller {
     for (;;) {
       const key = await this.queue.get();
       if (key === undefined) return;
+      let rest = Infinity;
       try {
         const result = await this.o.reconcile(key);
         this.queue.forget(key);
-        if (result?.requeueAfterMs !== undefined) this.queue.addAfter(key, result.requeueAfterMs);
+        if (result?.requeueAfterMs !== undefined) {
+          this.queue.addAfter(key, result.requeueAfterMs);
+          rest = result.requeueAfterMs;
+        }
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         this.o.log.error(
@@ -77,9 +91,21 @@ export class Controller {
       } finally {
         this.queue.done(key);
       }
-      const rest = this.o.restMs?.() ?? 0;
-      if (rest > 0) await sleep(rest);
+      rest = Math.min(rest, this.o.restMs?.() ?? 0);
+      if (rest > 0) await this.rest(rest);
     }
+  }
+
+  private rest(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.resting.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.resting.add(wake);
+    });
   }
 }
 

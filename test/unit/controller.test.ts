@@ -112,6 +112,37 @@ test("restMs: the worker rests after each reconcile, and the keys added meanwhil
   }
 });
 
+test("restMs: a rest ends at the reconcile's own requeueAfterMs, at hurry(), and at stop()", async () => {
+  const q = queue();
+  const starts: number[] = [];
+  const c = new Controller({
+    name: "test",
+    queue: q,
+    log: memoryLog(),
+    restMs: () => 60_000,
+    reconcile: async () => {
+      starts.push(performance.now());
+      // The first names a deadline in 40 ms; the others nothing, so that a full rest follows them.
+      return starts.length === 1 ? { requeueAfterMs: 40 } : undefined;
+    },
+  });
+  c.start();
+  q.add("fleet");
+  await until(() => starts.length === 2, "the requeue after 40 ms, not after the minute's rest", 2_000);
+  await sleep(100);
+  assert.equal(starts.length, 2, "resting");
+  q.add("fleet");
+  await sleep(100);
+  assert.equal(starts.length, 2, "a key added during the rest waits for it");
+  const t = performance.now();
+  c.hurry();
+  await until(() => starts.length === 3, "hurry() ends the rest", 1_000);
+  assert.ok(starts[2]! - t < 100, `reconciled ${(starts[2]! - t).toFixed(0)} ms after hurry()`);
+  const t2 = performance.now();
+  await c.stop();
+  assert.ok(performance.now() - t2 < 1_000, "stop() does not wait out a rest");
+});
+
 test("several workers never reconcile the same key concurrently", async () => {
   const q = queue();
   const inFlight = new Set<string>();
