@@ -36,6 +36,12 @@ const ADMISSION_CHECK_MS = 10 * 60_000;
 const TLS_CHECK_MS = 60 * 60_000;
 /** Pod, claim and budget events reach the fleet decision within this, many as one pass. */
 const OBJECT_EVENTS_COALESCE_MS = 1_000;
+/**
+ * A node's Ready turning Unknown ends the fleet pass's rest at most this often. A node's own kubelet can write its
+ * Ready condition as often as it likes: unbounded, a flapping node would run passes back to back, taking the event
+ * loop from every fence under way.
+ */
+const HURRY_MIN_INTERVAL_MS = 1_000;
 
 const errorText = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -159,11 +165,16 @@ export class Operator {
     const c = this.caches;
     enqueueFrom(c.policies, this.fleet.queue, () => FLEET_KEY);
     // Nodes at once (a Ready condition turning Unknown is half of a partition), but not a healthy node's routine
-    // status write (NodeHealthController.isRoutineNodeUpdate); the pass runs at least every 5 s anyway. A Ready
-    // status that changed does not wait for the pass's rest either: it is what makes a partitioned node's fence due.
+    // status write (NodeHealthController.isRoutineNodeUpdate); the pass runs at least every 5 s anyway. Ready turning
+    // Unknown does not wait for the pass's rest either: it is what makes a partitioned node's fence due.
+    let hurried = -Infinity;
     enqueueFrom(c.nodes, this.fleet.queue, (n, old) => {
       if (this.health.isRoutineNodeUpdate(n, old)) return undefined;
-      if (readyCondition(n)?.status !== (old && readyCondition(old)?.status)) this.fleet.hurry();
+      const unknown = readyCondition(n)?.status === "Unknown" && (!old || readyCondition(old)?.status !== "Unknown");
+      if (unknown && performance.now() - hurried >= HURRY_MIN_INTERVAL_MS) {
+        hurried = performance.now();
+        this.fleet.hurry();
+      }
       return FLEET_KEY;
     });
     // Pods, claims and budgets change all the time in a big cluster (every pod status update), and one pass of the
