@@ -17,7 +17,7 @@ import { FenceAgentController, agentsForPolicyEvent } from "./controllers/fence-
 import { NodeFenceController } from "./controllers/node-fence.ts";
 import { FLEET_KEY, NodeHealthController, fleetReadsChange } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
-import { readyCondition } from "./decide/node-health.ts";
+import { readyTurnedUnknown } from "./decide/node-health.ts";
 import { ADMISSION_POLICY, checkAdmissionPolicy } from "./kube/admission-check.ts";
 import { Kube } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
@@ -170,8 +170,7 @@ export class Operator {
     let hurried = -Infinity;
     enqueueFrom(c.nodes, this.fleet.queue, (n, old) => {
       if (this.health.isRoutineNodeUpdate(n, old)) return undefined;
-      const unknown = readyCondition(n)?.status === "Unknown" && (!old || readyCondition(old)?.status !== "Unknown");
-      if (unknown && performance.now() - hurried >= HURRY_MIN_INTERVAL_MS) {
+      if (readyTurnedUnknown(n, old) && performance.now() - hurried >= HURRY_MIN_INTERVAL_MS) {
         hurried = performance.now();
         this.fleet.hurry();
       }

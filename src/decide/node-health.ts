@@ -78,6 +78,11 @@ export function readyCondition(node: V1Node) {
   return node.status?.conditions?.find((c) => c.type === "Ready");
 }
 
+/** Whether this Node update (or add: no `old`) turned its Ready condition Unknown: what makes a partitioned node's fence due. */
+export function readyTurnedUnknown(n: V1Node, old: V1Node | undefined): boolean {
+  return readyCondition(n)?.status === "Unknown" && (!old || readyCondition(old)?.status !== "Unknown");
+}
+
 /** Epoch milliseconds of a timestamp as the API client gives it (a Date from a list, a string from a watch). */
 function millisOf(v: Date | string | undefined | null): number | undefined {
   if (v === undefined || v === null) return undefined;

@@ -1,6 +1,6 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { assessNode, readyCondition, toDateTime } from "../../src/decide/node-health.ts";
+import { assessNode, readyCondition, readyTurnedUnknown, toDateTime } from "../../src/decide/node-health.ts";
 import { T0, at, lease, node } from "./decide-fixtures.ts";
 
 const TIMEOUT = 40;
@@ -15,6 +15,20 @@ describe("toDateTime", () => {
     assert.equal(toDateTime(null), undefined);
     assert.equal(toDateTime("not a time"), undefined);
     assert.equal(toDateTime(new Date(Number.NaN)), undefined);
+  });
+});
+
+describe("readyTurnedUnknown", () => {
+  test("only a change to Unknown (or a node added Unknown) counts", () => {
+    const n = (ready: "True" | "False" | "Unknown" | null) => node("node-1", { ready, heartbeat: T0 });
+    assert.equal(readyTurnedUnknown(n("Unknown"), n("True")), true);
+    assert.equal(readyTurnedUnknown(n("Unknown"), n("False")), true);
+    assert.equal(readyTurnedUnknown(n("Unknown"), n(null)), true);
+    assert.equal(readyTurnedUnknown(n("Unknown"), undefined), true, "added");
+    assert.equal(readyTurnedUnknown(n("Unknown"), n("Unknown")), false, "still Unknown");
+    assert.equal(readyTurnedUnknown(n("True"), n("Unknown")), false, "back");
+    assert.equal(readyTurnedUnknown(n("False"), n("True")), false);
+    assert.equal(readyTurnedUnknown(n(null), n("True")), false);
   });
 });
 
