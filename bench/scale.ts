@@ -23,7 +23,16 @@ import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
-import { addScaleNodes, addScalePods, retimeScaleKwok, SCALE_LABEL, SCALE_LEASE_SECONDS, silence, startScaleKwok } from "../lab/scale.ts";
+import {
+  addScaleNodes,
+  addScalePods,
+  confirmSilence,
+  retimeScaleKwok,
+  SCALE_LABEL,
+  SCALE_LEASE_SECONDS,
+  silence,
+  startScaleKwok,
+} from "../lab/scale.ts";
 import { INSTANT_AGENT, installInstantAgent } from "../lab/instant-agent.ts";
 import { CoordinationV1Api, CustomObjectsApi, type V1Node } from "@kubernetes/client-node";
 import { Informer } from "../src/runtime/informer.ts";
@@ -315,6 +324,18 @@ async function measureFailures(all: readonly string[], addr: string): Promise<vo
   const tSilence = Date.now();
   await silence(lab, victims);
   console.log(`${victims.length} nodes silenced at once (${secs(Date.now() - tSilence)} to relabel them all)`);
+  // Side by side with the burst: a victim kwok goes on renewing (its watch missed the relabel) is relabeled again.
+  const confirming = confirmSilence(lab, victims, tSilence).then(
+    ({ relabeled, stillRenewed }) => {
+      if (relabeled.length)
+        console.log(
+          `kwok went on renewing ${relabeled.length} of them after the relabel (${relabeled.join(", ")}): relabeled on and silent again` +
+            (stillRenewed.length ? `; still renewed after that: ${stillRenewed.join(", ")}` : ""),
+        );
+    },
+    (err: unknown) =>
+      console.log(`checking that the silenced nodes went silent failed: ${err instanceof Error ? err.message : String(err)}`),
+  );
   try {
     await waitFor(`${victims.length} NodeFences Released`, async () => [...seen.values()].every((s) => s.released), {
       timeoutMs: (TIMEOUT_S + FENCE_AFTER_S + 240) * 1000,
@@ -325,6 +346,7 @@ async function measureFailures(all: readonly string[], addr: string): Promise<vo
     silentNodes.stop();
   }
   const tDone = Date.now();
+  await confirming;
   await burstLoad(before, await scrape(addr), tSilence, tDone);
   const coordination = lab.kc.makeApiClient(CoordinationV1Api);
   const rows: { due: number; created: number; fenced: number; released: number }[] = [];

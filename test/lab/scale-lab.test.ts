@@ -17,6 +17,7 @@ import {
   addScaleNodes,
   addScalePods,
   retimeScaleKwok,
+  confirmSilence,
   silence,
   startScaleKwok,
 } from "../../lab/scale.ts";
@@ -141,6 +142,17 @@ describe("scale lab", () => {
       assert.ok(later[i]!.at <= t0 + 3000, `${quiet[i]} renewed at ${new Date(later[i]!.at).toISOString()}, after it was silenced`);
     }
     for (let i = quiet.length; i < later.length; i++) assert.ok(later[i]!.at > before[i]!.at, `${loud[i - quiet.length]} kept renewing`);
+  });
+
+  test("confirmSilence: a node kwok still renews after the silence (here: one never relabeled) is relabeled and goes silent; silent ones are left", async () => {
+    const quiet = names.slice(0, 5); // silenced by the test before
+    const missed = names[8]!; // kwok renews it, as when its watch missed the relabel
+    const since = Date.now();
+    const r = await confirmSilence(lab, [...quiet, missed], since);
+    assert.deepEqual(r, { relabeled: [missed], stillRenewed: [] });
+    const at = (await renewTime(missed)).at;
+    await sleep(12_000); // more than a renewal period
+    assert.equal((await renewTime(missed)).at, at, `${missed} no longer renewed`);
   });
 
   test("the audit log leaves out the simulated kubelets' Lease renewals and keeps everyone else's Lease requests", () => {
