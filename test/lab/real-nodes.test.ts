@@ -5,7 +5,7 @@
 // at once (the last write precedes it) and leaves nothing mounted; down puts the machine back as it was.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,12 +14,22 @@ import { Lab } from "../../lab/lab.ts";
 import { waitFor } from "../../lab/health.ts";
 import { realNodeImages } from "../../lab/images.ts";
 import { checkLedger, deployLedger, readLedgers, sanDir } from "../../lab/ledger.ts";
-import { KUBELET_SYSCTLS } from "../../lab/real/host-settings.ts";
+import { KUBELET_SYSCTLS, SAVED_FILE } from "../../lab/real/host-settings.ts";
 import { nodePids, readSnapshots } from "../../lab/real/node.ts";
 import { SLOTS_DIR } from "../../lab/real/net.ts";
 
 const NS = "default";
 const sysctls = () => KUBELET_SYSCTLS.map((k) => readFileSync(`/proc/sys/${k}`, "utf8").trim());
+/**
+ * The machine's own values: those a real-node lab recorded, while one is up (another test file's, run alongside:
+ * its kubelets have changed them already), else the current ones (the record is written before any kubelet starts
+ * and removed only after the values are put back).
+ */
+const machineSysctls = () => {
+  if (!existsSync(SAVED_FILE)) return sysctls();
+  const saved = JSON.parse(readFileSync(SAVED_FILE, "utf8")) as Record<string, string>;
+  return KUBELET_SYSCTLS.map((k) => saved[k]);
+};
 const netnsList = () => execFileSync("ip", ["netns", "list"], { encoding: "utf8" });
 
 /** What a wait that timed out last saw of a pod: enough to tell which step of its replacement stalled. */
@@ -42,7 +52,7 @@ function describePod(p: V1Pod | undefined, writes: (uid: string) => number): str
 
 describe("real nodes", () => {
   let lab: Lab;
-  const before0 = sysctls();
+  const before0 = machineSysctls();
   before(async () => {
     lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), "stockade-real-")), nodes: 3, runtime: "real", images: await realNodeImages() });
     await lab.waitForDefaultServiceAccount(NS);
