@@ -8,6 +8,7 @@
 import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { CoordinationV1Api, PatchStrategy, setHeaderOptions, type V1Node, type V1Pod } from "@kubernetes/client-node";
 import { mapLimit } from "../src/runtime/map-limit.ts";
 import { waitFor } from "./health.ts";
@@ -198,17 +199,19 @@ export async function confirmSilence(
 ): Promise<{ relabeled: string[]; stillRenewed: string[] }> {
   const coordination = lab.kc.makeApiClient(CoordinationV1Api);
   const renewalMs = o.renewalMs ?? (SCALE_LEASE_SECONDS / 4) * 1000;
+  const rounds = o.rounds ?? 2;
   const relabeled = new Set<string>();
   let pending = [...nodes];
   let after = since;
-  for (let round = 0; round <= (o.rounds ?? 2) && pending.length; round++) {
-    await new Promise((r) => setTimeout(r, Math.max(0, after + renewalMs + 3_000 - Date.now())));
+  if (!pending.length) return { relabeled: [], stillRenewed: [] };
+  for (let round = 0; ; round++) {
+    await sleep(Math.max(0, after + renewalMs + 3_000 - Date.now()));
     const renewed = await mapLimit(pending, 16, async (name) => {
       const l = await coordination.readNamespacedLease({ name, namespace: "kube-node-lease" });
       return new Date(l.spec?.renewTime ?? 0).getTime() > after + 2_000 ? name : undefined;
     });
     pending = renewed.filter((n): n is string => !!n);
-    if (!pending.length || round === (o.rounds ?? 2)) break;
+    if (!pending.length || round === rounds) return { relabeled: [...relabeled], stillRenewed: pending };
     after = Date.now();
     for (const name of pending) {
       relabeled.add(name);
@@ -216,5 +219,4 @@ export async function confirmSilence(
       await lab.core.patchNode({ name, body: { metadata: { labels: { [SCALE_LABEL]: "silent" } } } }, mergePatch);
     }
   }
-  return { relabeled: [...relabeled], stillRenewed: pending };
 }

@@ -163,9 +163,7 @@ export class Informer<T extends KubernetesObject> {
 
   /** The cached objects whose index `name` has this value. */
   byIndex(name: string, value: string): T[] {
-    const ix = this.indexes.get(name);
-    if (!ix) throw new Error(`informer ${this.path} has no index ${name}`);
-    return [...(ix.byValue.get(value)?.values() ?? [])];
+    return [...(this.bucket(name, value)?.values() ?? [])];
   }
 
   /**
@@ -174,9 +172,13 @@ export class Informer<T extends KubernetesObject> {
    * node's own name string (whose hash V8 keeps) it costs a fifth of `get`, which builds and hashes a new key each time.
    */
   oneByIndex(name: string, value: string): T | undefined {
+    return this.bucket(name, value)?.values().next().value;
+  }
+
+  private bucket(name: string, value: string): Map<string, T> | undefined {
     const ix = this.indexes.get(name);
     if (!ix) throw new Error(`informer ${this.path} has no index ${name}`);
-    return ix.byValue.get(value)?.values().next().value;
+    return ix.byValue.get(value);
   }
 
   /** Changes whenever the cache does: what was computed from it at one revision holds until the next. */
