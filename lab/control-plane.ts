@@ -206,26 +206,37 @@ export function componentAlive(s: LabState, c: Component): boolean {
   return isAlive(readRef(pidFile(s, c)));
 }
 
-/** The ports each component binds, where only components started after it are told of them (the
- * apiserver's is in every kubeconfig already written, so it is not re-chosen). */
-const REBINDABLE: Partial<Record<Component, (keyof LabState["ports"])[]>> = {
+/** The ports each component binds, where only components started after it are told of them. The
+ * apiserver's is also in the kubeconfigs written before it starts: its caller rewrites them (`rebound`). */
+const REBINDABLE: Record<Component, (keyof LabState["ports"])[]> = {
   etcd: ["etcd", "etcdPeer"],
   "etcd-proxy": ["etcdProxy"],
+  "kube-apiserver": ["apiserver"],
   "kube-controller-manager": ["controllerManager"],
   "kube-scheduler": ["scheduler"],
 };
 
-/** Starts a component; one whose port was taken between choosing and binding it gets new ports and another try. */
-export async function startWithFreshPorts(s: LabState, c: Component, bins: Bins, log: (msg: string) => void): Promise<void> {
+/** Starts a component; one whose port was taken between choosing and binding it gets new ports and
+ * another try. `rebound` runs after new ports are chosen, before the next try (the apiserver's clients'
+ * kubeconfigs name its address). */
+export async function startWithFreshPorts(
+  s: LabState,
+  c: Component,
+  bins: Bins,
+  log: (msg: string) => void,
+  rebound: () => void = () => {},
+): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await startComponent(s, c, bins, s.timings);
     } catch (e) {
       const keys = REBINDABLE[c];
-      if (!keys || attempt >= 3 || !portTaken((e as Error).message)) throw e;
+      if (attempt >= 3 || !portTaken((e as Error).message)) throw e;
       await stopComponent(s, c);
       for (const k of keys) s.ports[k] = await freeTcpPort();
+      if (c === "kube-apiserver") s.apiserverUrl = `https://127.0.0.1:${s.ports.apiserver}`;
       writeState(s);
+      rebound();
       log(`${c}: its port was taken before it bound it; starting it again on ${keys.map((k) => s.ports[k]).join(", ")}`);
     }
   }

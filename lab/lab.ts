@@ -223,12 +223,17 @@ export class Lab implements FaultDriver {
     const pki = createPki(p.pki, clients);
     const kubeconfig = (file: string, client: string, user: string) =>
       writeKubeconfig(file, { server: s.apiserverUrl, caCert: pki.caCert, ...pki.client(client), user });
-    kubeconfig(p.kubeconfig, "admin", "stockade-lab-admin");
-    kubeconfig(join(p.kubeconfigs, "kube-controller-manager.kubeconfig"), "kube-controller-manager", "system:kube-controller-manager");
-    kubeconfig(join(p.kubeconfigs, "kube-scheduler.kubeconfig"), "kube-scheduler", "system:kube-scheduler");
-    kubeconfig(join(p.kubeconfigs, "kwok.kubeconfig"), "kwok", KWOK_USER);
+    // Every kubeconfig that names the apiserver's address: written again if it has to move to another port.
+    const apiserverClients = () => {
+      kubeconfig(p.kubeconfig, "admin", "stockade-lab-admin");
+      kubeconfig(join(p.kubeconfigs, "kube-controller-manager.kubeconfig"), "kube-controller-manager", "system:kube-controller-manager");
+      kubeconfig(join(p.kubeconfigs, "kube-scheduler.kubeconfig"), "kube-scheduler", "system:kube-scheduler");
+      kubeconfig(join(p.kubeconfigs, "kwok.kubeconfig"), "kwok", KWOK_USER);
+      if (runtime !== "real") for (const node of nodes) kubeconfig(p.node(node.name).kubeconfig, "kwok", KWOK_USER);
+    };
     for (const node of nodes) {
       mkdirSync(p.node(node.name).dir, { recursive: true });
+      // Real kubelets reach the apiserver through the forwarder, started after it on its final port.
       if (runtime === "real")
         writeKubeconfig(p.node(node.name).kubeconfig, {
           server: `https://${s.real!.hostIp}:${s.real!.forwardPort}`,
@@ -237,13 +242,13 @@ export class Lab implements FaultDriver {
           user: `system:node:${node.name}`,
           tlsServerName: "localhost",
         });
-      else kubeconfig(p.node(node.name).kubeconfig, "kwok", KWOK_USER);
     }
+    apiserverClients();
 
     try {
       for (const c of components) {
         log(`starting ${c}`);
-        await startWithFreshPorts(s, c, bins, log);
+        await startWithFreshPorts(s, c, bins, log, apiserverClients);
       }
       const lab = new Lab(s);
       if (runtime === "real") {

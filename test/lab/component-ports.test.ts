@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ensureBins } from "../../lab/bins.ts";
 import { defaultTimings, healthy, startWithFreshPorts, stopComponent } from "../../lab/control-plane.ts";
+import { createPki } from "../../lab/pki.ts";
 import { freeTcpPorts } from "../../lab/ports.ts";
 import { paths, readState, type LabState } from "../../lab/state.ts";
 
@@ -57,6 +58,37 @@ test("etcd whose client port is taken starts again on new ports and is healthy t
     assert.match(readFileSync(join(paths(s.dir).logs, "etcd.log"), "utf8"), /address already in use/);
   } finally {
     await stopComponent(s, "etcd");
+    await new Promise((r) => squatter.close(r));
+    rmSync(s.dir, { recursive: true, force: true });
+  }
+});
+
+test("kube-apiserver whose port is taken starts again on a new port, its URL follows, and its clients are told", async () => {
+  const s = await labState();
+  createPki(paths(s.dir).pki, [{ name: "admin", cn: "stockade-lab-admin", groups: ["system:masters"] }]);
+  const taken = s.ports.apiserver;
+  const squatter = createServer((sock) => sock.destroy());
+  await new Promise<void>((resolve) => squatter.listen(taken, "127.0.0.1", resolve));
+  const said: string[] = [];
+  const told: string[] = [];
+  try {
+    await startWithFreshPorts(s, "etcd", ensureBins(), (m) => said.push(m));
+    await startWithFreshPorts(s, "etcd-proxy", ensureBins(), (m) => said.push(m));
+    await startWithFreshPorts(
+      s,
+      "kube-apiserver",
+      ensureBins(),
+      (m) => said.push(m),
+      () => told.push(s.apiserverUrl),
+    );
+    assert.notEqual(s.ports.apiserver, taken);
+    assert.equal(s.apiserverUrl, `https://127.0.0.1:${s.ports.apiserver}`);
+    assert.deepEqual(told, [s.apiserverUrl], "the clients' kubeconfigs are rewritten once, with the new address");
+    assert.ok(await healthy(s, "kube-apiserver"), "ready on its new port");
+    assert.equal(readState(s.dir).apiserverUrl, s.apiserverUrl, "the state on disk names the new address");
+    assert.match(said.join("\n"), /kube-apiserver: its port was taken before it bound it; starting it again/);
+  } finally {
+    for (const c of ["kube-apiserver", "etcd-proxy", "etcd"] as const) await stopComponent(s, c);
     await new Promise((r) => squatter.close(r));
     rmSync(s.dir, { recursive: true, force: true });
   }
