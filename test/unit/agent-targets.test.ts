@@ -207,3 +207,77 @@ describe("duplicateTargets at scale", () => {
     assert.equal(yields, (2 * 1000) / CHECK_CHUNK);
   });
 });
+
+describe("targets remembered between checks (each Node version resolved once per spec)", () => {
+  const PLUG = "node-restriction.kubernetes.io/plug";
+  // Rules that count how often a target is resolved: apc's, by plug label.
+  const counting = () => {
+    const rules = { ...apc, calls: 0 };
+    rules.target = (p, node) => (rules.calls++, apc.target(p, node));
+    return rules;
+  };
+  const spec: FenceAgentSpec = {
+    type: "fenceAgent",
+    agent: "fence_apc",
+    parameters: { ip: "pdu" },
+    nodeTemplates: { plug: `{{ labels["${PLUG}"] }}` },
+  };
+  const v = (name: string, plug: string, rv: string): V1Node => ({ metadata: { name, resourceVersion: rv, labels: { [PLUG]: plug } } });
+  const fleet = () => Array.from({ length: 1000 }, (_, i) => v(`node-${i}`, String(i), String(100 + i)));
+
+  test("a second check over the same Node versions resolves only the node to fence", () => {
+    const rules = counting();
+    const all = fleet();
+    assert.deepEqual(checkUniqueTarget("pdu", spec, all[0]!, all, rules), { ok: true });
+    assert.equal(rules.calls, 1 + all.length);
+    rules.calls = 0;
+    assert.deepEqual(checkUniqueTarget("pdu", spec, all[1]!, all, rules), { ok: true });
+    assert.equal(rules.calls, 1, "the others' targets were reused");
+  });
+
+  test("a Node changed since (new resourceVersion) is resolved again: a plug it now shares is found", () => {
+    const rules = counting();
+    const all = fleet();
+    checkUniqueTarget("pdu", spec, all[0]!, all, rules);
+    all[5] = v("node-5", "0", "5000"); // now on node-0's plug
+    const r = checkUniqueTarget("pdu", spec, all[0]!, all, rules);
+    assert.ok(!r.ok);
+    assert.deepEqual(r.nodes, ["node-5"]);
+    // The node to fence is always resolved as given (it may be a fresh read the cache has not seen yet).
+    const fresh = v("node-7", "0", "107");
+    const again = checkUniqueTarget("pdu", spec, fresh, all, rules);
+    assert.ok(!again.ok);
+    assert.deepEqual(again.nodes, ["node-0", "node-5"]);
+  });
+
+  test("a Node without a resourceVersion is resolved every time, even changed in place", () => {
+    const rules = counting();
+    const all = [n("a", { [PLUG]: "1" }), n("b", { [PLUG]: "2" })];
+    assert.deepEqual(checkUniqueTarget("pdu", spec, all[0]!, all, rules), { ok: true });
+    all[1]!.metadata!.labels![PLUG] = "1";
+    assert.equal(checkUniqueTarget("pdu", spec, all[0]!, all, rules).ok, false);
+  });
+
+  test("another spec, or other rules, resolve again", () => {
+    const rules = counting();
+    const all = fleet();
+    checkUniqueTarget("pdu", spec, all[0]!, all, rules);
+    // Every node on one plug under the edited spec: a target remembered from the old spec would miss it.
+    const edited: FenceAgentSpec = { ...spec, nodeTemplates: { plug: "1" } };
+    const r = checkUniqueTarget("pdu", edited, all[0]!, all, rules);
+    assert.ok(!r.ok);
+    assert.equal(r.nodes.length, all.length - 1);
+    const other = counting();
+    checkUniqueTarget("pdu", spec, all[0]!, all, other);
+    assert.equal(other.calls, 1 + all.length, "nothing shared between rules objects");
+  });
+
+  test("the FenceAgent's check and the fencing check share what they resolved", () => {
+    const rules = counting();
+    const all = fleet();
+    assert.deepEqual(duplicateTargets(spec, all, rules), []);
+    rules.calls = 0;
+    assert.deepEqual(checkUniqueTarget("pdu", spec, all[3]!, all, rules), { ok: true });
+    assert.equal(rules.calls, 1);
+  });
+});
