@@ -25,8 +25,9 @@ interface TargetScan {
 type Resolved = { rv: string; target: FencingTarget | undefined };
 /** By rules, then by spec (as JSON), then by node name. */
 const resolved = new WeakMap<ParameterRules, Map<string, Map<string, Resolved>>>();
-/** Specs remembered per rules, oldest dropped first (an agent edited many times, or many agents of one type). */
-const SPECS_KEPT = 32;
+/** Specs remembered per rules, oldest dropped first (an agent edited many times, or many agents of one type): about
+ * 1 MiB each at 5,000 nodes. */
+const SPECS_KEPT = 8;
 
 /**
  * Resolving every Node's parameters (templates, a fence agent's parameter rules) took 0.1–0.4 s at 5,000 nodes on the
