@@ -206,6 +206,15 @@ try {
   const addr = log.find((l) => l.msg === "serving /metrics")?.metrics as string;
   console.log(`operator: caches synced ${secs((synced?.time ?? NaN) - tOp)} after its start`);
   const after = await scrape(addr);
+  // Whether the sync waited on the operator (parsing and slimming the stream) or on the apiserver sending it.
+  const syncS = ((synced?.time ?? NaN) - tOp) / 1000;
+  const gcS = ["minor", "major", "incremental", "weakcb"].reduce(
+    (a, k) => a + (after.get(`nodejs_gc_duration_seconds_sum{kind="${k}"}`) ?? 0),
+    0,
+  );
+  console.log(
+    `  the operator's CPU until then: ${(after.get("process_cpu_seconds_total") ?? NaN).toFixed(1)} s (${(((after.get("process_cpu_seconds_total") ?? NaN) / syncS) * 100).toFixed(0)}% of one core), GC ${gcS.toFixed(1)} s`,
+  );
   console.log(
     `after sync: RSS ${mib(after.get("process_resident_memory_bytes"))}, JS heap used ${mib(after.get("nodejs_heap_size_used_bytes"))} of ${mib(after.get("nodejs_heap_size_total_bytes"))}, external ${mib(after.get("nodejs_external_memory_bytes"))}`,
   );
