@@ -24,6 +24,7 @@ import { Caches } from "./kube/caches.ts";
 import { withRequestDeadline, withRequestTimeout } from "./kube/deadline.ts";
 import { Metrics } from "./metrics.ts";
 import { Controller, changedBeyondStatus, enqueueFrom } from "./runtime/controller.ts";
+import { LoopStallWatch } from "./runtime/loop-stall.ts";
 import { EventRecorder } from "./runtime/events.ts";
 import { InFlight } from "./runtime/in-flight.ts";
 import { LeaderElector, SoleLeadership, type Leadership } from "./runtime/leader.ts";
@@ -63,6 +64,11 @@ export class Operator {
   readonly inflight = new InFlight();
   private servers: Server[] = [];
   private admissionTimer: NodeJS.Timeout | undefined;
+  /** Says when the event loop was held long enough to delay a fence (with the last fleet pass's length beside it). */
+  private readonly stalls = new LoopStallWatch({
+    onStall: (blockedMs) =>
+      this.log.info({ blockedMs, lastFleetPassMs: Math.round(this.health.lastPassMs) }, `event loop held for ${blockedMs} ms`),
+  });
   private tlsTimer: NodeJS.Timeout | undefined;
   private readonly claims: ClaimLockController;
   private readonly claimQueue: Controller;
@@ -218,6 +224,7 @@ export class Operator {
   }
 
   async start(): Promise<void> {
+    this.stalls.start();
     // Served before the caches sync: until then every exclusive claim counts as guarded (fail closed).
     await this.startWebhooks();
     if (this.cfg.healthBindAddress)
@@ -331,6 +338,7 @@ export class Operator {
 
   private async shutDown(): Promise<boolean> {
     clearInterval(this.admissionTimer);
+    this.stalls.stop();
     clearTimeout(this.tlsTimer);
     const graceMs = this.cfg.shutdownGraceSeconds * 1000;
     const busy = this.inflight.size;
