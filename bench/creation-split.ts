@@ -4,17 +4,17 @@
 // fresh GETs (Node, Lease) received, the GETs at the apiserver, GETs answered → create received, the create at the
 // apiserver. Time between the apiserver's answers and the operator's next request is the operator's own.
 //   npm run bench:creation-split -- <lab dir> [--user stockade-lab-admin]
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { auditEvents } from "../lab/audit.ts";
 
 const { values, positionals } = parseArgs({ allowPositionals: true, options: { user: { type: "string", default: "stockade-lab-admin" } } });
 const dir = positionals[0];
 if (!dir) throw new Error("usage: npm run bench:creation-split -- <lab dir> [--user NAME]");
-const logs = join(dir, "logs");
 
 const decided = new Map<string, number>();
-for (const line of readFileSync(join(logs, "operator-1.log"), "utf8").split("\n")) {
+for (const line of readFileSync(join(dir, "logs", "operator-1.log"), "utf8").split("\n")) {
   if (!line.includes('"verdict":"Fence"')) continue;
   const l = JSON.parse(line) as { node?: string; time: number };
   if (l.node && !decided.has(l.node)) decided.set(l.node, l.time);
@@ -23,28 +23,19 @@ for (const line of readFileSync(join(logs, "operator-1.log"), "utf8").split("\n"
 type Span = [received: number, answered: number];
 const created = new Map<string, Span>();
 const gets = new Map<string, Span[]>();
-for (const f of readdirSync(logs).filter((f) => f.startsWith("audit"))) {
-  for (const line of readFileSync(join(logs, f), "utf8").split("\n")) {
-    if (!line.includes(values.user!) || !line.includes('"ResponseComplete"')) continue;
-    const e = JSON.parse(line) as {
-      verb: string;
-      user: { username: string };
-      objectRef?: { resource?: string; name?: string; subresource?: string };
-      requestReceivedTimestamp: string;
-      stageTimestamp: string;
-    };
-    const name = e.objectRef?.name ?? "";
-    const at = decided.get(name);
-    if (e.user.username !== values.user || at === undefined) continue;
-    const span: Span = [Date.parse(e.requestReceivedTimestamp), Date.parse(e.stageTimestamp)];
-    if (span[0] < at) continue;
-    const r = e.objectRef?.resource;
-    if (e.verb === "create" && r === "nodefences" && !created.has(name)) created.set(name, span);
-    if (e.verb === "get" && (r === "nodes" || r === "leases") && !e.objectRef?.subresource) {
-      const g = gets.get(name) ?? [];
-      if (g.length < 2) g.push(span);
-      gets.set(name, g);
-    }
+const byUser = (line: string) => line.includes(values.user!) && line.includes('"ResponseComplete"');
+for await (const e of auditEvents(dir, byUser)) {
+  const name = e.objectRef?.name ?? "";
+  const at = decided.get(name);
+  if (e.user.username !== values.user || at === undefined) continue;
+  const span: Span = [Date.parse(e.requestReceivedTimestamp), Date.parse(e.stageTimestamp)];
+  if (span[0] < at) continue;
+  const r = e.objectRef?.resource;
+  if (e.verb === "create" && r === "nodefences" && !created.has(name)) created.set(name, span);
+  if (e.verb === "get" && (r === "nodes" || r === "leases") && !e.objectRef?.subresource) {
+    const g = gets.get(name) ?? [];
+    if (g.length < 2) g.push(span);
+    gets.set(name, g);
   }
 }
 
@@ -65,7 +56,7 @@ for (const [node, at] of decided) {
     createAtApiserver: c[1] - c[0],
   });
 }
-if (!rows.length) throw new Error(`no creation found in ${logs} (decisions: ${decided.size}; was the audit log kept?)`);
+if (!rows.length) throw new Error(`no creation found in ${dir}/logs (decisions: ${decided.size}; was the audit log kept?)`);
 rows.sort((a, b) => b.total - a.total);
 console.log(
   "slowest creations (ms): node, in all, decision → GETs received, GETs at the apiserver, → create received, create at the apiserver",

@@ -38,11 +38,14 @@ import { CoordinationV1Api, CustomObjectsApi, type V1Node } from "@kubernetes/cl
 import { Informer } from "../src/runtime/informer.ts";
 import { join } from "node:path";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
-import { createReadStream, readdirSync, readFileSync } from "node:fs";
-import { createInterface } from "node:readline";
+import { readFileSync } from "node:fs";
 import { loadAllYaml, type V1Deployment } from "@kubernetes/client-node";
 import { createMemoryCgroup, memoryQuantityBytes, type MemoryCgroup } from "../lab/memory-cgroup.ts";
 import { repoRoot } from "../lab/bins.ts";
+import { auditEvents } from "../lab/audit.ts";
+
+/** prom-client's kinds of garbage collection (nodejs_gc_duration_seconds). */
+const GC_KINDS = ["minor", "major", "incremental", "weakcb"] as const;
 
 const { values } = parseArgs({
   options: {
@@ -208,12 +211,10 @@ try {
   const after = await scrape(addr);
   // Whether the sync waited on the operator (parsing and slimming the stream) or on the apiserver sending it.
   const syncS = ((synced?.time ?? NaN) - tOp) / 1000;
-  const gcS = ["minor", "major", "incremental", "weakcb"].reduce(
-    (a, k) => a + (after.get(`nodejs_gc_duration_seconds_sum{kind="${k}"}`) ?? 0),
-    0,
-  );
+  const cpuS = after.get("process_cpu_seconds_total") ?? NaN;
+  const gcS = GC_KINDS.reduce((a, k) => a + (after.get(`nodejs_gc_duration_seconds_sum{kind="${k}"}`) ?? 0), 0);
   console.log(
-    `  the operator's CPU until then: ${(after.get("process_cpu_seconds_total") ?? NaN).toFixed(1)} s (${(((after.get("process_cpu_seconds_total") ?? NaN) / syncS) * 100).toFixed(0)}% of one core), GC ${gcS.toFixed(1)} s`,
+    `  the operator's CPU until then: ${cpuS.toFixed(1)} s (${((cpuS / syncS) * 100).toFixed(0)}% of one core), GC ${gcS.toFixed(1)} s`,
   );
   console.log(
     `after sync: RSS ${mib(after.get("process_resident_memory_bytes"))}, JS heap used ${mib(after.get("nodejs_heap_size_used_bytes"))} of ${mib(after.get("nodejs_heap_size_total_bytes"))}, external ${mib(after.get("nodejs_external_memory_bytes"))}`,
@@ -250,12 +251,10 @@ try {
 async function burstLoad(a: Map<string, number>, b: Map<string, number>, t0: number, t1: number): Promise<void> {
   const d = (k: string) => (b.get(k) ?? 0) - (a.get(k) ?? 0);
   const wall = (t1 - t0) / 1000;
-  const gc = ["minor", "major", "incremental", "weakcb"]
-    .map(
-      (kind) =>
-        `${kind} ${d(`nodejs_gc_duration_seconds_count{kind="${kind}"}`)} × ${d(`nodejs_gc_duration_seconds_sum{kind="${kind}"}`).toFixed(2)} s`,
-    )
-    .join(", ");
+  const gc = GC_KINDS.map(
+    (kind) =>
+      `${kind} ${d(`nodejs_gc_duration_seconds_count{kind="${kind}"}`)} × ${d(`nodejs_gc_duration_seconds_sum{kind="${kind}"}`).toFixed(2)} s`,
+  ).join(", ");
   const passes = d('stockade_workqueue_work_duration_seconds_count{name="node-health"}');
   const passSum = d('stockade_workqueue_work_duration_seconds_sum{name="node-health"}');
   const lag = (q: string) => `${((b.get(`nodejs_eventloop_lag_${q}_seconds`) ?? NaN) * 1000).toFixed(0)} ms`;
@@ -265,17 +264,13 @@ async function burstLoad(a: Map<string, number>, b: Map<string, number>, t0: num
   console.log(
     `  fleet passes (node-health reconcile): ${passes}, mean ${((passSum / passes) * 1000).toFixed(0)} ms, ${passSum.toFixed(1)} s in all`,
   );
-  const dir = join(bed.lab.dir, "logs");
   const took = new Map<string, number[]>();
-  for (const f of readdirSync(dir).filter((n) => n.startsWith("audit") && n.endsWith(".log"))) {
-    for await (const l of createInterface({ input: createReadStream(join(dir, f)) })) {
-      if (!l.includes('"verb":"get"') || !l.includes('"userAgent":"kubernetes-client-javascript')) continue;
-      const e = JSON.parse(l) as { objectRef?: { resource?: string }; requestReceivedTimestamp: string; stageTimestamp: string };
-      const at = Date.parse(e.requestReceivedTimestamp);
-      const what = e.objectRef?.resource ?? "";
-      if (at < t0 || at > t1 || (what !== "nodes" && what !== "leases")) continue;
-      (took.get(what) ?? took.set(what, []).get(what)!).push(Date.parse(e.stageTimestamp) - at);
-    }
+  const operatorGets = (l: string) => l.includes('"verb":"get"') && l.includes('"userAgent":"kubernetes-client-javascript');
+  for await (const e of auditEvents(bed.lab.dir, operatorGets)) {
+    const at = Date.parse(e.requestReceivedTimestamp);
+    const what = e.objectRef?.resource ?? "";
+    if (at < t0 || at > t1 || (what !== "nodes" && what !== "leases")) continue;
+    (took.get(what) ?? took.set(what, []).get(what)!).push(Date.parse(e.stageTimestamp) - at);
   }
   for (const [what, xs] of took) {
     xs.sort((x, y) => x - y);
