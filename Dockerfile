@@ -34,4 +34,5 @@ ENV NODE_ENV=production
 # The restricted Pod Security profile's usual non-root identity (manifests/03-deployment.yaml runs as it too).
 USER 65532:65532
 EXPOSE 8080 8081
-ENTRYPOINT ["node", "dist/main.js"]
+# V8 flags: src/runtime/node-flags.ts says why (the young generation under a 512Mi limit).
+ENTRYPOINT ["node", "--max-semi-space-size=16", "dist/main.js"]

@@ -22,6 +22,7 @@ import { readSnapshots } from "./real/node.ts";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../src/api/v1alpha1.ts";
 import { checkInvariant } from "./invariant.ts";
 import type { MemoryCgroup } from "./memory-cgroup.ts";
+import { OPERATOR_NODE_FLAGS } from "../src/runtime/node-flags.ts";
 import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
 
 const run = promisify(execFile);
@@ -276,6 +277,7 @@ export class Bed {
       cmd,
       [
         ...pre,
+        ...OPERATOR_NODE_FLAGS,
         join(repoRoot, "src/main.ts"),
         "--health-bind-address",
         "127.0.0.1:0",

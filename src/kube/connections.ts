@@ -7,7 +7,11 @@
 // dropped) stayed in the pool and failed every later request with "The session has been destroyed" — minutes
 // after the network was back (test/lab/informer.test.ts, the half-open connection). A broken HTTP/1.1 socket is
 // dropped and the next request opens another. Idle pooled sockets do not keep a process alive.
+// Each pool's connections share one TLS context: tls.connect otherwise builds one per connection, parsing the CA
+// bundle and the key each time, and a burst of writes opens dozens of connections (issue 12: 0.46 s of the
+// operator's CPU in one burst of 50 fences at 5,000 nodes).
 import { createHash } from "node:crypto";
+import tls from "node:tls";
 import { KubeConfig, bufferFromFileOrString, type RequestContext } from "@kubernetes/client-node";
 import { Agent } from "undici";
 
@@ -34,22 +38,24 @@ export class PooledKubeConfig extends KubeConfig {
   private shared(): Agent | undefined {
     const cluster = this.getCurrentCluster();
     const user = this.getCurrentUser();
-    const tls = {
+    const material = {
       ca: bufferFromFileOrString(cluster?.caFile, cluster?.caData) ?? undefined,
       cert: bufferFromFileOrString(user?.certFile, user?.certData) ?? undefined,
       key: bufferFromFileOrString(user?.keyFile, user?.keyData) ?? undefined,
       ...(cluster?.skipTLSVerify ? { rejectUnauthorized: false } : {}),
       ...(cluster?.tlsServerName ? { servername: cluster.tlsServerName } : {}),
     };
-    const o = this.createDispatcherOptions(cluster, tls);
+    const o = this.createDispatcherOptions(cluster, material);
     if (o.type !== "agent") return undefined;
     const h = createHash("sha256").update(cluster?.server ?? "");
-    for (const part of [tls.ca, tls.cert, tls.key, String(cluster?.skipTLSVerify ?? ""), cluster?.tlsServerName])
+    for (const part of [material.ca, material.cert, material.key, String(cluster?.skipTLSVerify ?? ""), cluster?.tlsServerName])
       h.update("\0").update(part ?? "");
     const key = h.digest("hex");
     if (this.pool?.key === key) return this.pool.dispatcher;
     const old = this.pool;
-    this.pool = { key, dispatcher: new Agent({ connect: o.connect, allowH2: false }) };
+    // Verification is unchanged: the CA is the context's, and rejectUnauthorized and servername stay in `connect`.
+    const secureContext = tls.createSecureContext({ ca: material.ca, cert: material.cert, key: material.key });
+    this.pool = { key, dispatcher: new Agent({ connect: { ...o.connect, secureContext }, allowH2: false }) };
     old?.dispatcher.close().catch(() => undefined);
     return this.pool.dispatcher;
   }

@@ -14,6 +14,7 @@ import { promisify } from "node:util";
 import { Lab } from "../../lab/lab.ts";
 import { repoRoot } from "../../lab/bins.ts";
 import { waitFor } from "../../lab/health.ts";
+import { OPERATOR_NODE_FLAGS } from "../../src/runtime/node-flags.ts";
 
 const run = promisify(execFile);
 /** What package.json "files" must say for the package to carry the operator, its CRDs and the bundle. */
@@ -100,6 +101,7 @@ describe("production install: the packed build with production dependencies only
     const child = spawn(
       process.execPath,
       [
+        ...OPERATOR_NODE_FLAGS, // as the image's ENTRYPOINT (test/unit/node-flags.test.ts)
         join(app, "dist/main.js"),
         "--kubeconfig",
         lab.kubeconfig,

@@ -8,6 +8,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
+import tls from "node:tls";
 import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import { issueCa, issueServing } from "../../src/admission/certificates.ts";
 import { RequestTimeoutError, withRequestTimeout } from "../../src/kube/deadline.ts";
@@ -60,6 +61,52 @@ test("API requests share a connection; a new CA file gets a new pool; a hanging 
     assert.ok(Date.now() - t0 < 5_000, "the deadline ended it");
     assert.equal((await api.readNode({ name: "n" })).metadata?.name, "n", "the pool still serves after an aborted request");
   } finally {
+    server.close();
+  }
+});
+
+test("a pool's connections share one TLS context, and still verify the server against the kubeconfig's CA", async () => {
+  const now = new Date();
+  const ca = issueCa(now);
+  const serving = issueServing(ca, ["127.0.0.1"], now);
+  let connections = 0;
+  // Answers late, so that concurrent requests each need a connection of their own.
+  const server = createSecureServer({ key: serving.key, cert: serving.cert, allowHTTP1: true }, (_req, res) => {
+    res.setHeader("content-type", "application/json");
+    setTimeout(() => res.end(JSON.stringify({ kind: "Node", apiVersion: "v1", metadata: { name: "n" } })), 100);
+  });
+  server.on("secureConnection", () => connections++);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  const made = tls.createSecureContext;
+  let contexts = 0;
+  tls.createSecureContext = (o) => (contexts++, made(o));
+  try {
+    const config = (caData: string) => {
+      const kc = new KubeConfig();
+      kc.loadFromOptions({
+        clusters: [{ name: "c", server: `https://127.0.0.1:${(server.address() as AddressInfo).port}`, caData }],
+        users: [{ name: "u", token: "t" }],
+        contexts: [{ name: "x", cluster: "c", user: "u" }],
+        currentContext: "x",
+      });
+      return withRequestTimeout(kc, 5_000).makeApiClient(CoreV1Api);
+    };
+    const api = config(Buffer.from(ca.cert).toString("base64"));
+    const read = await Promise.all(Array.from({ length: 6 }, () => api.readNode({ name: "n" })));
+    assert.deepEqual(
+      read.map((n) => n.metadata?.name),
+      Array(6).fill("n"),
+    );
+    assert.ok(connections >= 3, `six concurrent requests opened ${connections} connections`);
+    assert.equal(contexts, 1, `${connections} connections, ${contexts} TLS contexts built`);
+
+    // The shared context carries the CA: a kubeconfig that trusts another CA is refused by the same server.
+    const other = config(Buffer.from(issueCa(now).cert).toString("base64"));
+    await assert.rejects(other.readNode({ name: "n" }), (err: unknown) =>
+      /certificate/i.test(`${String(err)} ${String((err as Error).cause)}`),
+    );
+  } finally {
+    tls.createSecureContext = made;
     server.close();
   }
 });
