@@ -3,16 +3,49 @@
 // list delivers it, slimmed as the pod cache does), nodes shaped like kwok's with their Leases, then fleet passes.
 // Prints the live heap after a full GC at each step, what V8 holds (heap total, new space) and RSS, and the pass
 // times. Run it under the V8 flags to compare, e.g. `node --expose-gc --max-semi-space-size=16 bench/cache-heap.ts`.
-//   npm run bench:cache-heap -- [--nodes N] [--pods M]
+// --churn-seconds S then runs the steady churn of a burst for S seconds: a fleet pass every 300 ms while 500 Leases a
+// second are replaced by freshly parsed ones (5,000 kubelets renewing), and prints the passes and the collections.
+// --memory-limit Q runs it all in a memory cgroup of Q (root), as the Deployment's container runs the operator:
+// V8 sizes its heap, and its young generation, from that limit.
+//   npm run bench:cache-heap -- [--nodes N] [--pods M] [--churn-seconds S] [--memory-limit 512Mi]
+//   e.g. node --expose-gc [--max-semi-space-size=16] bench/cache-heap.ts --churn-seconds 60 --memory-limit 512Mi
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { performance, PerformanceObserver } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { getHeapSpaceStatistics } from "node:v8";
 import { DateTime } from "luxon";
 import type { V1Lease, V1Node, V1Pod } from "@kubernetes/client-node";
 import { slimNode, slimPod } from "../src/kube/slim.ts";
 import { decideFleet, podsByNode } from "../src/decide/fleet.ts";
+import { createMemoryCgroup, memoryQuantityBytes } from "../lab/memory-cgroup.ts";
 
-const { values } = parseArgs({ options: { nodes: { type: "string", default: "5000" }, pods: { type: "string", default: "150000" } } });
-const [nodeCount, podCount] = [Number(values.nodes), Number(values.pods)];
+const { values } = parseArgs({
+  options: {
+    nodes: { type: "string", default: "5000" },
+    pods: { type: "string", default: "150000" },
+    "churn-seconds": { type: "string", default: "0" },
+    "memory-limit": { type: "string" },
+  },
+});
+const IN_CGROUP = "STOCKADE_BENCH_IN_CGROUP";
+if (values["memory-limit"] && !process.env[IN_CGROUP]) {
+  // Again, in the cgroup from its first instruction (lab/bed.ts does the same for the operator).
+  const cg = createMemoryCgroup(`stockade-cache-heap-${process.pid}`, memoryQuantityBytes(values["memory-limit"]));
+  const child = spawn(
+    "/bin/sh",
+    ["-c", 'echo $$ > "$0" && exec "$@"', cg.procs, process.execPath, ...process.execArgv, ...process.argv.slice(1)],
+    {
+      stdio: "inherit",
+      env: { ...process.env, [IN_CGROUP]: "1" },
+    },
+  );
+  const [code] = (await once(child, "exit")) as [number | null];
+  cg.remove();
+  process.exit(code ?? 1);
+}
+const [nodeCount, podCount, churnSeconds] = [Number(values.nodes), Number(values.pods), Number(values["churn-seconds"])];
+if (!(churnSeconds >= 0)) throw new Error(`--churn-seconds must be a number ≥ 0 (got ${values["churn-seconds"]})`);
 if (!Number.isInteger(nodeCount) || nodeCount < 1 || !Number.isInteger(podCount) || podCount < 0)
   throw new Error(`--nodes must be a whole number ≥ 1 and --pods ≥ 0 (got ${values.nodes}, ${values.pods})`);
 const gc = (globalThis as { gc?: () => void }).gc;
@@ -236,12 +269,12 @@ const policy = {
     guards: { maxUnhealthyNodes: "50%", maxConcurrentFences: 50 },
   },
 };
-const input = () =>
+const input = (byNode = podsByNode([...pods.values()])) =>
   ({
     now: DateTime.utc(),
     nodes: [...nodes.values()],
     leases,
-    pods: podsByNode([...pods.values()]),
+    pods: byNode,
     pvcs: new Map(),
     pdbs: [],
     policies: [policy],
@@ -257,3 +290,49 @@ for (let k = 0; k < 6; k++) {
 }
 console.log(`fleet passes: ${times.map((x) => x.toFixed(0)).join(", ")} ms (${last!.decisions.length} node decisions)`);
 report("+ the last decision kept");
+
+if (churnSeconds > 0) {
+  const gcs = { n: 0, ms: 0, major: 0, majorMs: 0, max: 0 };
+  const obs = new PerformanceObserver((l) => {
+    for (const e of l.getEntries()) {
+      gcs.n++;
+      gcs.ms += e.duration;
+      gcs.max = Math.max(gcs.max, e.duration);
+      const kind = (e as unknown as { detail?: { kind?: number } }).detail?.kind;
+      if (kind === 4 /* major */) [gcs.major, gcs.majorMs] = [gcs.major + 1, gcs.majorMs + e.duration];
+    }
+  });
+  obs.observe({ entryTypes: ["gc"] });
+  // The operator's cache indexes pods by node once, not per pass.
+  const byNode = podsByNode([...pods.values()]);
+  const names = [...leases.keys()];
+  const passes: number[] = [];
+  let renewed = 0;
+  const renew = setInterval(() => {
+    for (let k = 0; k < 50; k++) {
+      const name = names[renewed++ % names.length]!;
+      const l = leases.get(name)!;
+      leases.set(name, JSON.parse(JSON.stringify({ ...l, spec: { ...l.spec, renewTime: DateTime.utc().toISO() } })) as V1Lease);
+    }
+  }, 100);
+  const t0 = performance.now();
+  await new Promise<void>((resolve) => {
+    const pass = () => {
+      const a = performance.now();
+      last = decideFleet(input(byNode));
+      passes.push(performance.now() - a);
+      if (performance.now() - t0 < churnSeconds * 1000) setTimeout(pass, 300);
+      else resolve();
+    };
+    pass();
+  });
+  clearInterval(renew);
+  obs.disconnect();
+  passes.sort((a, b) => a - b);
+  const q = (f: number) => passes[Math.min(passes.length - 1, Math.floor(f * passes.length))]!.toFixed(0);
+  console.log(
+    `churn ${churnSeconds} s: ${passes.length} fleet passes, p50 ${q(0.5)} / p99 ${q(0.99)} / max ${q(1)} ms; ${renewed} Leases replaced; ` +
+      `GC ${gcs.n} × ${gcs.ms.toFixed(0)} ms (major ${gcs.major} × ${gcs.majorMs.toFixed(0)} ms), longest pause ${gcs.max.toFixed(0)} ms`,
+  );
+  report("after the churn");
+}
