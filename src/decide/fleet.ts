@@ -9,7 +9,7 @@ import { isFinished, isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, type NodeHealth } from "./node-health.ts";
 import { desiredNodeDown, hasNodeDown, nodeDownChange, type NodeDownChange } from "./node-down.ts";
 import { orderCandidates, podPriority, type Candidate } from "./priority.ts";
-import { matchesSelector, policyForNode } from "./selectors.ts";
+import { governingPolicy, matchesSelector } from "./selectors.ts";
 import { evaluateGuards, type Hold } from "./storm-guard.ts";
 
 export { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
@@ -109,23 +109,25 @@ const iso = (d: DateTime | undefined) => d?.toUTC().toISO({ suppressMilliseconds
 export function decideFleet(i: FleetInput): FleetDecision {
   const decisions: NodeDecision[] = [];
   const nodeDown: NodeDownChange[] = [];
-  const healthOf = new Map<string, NodeHealth>();
+  // Each node's health, at the node's index in i.nodes: a Map by name cost a tenth of a pass at 5,000 nodes.
+  const healths: NodeHealth[] = new Array<NodeHealth>(i.nodes.length);
   const candidates = new Map<string, (Candidate & { policy: FencingPolicy; health: NodeHealth; why: string })[]>();
   let nextCheckMs: number | undefined;
   const wake = (ms: number | undefined) => {
     if (ms !== undefined && (nextCheckMs === undefined || ms < nextCheckMs)) nextCheckMs = ms;
   };
 
-  for (const node of i.nodes) {
+  for (let k = 0; k < i.nodes.length; k++) {
+    const node = i.nodes[k]!;
     const name = node.metadata?.name ?? "";
-    const { policy } = policyForNode(node, i.policies);
+    const policy = governingPolicy(node, i.policies);
     const h = assessNode(
       node,
       i.leases.get(name),
       i.now,
       policy?.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     );
-    healthOf.set(name, h);
+    healths[k] = h;
     wake(h.nextCheckMs);
     const fence = i.fences.get(name);
     const holding = fence !== undefined && HOLDING_PHASES.has(phaseOf(fence));
@@ -197,19 +199,17 @@ export function decideFleet(i: FleetInput): FleetDecision {
   const policies = new Map<string, PolicyState>();
   for (const policy of i.policies) {
     const pname = policy.metadata?.name ?? "";
-    const selected = i.nodes.filter((n) => matchesSelector(n.metadata?.labels, policy.spec.nodeSelector));
+    const selected: number[] = []; // indexes in i.nodes
+    for (let k = 0; k < i.nodes.length; k++) if (matchesSelector(i.nodes[k]!.metadata?.labels, policy.spec.nodeSelector)) selected.push(k);
+    const nameAt = (k: number) => i.nodes[k]!.metadata?.name ?? "";
     const active = [...i.fences.values()].filter(
       (f) => (f.status?.policy ?? f.spec.policy) === pname && ACTIVE_PHASES.has(phaseOf(f)),
     ).length;
     const verdict = evaluateGuards({
       guards: policy.spec.guards,
-      nodes: selected.map((n) => {
-        const h = healthOf.get(n.metadata?.name ?? "");
-        return {
-          name: n.metadata?.name ?? "",
-          labels: n.metadata?.labels ?? {},
-          unhealthy: !h || h.silent || h.lagging || h.ready !== "True",
-        };
+      nodes: selected.map((k) => {
+        const h = healths[k]!;
+        return { name: nameAt(k), labels: i.nodes[k]!.metadata?.labels ?? {}, unhealthy: h.silent || h.lagging || h.ready !== "True" };
       }),
       activeFences: active,
       watchStalenessSeconds: i.watchStalenessSeconds,
@@ -217,11 +217,11 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const state: PolicyState = {
       // A copy: zone holds are added below for reporting, and must not turn into holds on every later candidate.
       holds: [...verdict.holds],
-      partitioned: selected.map((n) => n.metadata?.name ?? "").filter((n) => healthOf.get(n)?.state === "Partitioned"),
-      raisedTimeouts: selected.flatMap((n) => {
-        const h = healthOf.get(n.metadata?.name ?? "");
+      partitioned: selected.filter((k) => healths[k]!.state === "Partitioned").map(nameAt),
+      raisedTimeouts: selected.flatMap((k) => {
+        const h = healths[k]!;
         const asked = policy.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
-        return h && h.timeoutSeconds > asked ? [{ node: h.name, seconds: h.timeoutSeconds }] : [];
+        return h.timeoutSeconds > asked ? [{ node: h.name, seconds: h.timeoutSeconds }] : [];
       }),
       activeFences: active,
       wouldFence: [],

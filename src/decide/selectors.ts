@@ -3,7 +3,9 @@ import type { V1LabelSelector } from "@kubernetes/client-node";
 
 export function matchesSelector(labels: Record<string, string> | undefined, sel: V1LabelSelector | undefined): boolean {
   const l = labels ?? {};
-  for (const [k, v] of Object.entries(sel?.matchLabels ?? {})) if (l[k] !== v) return false;
+  // Runs for every node and policy on every fleet pass: no entries array made.
+  const ml = sel?.matchLabels;
+  if (ml) for (const k in ml) if (Object.hasOwn(ml, k) && l[k] !== ml[k]) return false;
   for (const e of sel?.matchExpressions ?? []) {
     const has = Object.hasOwn(l, e.key);
     const inValues = has && (e.values ?? []).includes(l[e.key] ?? "");
@@ -17,6 +19,21 @@ export function matchesSelector(labels: Record<string, string> | undefined, sel:
 
 export interface Named {
   metadata?: { name?: string; labels?: Record<string, string> };
+}
+
+/** The policy for a node, as policyForNode chooses it, without the conflicts (and without a list made: every node, every pass). */
+export function governingPolicy<P extends Named & { spec: { nodeSelector?: V1LabelSelector } }>(
+  node: Named,
+  policies: readonly P[],
+): P | undefined {
+  let best: P | undefined;
+  for (const p of policies)
+    if (
+      matchesSelector(node.metadata?.labels, p.spec.nodeSelector) &&
+      (!best || (p.metadata?.name ?? "").localeCompare(best.metadata?.name ?? "") < 0)
+    )
+      best = p;
+  return best;
 }
 
 /** The policy for a node: the first by name whose selector matches; the others that also match are conflicts to report. */

@@ -41,6 +41,7 @@ export class Controller {
   private readonly o: ControllerOptions;
   private loops: Promise<void>[] = [];
   private readonly resting = new Set<() => void>();
+  private skipRest = false;
 
   constructor(o: ControllerOptions) {
     this.o = o;
@@ -56,9 +57,13 @@ export class Controller {
 
   /**
    * Ends the workers' rests now: for an event that may make something due at once (a node's Ready condition turning
-   * Unknown makes its fence due), which must not wait behind a rest of up to a second.
+   * Unknown makes its fence due), which must not wait behind a rest of up to a second. With no worker resting (a
+   * reconcile under way, which may have read the cache before the event), the next rest is skipped instead: nodes
+   * turn Unknown in batches, and the rest of a batch arrived during the pass the first one hurried, then waited out
+   * its rest (0.4 s at 5,000 nodes; issue 12).
    */
   hurry(): void {
+    if (this.resting.size === 0) this.skipRest = true;
     for (const wake of [...this.resting]) wake();
   }
 
@@ -92,6 +97,7 @@ export class Controller {
         this.queue.done(key);
       }
       rest = Math.min(rest, this.o.restMs?.() ?? 0);
+      if (this.skipRest) [this.skipRest, rest] = [false, 0];
       if (rest > 0) await this.rest(rest);
     }
   }

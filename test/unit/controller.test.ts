@@ -256,3 +256,32 @@ test("enqueueFrom hands an update's previous object to keyFn; changedBeyondStatu
   assert.equal(await q.get(), "p", "a delete is queued");
   q.shutDown();
 });
+
+test("hurry() during a reconcile skips the rest that follows it, once", async () => {
+  const q = queue();
+  const starts: number[] = [];
+  let release: () => void = () => undefined;
+  const c = new Controller({
+    name: "test",
+    queue: q,
+    log: memoryLog(),
+    restMs: () => 60_000,
+    reconcile: async () => {
+      starts.push(performance.now());
+      if (starts.length === 1) await new Promise<void>((r) => (release = r));
+    },
+  });
+  c.start();
+  q.add("fleet");
+  await until(() => starts.length === 1, "the first reconcile", 1_000);
+  // An event during the reconcile: its key, and a hurry while nothing rests.
+  q.add("fleet");
+  c.hurry();
+  release();
+  await until(() => starts.length === 2, "the key added during the reconcile, without the minute's rest", 1_000);
+  // Consumed: the next key waits for the rest again.
+  q.add("fleet");
+  await sleep(150);
+  assert.equal(starts.length, 2, "the rest after the second reconcile is not skipped");
+  await c.stop();
+});

@@ -1,6 +1,6 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { matchesSelector, policyForNode } from "../../src/decide/selectors.ts";
+import { governingPolicy, matchesSelector, policyForNode } from "../../src/decide/selectors.ts";
 import { node, policy } from "./decide-fixtures.ts";
 
 const labels = { "topology.kubernetes.io/zone": "a", role: "db", tier: "" };
@@ -126,5 +126,34 @@ describe("policyForNode", () => {
       policy("no-gpu", { nodeSelector: { matchExpressions: [{ key: "gpu", operator: "DoesNotExist" }] } }),
     ]);
     assert.equal(r.policy?.metadata.name, "no-gpu");
+  });
+});
+
+describe("governingPolicy", () => {
+  test("chooses as policyForNode does, over every order of a mixed set of policies", () => {
+    const ps = [
+      policy("zeta"),
+      policy("alpha", { nodeSelector: { matchLabels: { role: "db" } } }),
+      policy("mid", { nodeSelector: { matchExpressions: [{ key: "role", operator: "In", values: ["db", "web"] }] } }),
+      policy("beta", { nodeSelector: { matchLabels: { role: "web" } } }),
+      policy("aa-gpu", { nodeSelector: { matchLabels: { role: "gpu" } } }),
+    ];
+    const nodes = ["db", "web", "gpu", "none"].map((r) => node(`${r}-1`, { labels: { role: r } }));
+    const orders = [ps, [...ps].reverse(), [ps[2]!, ps[0]!, ps[4]!, ps[1]!, ps[3]!]];
+    for (const n of nodes)
+      for (const o of orders) {
+        assert.equal(governingPolicy(n, o), policyForNode(n, o).policy, `${n.metadata?.name} over ${o.map((p) => p.metadata.name)}`);
+        for (let k = 0; k <= o.length; k++) assert.equal(governingPolicy(n, o.slice(k)), policyForNode(n, o.slice(k)).policy);
+      }
+    assert.equal(governingPolicy(nodes[0]!, ps)?.metadata.name, "alpha");
+    assert.equal(governingPolicy(nodes[3]!, ps)?.metadata.name, "zeta");
+    assert.equal(governingPolicy(nodes[0]!, []), undefined);
+  });
+
+  test("matchLabels reads only the selector's own keys", () => {
+    const inherited = Object.create({ role: "web" }) as Record<string, string>;
+    inherited.zone = "a";
+    assert.equal(matchesSelector({ zone: "a", role: "db" }, { matchLabels: inherited }), true);
+    assert.equal(matchesSelector({ zone: "b", role: "db" }, { matchLabels: inherited }), false);
   });
 });
