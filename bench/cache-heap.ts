@@ -18,7 +18,7 @@ import { DateTime } from "luxon";
 import type { V1Lease, V1Node, V1Pod } from "@kubernetes/client-node";
 import { slimNode, slimPod } from "../src/kube/slim.ts";
 import { decideFleet, podsByNode } from "../src/decide/fleet.ts";
-import { createMemoryCgroup, memoryQuantityBytes } from "../lab/memory-cgroup.ts";
+import { createMemoryCgroup, execInCgroup, memoryQuantityBytes } from "../lab/memory-cgroup.ts";
 
 const { values } = parseArgs({
   options: {
@@ -32,14 +32,8 @@ const IN_CGROUP = "STOCKADE_BENCH_IN_CGROUP";
 if (values["memory-limit"] && !process.env[IN_CGROUP]) {
   // Again, in the cgroup from its first instruction (lab/bed.ts does the same for the operator).
   const cg = createMemoryCgroup(`stockade-cache-heap-${process.pid}`, memoryQuantityBytes(values["memory-limit"]));
-  const child = spawn(
-    "/bin/sh",
-    ["-c", 'echo $$ > "$0" && exec "$@"', cg.procs, process.execPath, ...process.execArgv, ...process.argv.slice(1)],
-    {
-      stdio: "inherit",
-      env: { ...process.env, [IN_CGROUP]: "1" },
-    },
-  );
+  const [cmd, args] = execInCgroup(cg, process.execPath, [...process.execArgv, ...process.argv.slice(1)]);
+  const child = spawn(cmd, args, { stdio: "inherit", env: { ...process.env, [IN_CGROUP]: "1" } });
   const [code] = (await once(child, "exit")) as [number | null];
   cg.remove();
   process.exit(code ?? 1);

@@ -4,7 +4,7 @@
 // fresh GETs (Node, Lease) received, the GETs at the apiserver, GETs answered → create received, the create at the
 // apiserver. Time between the apiserver's answers and the operator's next request is the operator's own. Before all
 // that, due → decision: the fence is due at the node's last heartbeat + the timeout + the pods' wait (from the
-// decision's partitionedSince + 10 s, the scale policy's wait), or when the node controller's status write that turned
+// decision's partitionedSince + the wait its message states), or when the node controller's status write that turned
 // Ready Unknown was answered, if later (the audit log; the operator fences only a node both say is gone).
 //   npm run bench:creation-split -- <lab dir> [--user stockade-lab-admin]
 import { readFileSync } from "node:fs";
@@ -16,15 +16,16 @@ const { values, positionals } = parseArgs({ allowPositionals: true, options: { u
 const dir = positionals[0];
 if (!dir) throw new Error("usage: npm run bench:creation-split -- <lab dir> [--user NAME]");
 
-const WAIT_MS = 10_000; // lab/bed.ts scale policy: fenceAfterSeconds of its guarded pods
 const decided = new Map<string, number>();
 const dueByTimeout = new Map<string, number>();
 for (const line of readFileSync(join(dir, "logs", "operator-1.log"), "utf8").split("\n")) {
   if (!line.includes('"verdict":"Fence"')) continue;
-  const l = JSON.parse(line) as { node?: string; time: number; partitionedSince?: string };
+  const l = JSON.parse(line) as { node?: string; time: number; partitionedSince?: string; msg?: string };
   if (!l.node || decided.has(l.node)) continue;
   decided.set(l.node, l.time);
-  dueByTimeout.set(l.node, Date.parse(l.partitionedSince ?? "") + WAIT_MS);
+  // The pods' wait, as the decision itself states it ("… guarded pod(s) waited 10 s").
+  const waitS = Number(/waited (\d+) s/.exec(l.msg ?? "")?.[1] ?? NaN);
+  dueByTimeout.set(l.node, Date.parse(l.partitionedSince ?? "") + waitS * 1000);
 }
 // The node controller's last status write before each decision (after the node went silent): Ready turning Unknown.
 const markedUnknown = new Map<string, number>();

@@ -21,7 +21,7 @@ import { checkLedger, checkProcessTables, deployLedger, instanceStarts, readLedg
 import { readSnapshots } from "./real/node.ts";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../src/api/v1alpha1.ts";
 import { checkInvariant } from "./invariant.ts";
-import type { MemoryCgroup } from "./memory-cgroup.ts";
+import { execInCgroup, type MemoryCgroup } from "./memory-cgroup.ts";
 import { OPERATOR_NODE_FLAGS } from "../src/runtime/node-flags.ts";
 import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
 
@@ -270,9 +270,7 @@ export class Bed {
     const log = join(this.lab.dir, "logs", `operator-${++this.opRuns}.log`);
     const out = createWriteStream(log);
     // In the cgroup before Node.js starts: it sizes its heap from the limit it finds then.
-    const [cmd, pre] = o.cgroup
-      ? ["/bin/sh", ["-c", 'echo $$ > "$0" && exec "$@"', o.cgroup.procs, process.execPath]]
-      : [process.execPath, []];
+    const [cmd, pre] = o.cgroup ? execInCgroup(o.cgroup, process.execPath, []) : [process.execPath, []];
     const child = spawn(
       cmd,
       [

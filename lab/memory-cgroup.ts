@@ -49,6 +49,14 @@ export function createMemoryCgroup(name: string, bytes: number): MemoryCgroup {
   };
 }
 
+/**
+ * The command and arguments that run `command args` inside the cgroup from its first instruction (a shell enters it,
+ * then execs): Node.js sizes its heap from the limit it finds at start.
+ */
+export function execInCgroup(cg: MemoryCgroup, command: string, args: readonly string[]): [string, string[]] {
+  return ["/bin/sh", ["-c", 'echo $$ > "$0" && exec "$@"', cg.procs, command, ...args]];
+}
+
 /** Bytes of a Kubernetes memory quantity in the forms manifests use (512Mi, 2Gi, 1G, 1000000). */
 export function memoryQuantityBytes(q: string): number {
   const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(q.trim());
