@@ -47,10 +47,11 @@ const RECHECK_MS = 30_000;
  * no event tells of, such as a Node's, is still read fresh at every recheck).
  */
 const SHARED_WAIT_MS = 10_000;
+/** How long a waiter awaits the decision another waiter of its claim is making, before it is requeued. */
+const SHARED_AWAIT_MS = 1_000;
 
-/** A fresh decision under way: the claims ("namespace/claim") it decides, and whether an event touched one since it began. */
+/** A fresh decision under way: whether an event touched one of its claims since it began, and when it ends. */
 interface Run {
-  claims: string[];
   dirty: boolean;
   done: Promise<void>;
   end: () => void;
@@ -162,13 +163,16 @@ export class ClaimLockController {
     if (!cached || !isGated(cached)) return;
     const keys = claimNames(cached).map((c) => `${namespace}/${c}`);
     let shared = this.sharedWait(keys, cached);
-    // Another waiter of the claim is deciding: its answer is likely this pod's too. Bounded: a pod never waits on
-    // more than a few others' reads before making its own.
-    for (let i = 0; i < 3 && shared instanceof Promise; i++) {
-      await shared;
+    if (shared instanceof Promise) {
+      // Another waiter of the claim is deciding: its answer is likely this pod's too. Awaited for a bounded time, so
+      // that reads that hang do not hold every worker; then this pod comes back later.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([shared, new Promise((r) => (timer = setTimeout(r, SHARED_AWAIT_MS)))]);
+      clearTimeout(timer);
       shared = this.sharedWait(keys, cached);
+      if (shared instanceof Promise) return { requeueAfterMs: SHARED_AWAIT_MS };
     }
-    if (shared && !(shared instanceof Promise)) {
+    if (shared) {
       if (this.told.get(key) !== shared.message) {
         this.told.set(key, shared.message);
         await this.d.events.record(podRef(cached), "Normal", "WaitingForClaim", shared.message);
@@ -177,7 +181,7 @@ export class ClaimLockController {
     }
     // Registered before any await: the claim's other waiters woken by the same event find it and wait for its answer.
     let end!: () => void;
-    const run: Run = { claims: keys, dirty: false, done: new Promise<void>((r) => (end = r)), end: () => end() };
+    const run: Run = { dirty: false, done: new Promise<void>((r) => (end = r)), end: () => end() };
     for (const k of keys) (this.running.get(k) ?? this.running.set(k, new Set()).get(k)!).add(run);
     try {
       return await this.decide(key, cached, run);
