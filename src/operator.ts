@@ -33,8 +33,14 @@ import { WorkQueue } from "./runtime/work-queue.ts";
 export const LEADER_LEASE = "stockade-operator";
 /** How often the admission policy is checked to be in force. */
 const ADMISSION_CHECK_MS = 10 * 60_000;
-/** How often the webhooks' certificates are checked for renewal (and the caBundles for drift). */
-const TLS_CHECK_MS = 60 * 60_000;
+/**
+ * How often the webhooks' certificates are checked for renewal and the configurations' caBundles against the Secret
+ * (three GETs). Both are watched too; this catches what a watch missed. A caBundle reset by a re-apply refuses every
+ * guarded pod creation and force delete until it is repaired.
+ */
+const TLS_CHECK_MS = 60_000;
+/** A change to the webhook configurations or their Secret is checked this soon (a rotation changes all three). */
+const TLS_CHANGE_DEBOUNCE_MS = 200;
 /** Pod, claim and budget events reach the fleet decision within this, many as one pass. */
 const OBJECT_EVENTS_COALESCE_MS = 1_000;
 /**
@@ -77,6 +83,9 @@ export class Operator {
   private readonly tls: TlsKeeper | undefined;
   private readonly events: EventRecorder;
   private webhookAddress: string | undefined;
+  /** A webhook check is running; `webhooksAgain`: something changed meanwhile, check again when it ends. */
+  private webhooksBusy = false;
+  private webhooksAgain = false;
   private admissionProblems: string | undefined;
   private running = false;
   private stopping: Promise<boolean> | undefined;
@@ -210,9 +219,26 @@ export class Operator {
     enqueueFrom(c.policies, agents.queue, (p, old) => agentsForPolicyEvent(c.agents.list(), p, old));
   }
 
-  /** Ready: caches synced and leadership known (we lead, or we know who does), and not stopping. */
+  /**
+   * Ready: caches synced and leadership known (we lead, or we know who does), not stopping, and, when it serves the
+   * webhooks, able to answer them: its certificate loaded and signed by the CA the configurations carry (a replica
+   * the apiserver cannot trust must not get the Service's traffic).
+   */
   get ready(): boolean {
-    return !this.stopping && this.caches.synced && (this.elector ? this.elector.known : this.running);
+    return !this.notReady();
+  }
+
+  /** Why this replica is not ready, or undefined when it is. */
+  private notReady(): string | undefined {
+    if (this.stopping) return "stopping";
+    if (!this.caches.synced) return `caches not synced: ${this.caches.unsynced().join(", ")}`;
+    if (!(this.elector ? this.elector.known : this.running)) return "leadership not known yet";
+    if (this.tls) {
+      if (!this.webhookAddress) return "the admission webhooks are not served yet";
+      const why = this.tls.unanswerable;
+      if (why) return `the admission webhooks cannot be answered: ${why}`;
+    }
+    return undefined;
   }
 
   /** The leader epoch (0 without leader election). */
@@ -271,13 +297,22 @@ export class Operator {
   }
 
   /**
-   * Serves the admission webhooks, once certificates are in hand. A failure is logged and retried: while the
-   * webhooks are unreachable the apiserver refuses (failurePolicy Fail) the pods they would have gated and the
-   * force deletes they would have checked, so nothing starts unprotected; fencing goes on meanwhile.
+   * Serves the admission webhooks, once certificates are in hand and every webhook configuration carries their CA,
+   * and checks both again at every change and every TLS_CHECK_MS. A failure is logged and retried: while the
+   * webhooks are unreachable (or not trusted) the apiserver refuses (failurePolicy Fail) the pods they would have gated
+   * and the force deletes they would have checked, so nothing starts unprotected; fencing goes on meanwhile.
    */
   private async startWebhooks(): Promise<void> {
     const bind = this.cfg.webhookBindAddress;
     if (!this.webhooks || !this.tls || !bind || this.stopping) return;
+    if (this.webhooksBusy) {
+      this.webhooksAgain = true;
+      return;
+    }
+    this.webhooksBusy = true;
+    this.webhooksAgain = false;
+    clearTimeout(this.tlsTimer);
+    let retryMs = TLS_CHECK_MS;
     try {
       // Who this operator is does not change: asked until the apiserver has answered once.
       const [pair, me] = await Promise.all([this.tls.ensure(), this.webhooks.operatorUsers.length ? undefined : this.whoAmI()]);
@@ -289,15 +324,30 @@ export class Operator {
           { webhooks: this.webhookAddress, user: this.webhooks.operatorUsers[0] },
           `serving the admission webhooks on ${this.webhookAddress}`,
         );
+        this.tls.watch(() => {
+          if (this.webhooksBusy) this.webhooksAgain = true;
+          else {
+            clearTimeout(this.tlsTimer);
+            this.tlsTimer = setTimeout(() => void this.startWebhooks(), TLS_CHANGE_DEBOUNCE_MS);
+            this.tlsTimer.unref();
+          }
+        });
       }
-      this.tlsTimer = setTimeout(() => void this.startWebhooks(), TLS_CHECK_MS);
     } catch (err) {
+      retryMs = 30_000;
       this.log.error(
         { err: errorText(err) },
         `cannot serve the admission webhooks (retrying in 30 s): ${errorText(err)}; meanwhile the apiserver refuses new pods that use guarded claims and force deletes of guarded pods`,
       );
-      this.tlsTimer = setTimeout(() => void this.startWebhooks(), 30_000);
+    } finally {
+      this.webhooksBusy = false;
     }
+    if (this.stopping) return;
+    if (this.webhooksAgain) {
+      this.webhooksAgain = false;
+      retryMs = Math.min(retryMs, TLS_CHANGE_DEBOUNCE_MS);
+    }
+    this.tlsTimer = setTimeout(() => void this.startWebhooks(), retryMs);
     this.tlsTimer.unref();
   }
 
@@ -341,6 +391,7 @@ export class Operator {
     clearInterval(this.admissionTimer);
     this.stalls.stop();
     clearTimeout(this.tlsTimer);
+    this.tls?.stop();
     const graceMs = this.cfg.shutdownGraceSeconds * 1000;
     const busy = this.inflight.size;
     this.log.info(
@@ -383,13 +434,8 @@ export class Operator {
   private async healthEndpoint(path: string): Promise<[number, string, string]> {
     if (path === "/healthz") return [200, "text/plain", "ok\n"];
     if (path === "/readyz") {
-      if (this.ready) return [200, "text/plain", "ok\n"];
-      const why = this.stopping
-        ? "stopping"
-        : !this.caches.synced
-          ? `caches not synced: ${this.caches.unsynced().join(", ")}`
-          : "leadership not known yet";
-      return [503, "text/plain", `${why}\n`];
+      const why = this.notReady();
+      return why ? [503, "text/plain", `${why}\n`] : [200, "text/plain", "ok\n"];
     }
     return [404, "text/plain", "not found\n"];
   }

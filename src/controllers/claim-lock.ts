@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import {
   CLAIM_GATE,
   LOCK_ANNOTATION,
+  MAX_CONTINUED_TOKEN,
   TOKENS_ANNOTATION,
   TOKEN_ANNOTATION,
   claimGuard,
@@ -41,6 +42,28 @@ export interface ClaimLockDeps {
 
 /** How often a waiting pod is looked at again even without an event (a missed event must not strand it). */
 const RECHECK_MS = 30_000;
+/**
+ * How long a fresh decision that a claim is in use stands for the claim's other waiters (below RECHECK_MS, so a change
+ * no event tells of, such as a Node's, is still read fresh at every recheck).
+ */
+const SHARED_WAIT_MS = 10_000;
+/** How long a waiter awaits the decision another waiter of its claim is making, before it is requeued. */
+const SHARED_AWAIT_MS = 1_000;
+
+/** A fresh decision under way: whether an event touched one of its claims since it began, and when it ends. */
+interface Run {
+  dirty: boolean;
+  done: Promise<void>;
+  end: () => void;
+}
+
+/** A fresh decision that a claim is in use, shared with its other waiters until an event touches the claim. */
+interface SharedWait {
+  at: number;
+  /** The uids of the pods that may still run an instance of the claim: one of them waits for nobody. */
+  live: ReadonlySet<string>;
+  message: string;
+}
 
 const podRef = (p: V1Pod) => objectRef("Pod", p);
 const pvcRef = (c: V1PersistentVolumeClaim) => objectRef("PersistentVolumeClaim", c);
@@ -49,9 +72,27 @@ export class ClaimLockController {
   private readonly d: ClaimLockDeps;
   /** Gated pods ("namespace/name") and the claims each waits for, kept from pod events (few pods are gated). */
   private readonly gated = new Map<string, { namespace: string; claims: string[] }>();
+  /** Fresh decisions under way, by claim ("namespace/claim"). */
+  private readonly running = new Map<string, Set<Run>>();
+  /** The last fresh "in use" decision of each claim no event has touched since it began. */
+  private readonly waits = new Map<string, SharedWait>();
+  /** What each gated pod was last told it waits for (its WaitingForClaim Event), to tell it again only when that changes. */
+  private readonly told = new Map<string, string>();
 
   constructor(d: ClaimLockDeps) {
     this.d = d;
+  }
+
+  /**
+   * Something about these claims changed (a pod that uses one, the claim itself; all claims: a NodeFence or a
+   * FencingPolicy): a shared decision on them no longer stands, nor does one under way.
+   */
+  private touch(namespace: string | undefined, claims: string[] | undefined): void {
+    const keys = claims ? claims.map((c) => `${namespace ?? ""}/${c}`) : [...new Set([...this.waits.keys(), ...this.running.keys()])];
+    for (const k of keys) {
+      this.waits.delete(k);
+      for (const r of this.running.get(k) ?? []) r.dirty = true;
+    }
   }
 
   /**
@@ -64,22 +105,32 @@ export class ClaimLockController {
     const key = (p: V1Pod) => `${p.metadata?.namespace ?? ""}/${p.metadata?.name ?? ""}`;
     const waitersOf = (namespace: string | undefined, claims: string[], except?: string) => {
       if (!claims.length) return;
+      this.touch(namespace, claims);
       for (const [k, w] of this.gated)
         if (k !== except && w.namespace === (namespace ?? "") && w.claims.some((x) => claims.includes(x))) queue.add(k);
     };
-    const onPod = (p: V1Pod, gone = false) => {
+    // A pod held by the gate and bound nowhere runs nothing and frees nothing (unless it holds the claim, which only a
+    // write of the claim's record makes so: a claim event), so its creation and status updates change no other
+    // waiter's decision. Without this, each of a 500-replica Deployment's gated pods woke the 499 others.
+    const idle = (p: V1Pod | undefined) => !!p && isGated(p) && !p.spec?.nodeName;
+    const onPod = (p: V1Pod, old?: V1Pod, gone = false) => {
       if (!gone && isGated(p) && !p.metadata?.deletionTimestamp) {
         if (!this.gated.has(key(p))) queue.add(key(p));
         this.gated.set(key(p), { namespace: p.metadata?.namespace ?? "", claims: claimNames(p) });
-      } else this.gated.delete(key(p));
+      } else {
+        this.gated.delete(key(p));
+        this.told.delete(key(p));
+      }
+      if (!gone && idle(p) && (!old || idle(old))) return;
       waitersOf(p.metadata?.namespace, claimNames(p), key(p));
     };
     const all = () => {
+      this.touch(undefined, undefined);
       for (const k of this.gated.keys()) queue.add(k);
     };
     c.pods.on("add", (p) => onPod(p));
-    c.pods.on("update", (p) => onPod(p));
-    c.pods.on("delete", (p) => onPod(p, true));
+    c.pods.on("update", (p, old) => onPod(p, old));
+    c.pods.on("delete", (p) => onPod(p, undefined, true));
     for (const verb of ["add", "update", "delete"] as const) {
       c.pvcs.on(verb, (pvc) => waitersOf(pvc.metadata?.namespace, [pvc.metadata?.name ?? ""]));
       c.fences.on(verb, all);
@@ -95,13 +146,72 @@ export class ClaimLockController {
       .map((p) => `${p.metadata?.namespace ?? ""}/${p.metadata?.name ?? ""}`);
   }
 
+  /**
+   * Bounds the work per claim: of the waiters of one claim, one at a time makes the fresh reads, and while the claim
+   * is in use the others take that decision instead of listing their namespace again (a 500-replica Deployment on one
+   * claim made 500 fresh lists at each of its pods' events). Only "wait" is ever shared, never a grant or a gate lift:
+   * those rest on this pod's own fresh reads, made after every write that could change them. A shared "wait" is one
+   * made on reads that began after the last event that touched the claim (`touch` drops it, and any decision under way
+   * then, at every event of a pod that uses the claim, of the claim, of a NodeFence or a FencingPolicy), at most
+   * SHARED_WAIT_MS ago, and that does not name this pod among the claim's live users (one that holds the claim must
+   * finish its own grant). Sharing can only delay a grant, never make one.
+   */
   async reconcile(key: string): Promise<{ requeueAfterMs: number } | void> {
+    const slash = key.indexOf("/");
+    const namespace = key.slice(0, slash);
+    const cached = this.d.caches.pods.get(key.slice(slash + 1), namespace);
+    if (!cached || !isGated(cached)) return;
+    const keys = claimNames(cached).map((c) => `${namespace}/${c}`);
+    let shared = this.sharedWait(keys, cached);
+    if (shared instanceof Promise) {
+      // Another waiter of the claim is deciding: its answer is likely this pod's too. Awaited for a bounded time, so
+      // that reads that hang do not hold every worker; then this pod comes back later.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([shared, new Promise((r) => (timer = setTimeout(r, SHARED_AWAIT_MS)))]);
+      clearTimeout(timer);
+      shared = this.sharedWait(keys, cached);
+      if (shared instanceof Promise) return { requeueAfterMs: SHARED_AWAIT_MS };
+    }
+    if (shared) {
+      if (this.told.get(key) !== shared.message) {
+        this.told.set(key, shared.message);
+        await this.d.events.record(podRef(cached), "Normal", "WaitingForClaim", shared.message);
+      }
+      return { requeueAfterMs: RECHECK_MS };
+    }
+    // Registered before any await: the claim's other waiters woken by the same event find it and wait for its answer.
+    let end!: () => void;
+    const run: Run = { dirty: false, done: new Promise<void>((r) => (end = r)), end: () => end() };
+    for (const k of keys) (this.running.get(k) ?? this.running.set(k, new Set()).get(k)!).add(run);
+    try {
+      return await this.decide(key, cached, run);
+    } finally {
+      for (const k of keys) {
+        const rs = this.running.get(k);
+        rs?.delete(run);
+        if (!rs?.size) this.running.delete(k);
+      }
+      run.end();
+    }
+  }
+
+  /** A shared "in use" decision this pod may take as its own, or the decisions under way to wait for first. */
+  private sharedWait(keys: string[], pod: V1Pod): SharedWait | Promise<unknown> | undefined {
+    const uid = pod.metadata?.uid ?? "";
+    for (const k of keys) {
+      const w = this.waits.get(k);
+      if (w && performance.now() - w.at < SHARED_WAIT_MS && !w.live.has(uid)) return w;
+    }
+    const runs = keys.flatMap((k) => [...(this.running.get(k) ?? [])]);
+    return runs.length ? Promise.all(runs.map((r) => r.done)) : undefined;
+  }
+
+  private async decide(key: string, cached: V1Pod, run: Run): Promise<{ requeueAfterMs: number } | void> {
     const { kube, caches, events, log } = this.d;
     const slash = key.indexOf("/");
     const namespace = key.slice(0, slash);
     const name = key.slice(slash + 1);
-    const cached = caches.pods.get(name, namespace);
-    if (!cached || !isGated(cached)) return;
+    const started = performance.now();
     // Order matters: every claim is read before the namespace's pods. A pod recorded as a claim's holder was
     // created before it was granted, so if the list (read after) does not show it, it is gone; read the other
     // way round, a pod created and granted in between would be missing from the list and taken for gone.
@@ -172,9 +282,18 @@ export class ClaimLockController {
           ]);
           return { requeueAfterMs: RECHECK_MS };
         case "wait":
+          // Shared with the claim's other waiters, unless something touched the claim since these reads began.
+          if (!run.dirty && decision.live.length)
+            this.waits.set(`${namespace}/${claim}`, { at: started, live: new Set(decision.live), message: decision.message });
+          this.told.set(key, decision.message);
           await events.record(podRef(pod), "Normal", "WaitingForClaim", decision.message);
           return { requeueAfterMs: RECHECK_MS };
         case "grant": {
+          if (decision.ignored) {
+            const msg = `claim ${claim}: ignored the fencing token of pod ${decision.ignored.join(", ")}: above ${MAX_CONTINUED_TOKEN} and the lock record's, so no grant gave it (a pod's annotations are written by whoever may update the pod); the next token is ${decision.token}`;
+            log.warn({ pod: key, claim, ignored: decision.ignored }, msg);
+            later.push(events.record(pvcRef(pvc), "Warning", "ClaimTokenIgnored", msg));
+          }
           this.d.leadership.assertLeading(`grant claim ${namespace}/${claim} to pod ${name}`);
           // The resourceVersion read above is the precondition: a concurrent grant makes this fail with 409.
           await kube.casAnnotateClaim(pvc, { [LOCK_ANNOTATION]: formatLock(decision.record) });

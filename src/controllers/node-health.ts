@@ -296,6 +296,12 @@ export class NodeHealthController {
   }
 
   private logDecisions(d: FleetDecision): void {
+    // Every node has a decision in every pass, so more entries than decisions are nodes that were deleted: forget
+    // them (the map grew with every node ever seen; a node re-created under the same name is logged afresh).
+    if (this.lastVerdict.size > d.decisions.length) {
+      const live = new Set(d.decisions.map((x) => x.node));
+      for (const n of this.lastVerdict.keys()) if (!live.has(n)) this.lastVerdict.delete(n);
+    }
     for (const x of d.decisions) {
       const last = this.lastVerdict.get(x.node);
       if (last?.verdict === x.verdict && last.message === x.message) continue;

@@ -124,6 +124,12 @@ export const podOptedOut = (pod: V1Pod) => pod.metadata?.labels?.[GUARDED_LABEL]
 
 export const isGated = (pod: V1Pod) => (pod.spec?.schedulingGates ?? []).some((g) => g.name === CLAIM_GATE);
 
+/**
+ * The highest token a pod's annotation may carry and still continue a claim's sequence when the record does not
+ * already go beyond it. Tokens go up by one per grant: 2^32 grants of one claim is a grant a second for 136 years.
+ */
+export const MAX_CONTINUED_TOKEN = 2 ** 32;
+
 /** The tokens a pod was granted, from its annotation; {} when absent or unreadable. */
 export function podTokens(pod: V1Pod): Record<string, number> {
   try {
@@ -155,8 +161,16 @@ export type ClaimDecision =
   /** The requester holds the claim already (granted before a crash, or by another leader): finish un-gating. */
   | { kind: "held"; token: number }
   /** Write this record by compare-and-swap; the requester then holds the claim with this token. */
-  | { kind: "grant"; token: number; record: ClaimLock; previous: string }
-  | { kind: "wait"; reason: "ClaimInUse" | "ClaimMissing" | "ClaimTerminating"; message: string; holders: string[] }
+  | {
+      kind: "grant";
+      token: number;
+      record: ClaimLock;
+      previous: string;
+      /** Pods whose token for the claim was ignored (above MAX_CONTINUED_TOKEN and the record's), as "pod (token)". */
+      ignored?: string[];
+    }
+  /** `live`: the uids of the pods that may still run an instance of the claim (the holders named in the message). */
+  | { kind: "wait"; reason: "ClaimInUse" | "ClaimMissing" | "ClaimTerminating"; message: string; holders: string[]; live: string[] }
   | { kind: "invalid"; message: string };
 
 /** Why a pod that uses the claim may still run an instance of it, or undefined when it cannot. */
@@ -188,9 +202,16 @@ export function decideClaim(o: ClaimObservation): ClaimDecision {
   const lock = parsed.lock;
   if (lock?.holder?.uid === uid) return { kind: "held", token: lock.token };
   if (o.pvc.metadata?.deletionTimestamp)
-    return { kind: "wait", reason: "ClaimTerminating", message: `claim ${claim} is being deleted`, holders: [] };
+    return { kind: "wait", reason: "ClaimTerminating", message: `claim ${claim} is being deleted`, holders: [], live: [] };
   const users = o.pods.filter((p) => p.metadata?.uid !== uid && claimNames(p).includes(claim));
-  const holders = users.flatMap((p) => liveUse(p, claim, lock, o.fencedNodes) ?? []);
+  const holders: string[] = [];
+  const live: string[] = [];
+  for (const p of users) {
+    const why = liveUse(p, claim, lock, o.fencedNodes);
+    if (why === undefined) continue;
+    holders.push(why);
+    live.push(p.metadata?.uid ?? "");
+  }
   // The recorded holder may be a pod we no longer see at all (deleted): then it is gone, nothing to wait for.
   if (holders.length)
     return {
@@ -198,9 +219,20 @@ export function decideClaim(o: ClaimObservation): ClaimDecision {
       reason: "ClaimInUse",
       message: `claim ${claim} is in use: ${holders.join("; ")}; this pod starts once that instance is gone (its kubelet confirmed it stopped) or its node is fenced`,
       holders,
+      live,
     };
-  // A record removed by hand must not restart the sequence below a token a live pod was given.
-  const seen = Math.max(0, ...o.pods.map((p) => podTokens(p)[claim] ?? 0));
+  // A record removed by hand must not restart the sequence below a token a live pod was given. But a pod's
+  // annotations are written by whoever may update the pod, tenants included: a token no grant could have produced
+  // (above MAX_CONTINUED_TOKEN and above the record's) is ignored, so that one forged huge token cannot push the
+  // sequence past 2^53 and leave the claim ungrantable until that pod is deleted.
+  let seen = 0;
+  const ignored: string[] = [];
+  for (const p of o.pods) {
+    const t = podTokens(p)[claim];
+    if (!t || t <= seen) continue;
+    if (t > MAX_CONTINUED_TOKEN && t > (lock?.token ?? 0)) ignored.push(`${p.metadata?.name} (${t})`);
+    else seen = t;
+  }
   const token = Math.max(lock?.token ?? 0, seen) + 1;
   if (!Number.isSafeInteger(token))
     return { kind: "invalid", message: `claim ${claim}: the next fencing token would be ${token}, beyond 2^53` };
@@ -209,6 +241,7 @@ export function decideClaim(o: ClaimObservation): ClaimDecision {
     token,
     record: { v: 1, token, holder: { pod: o.requester.metadata?.name ?? "", uid }, time: o.now },
     previous: lock?.holder ? `${lock.holder.pod} (token ${lock.token})` : lock ? `nobody (last token ${lock.token})` : "nobody",
+    ...(ignored.length ? { ignored } : {}),
   };
 }
 

@@ -227,3 +227,121 @@ test("events wake only the gated pods that wait for the claim they concern", () 
   emit("pods", "update", holder);
   assert.deepEqual(queued, [], "a granted pod no longer waits");
 });
+
+/** The controller with its watch wired to the world (handlers fired by `emit`), and the Events it recorded. */
+function wired(w: ReturnType<typeof world>) {
+  const handlers: Record<string, ((o: unknown, old?: unknown) => void)[]> = {};
+  const on = (kind: string) => (verb: string, fn: (o: unknown, old?: unknown) => void) => (handlers[`${kind}/${verb}`] ??= []).push(fn);
+  const recorded: { pod: string; reason: string; message: string }[] = [];
+  const ctl = new ClaimLockController({
+    kube: w.kube as never,
+    caches: {
+      pods: { get: (name: string) => w.pods.get(name), on: on("pods"), list: () => [...w.pods.values()] },
+      policies: { list: () => [], on: on("policies") },
+      pvcs: { on: on("pvcs"), get: () => w.cachedClaim() },
+      fences: { on: on("fences") },
+    } as never,
+    events: {
+      record: async (ref: { name: string }, _type: string, reason: string, message: string) =>
+        void recorded.push({ pod: ref.name, reason, message }),
+    } as never,
+    log: { info() {}, warn() {}, error() {}, debug() {} } as never,
+    clock: () => DateTime.now(),
+    leadership: SOLE_LEADER,
+  });
+  ctl.watch({ add() {} } as never);
+  const emit = (kind: string, verb: string, o: unknown, old?: unknown) => (handlers[`${kind}/${verb}`] ?? []).forEach((fn) => fn(o, old));
+  /** Every key reconciled once by `workers` workers, as the operator's queue runs them. */
+  const round = async (keys: string[], workers = 4) => {
+    const q = [...keys];
+    await Promise.all(
+      Array.from({ length: workers }, async () => {
+        for (let k = q.shift(); k; k = q.shift()) await ctl.reconcile(k).catch(() => {});
+      }),
+    );
+  };
+  return { ctl, emit, recorded, round };
+}
+
+test("many waiters of one claim: one fresh namespace list per change of the claim, not one per waiter", async () => {
+  const w = world();
+  const holder = mkPod("holder", { claims: ["data"], uid: "uid-holder", node: "node-1" });
+  holder.metadata!.resourceVersion = "1";
+  w.grantTo(holder);
+  const keys: string[] = [];
+  for (let i = 0; i < 50; i++) {
+    w.pods.set(`app-${i}`, gatedPod(`app-${i}`, `uid-${i}`));
+    keys.push(`default/app-${i}`);
+  }
+  let lists = 0;
+  const list = w.kube.listPodsFresh;
+  w.kube.listPodsFresh = async () => {
+    lists++;
+    return list();
+  };
+  const { emit, recorded, round } = wired(w);
+  await round(keys);
+  assert.equal(lists, 1, "50 waiters, one fresh list: the others take its decision");
+  assert.equal(recorded.filter((e) => e.reason === "WaitingForClaim").length, 50, "every waiter is told whom it waits for");
+  assert.match(recorded[49]!.message, /holder holds it \(token 1\) on node node-1/);
+
+  await round(keys);
+  assert.equal(lists, 1, "nothing touched the claim: the decision stands");
+  assert.equal(recorded.length, 50, "and nobody is told the same thing again");
+
+  // The holder's status changes: one more fresh list for the 50.
+  emit("pods", "update", holder);
+  await round(keys);
+  assert.equal(lists, 2);
+
+  // The holder goes away: the first waiter is granted the claim, and the 49 others wait for it, on one more list.
+  w.pods.delete("holder");
+  emit("pods", "delete", holder);
+  await round(keys);
+  const lock = parseLock(w.claim());
+  assert.ok(lock.ok && lock.lock?.holder);
+  const ungated = [...w.pods.values()].filter((p) => !(p.spec?.schedulingGates ?? []).some((g) => g.name === CLAIM_GATE));
+  assert.deepEqual(
+    ungated.map((p) => p.metadata?.name),
+    [lock.lock.holder.pod],
+    "exactly one pod was granted",
+  );
+  assert.equal(lists, 4, "the grant's list, then one list the 49 others share");
+});
+
+test("a waiter the shared decision names as the claim's holder makes its own reads and finishes its grant", async () => {
+  const w = world();
+  const me = gatedPod("app-a", "uid-a");
+  w.pods.set("app-a", me);
+  w.pods.set("app-b", gatedPod("app-b", "uid-b"));
+  // app-a was granted, and the operator stopped before lifting its gate.
+  w.grantTo(me);
+  const { round } = wired(w);
+  await round(["default/app-b", "default/app-a"], 1);
+  assert.deepEqual(w.pods.get("app-a")!.spec?.schedulingGates, [], "app-a holds the claim: its gate is lifted");
+  assert.ok((w.pods.get("app-b")!.spec!.schedulingGates ?? []).some((g) => g.name === CLAIM_GATE));
+});
+
+test("a gated pod's own events (creation, status) wake none of the claim's other waiters: it frees nothing", () => {
+  const queued: string[] = [];
+  const handlers: Record<string, ((o: unknown, old?: unknown) => void)[]> = {};
+  const on = (kind: string) => (verb: string, fn: (o: unknown, old?: unknown) => void) => (handlers[`${kind}/${verb}`] ??= []).push(fn);
+  const ctl = new ClaimLockController({
+    caches: { pods: { on: on("pods") }, pvcs: { on: on("pvcs") }, fences: { on: on("fences") }, policies: { on: on("policies") } },
+  } as never);
+  ctl.watch({ add: (k: string) => queued.push(k) } as never);
+  const emit = (verb: string, o: unknown, old?: unknown) => (handlers[`pods/${verb}`] ?? []).forEach((fn) => fn(o, old));
+  for (let i = 0; i < 5; i++) emit("add", gatedPod(`app-${i}`, `uid-${i}`));
+  assert.deepEqual(queued, ["default/app-0", "default/app-1", "default/app-2", "default/app-3", "default/app-4"], "each new one once");
+  queued.length = 0;
+  emit("update", gatedPod("app-4", "uid-4"), gatedPod("app-4", "uid-4"));
+  assert.deepEqual(queued, []);
+  // Its deletion and its gate's removal may free the claim (it may hold it): they wake the others.
+  emit("delete", gatedPod("app-4", "uid-4"));
+  assert.deepEqual(queued.sort(), ["default/app-0", "default/app-1", "default/app-2", "default/app-3"]);
+  queued.length = 0;
+  const lifted = gatedPod("app-3", "uid-3");
+  lifted.spec!.schedulingGates = [];
+  emit("update", lifted, gatedPod("app-3", "uid-3"));
+  assert.deepEqual(queued.sort(), ["default/app-0", "default/app-1", "default/app-2"]);
+});

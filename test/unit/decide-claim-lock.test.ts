@@ -200,6 +200,34 @@ describe("decideClaim", () => {
     assert.equal((d as { token: number }).token, 13);
   });
 
+  test("a tenant's forged huge token (pod annotations are tenant-writable) is ignored and reported, never wedges the claim", () => {
+    const forged = (name: string, token: number, phase = "Failed") => {
+      const p = running(name, "node-1", BEFORE, { uid: name, annotations: { [TOKENS_ANNOTATION]: JSON.stringify({ data: token }) } });
+      p.status = { phase };
+      return p;
+    };
+    // 2^53 - 1: continuing from it would need a token beyond 2^53, and the claim was refused until that pod was deleted.
+    const huge = observe(claim(), gated("db-0"), [forged("evil", Number.MAX_SAFE_INTEGER)]);
+    assert.equal(huge.kind, "grant");
+    assert.equal((huge as { token: number }).token, 1);
+    assert.deepEqual((huge as { ignored?: string[] }).ignored, [`evil (${Number.MAX_SAFE_INTEGER})`]);
+    // With a record, the sequence follows the record; the forged token is still named.
+    const withRecord = observe(claim({ v: 1, token: 6, time: NOW }), gated("db-0"), [forged("evil", 2 ** 40)]);
+    assert.deepEqual([(withRecord as { token: number }).token, (withRecord as { ignored?: string[] }).ignored], [7, [`evil (${2 ** 40})`]]);
+    // A token no higher than the bound still continues the sequence (a record removed by hand), as one in range does.
+    const bound = observe(claim(), gated("db-0"), [forged("a", 2 ** 32), forged("b", 2 ** 32 + 1)]);
+    assert.deepEqual([(bound as { token: number }).token, (bound as { ignored?: string[] }).ignored], [2 ** 32 + 1, ["b (4294967297)"]]);
+    // A record already past the bound (nothing forged): tokens up to the record's are the record's own business.
+    const past = observe(claim({ v: 1, token: 2 ** 33, time: NOW }), gated("db-0"), [forged("old", 2 ** 33)]);
+    assert.deepEqual([(past as { token: number }).token, (past as { ignored?: string[] }).ignored], [2 ** 33 + 1, undefined]);
+  });
+
+  test("a wait names the uids of the claim's live users", () => {
+    const old = running("db-0-old", "node-1", BEFORE, { uid: "old" });
+    const d = observe(claim(held(old, 4)), gated("db-0"), [old, gated("other")]);
+    assert.deepEqual((d as { live: string[] }).live, ["old"]);
+  });
+
   test("a nonsense record is never trusted: no grant", () => {
     const d = observe(claim('{"v":1,"token":"lots"}'), gated("db-0"), []);
     assert.equal(d.kind, "invalid");

@@ -47,7 +47,7 @@ function world() {
     leases.set("node-1", l);
     return l;
   };
-  return { ctl, set, nodes, tick: (s: number) => (now = at(s)) };
+  return { ctl, set, nodes, leases, tick: (s: number) => (now = at(s)) };
 }
 
 test("a renewal of a node the last decision found healthy, before it could lag, skips the fleet decision", async () => {
@@ -143,4 +143,23 @@ test("a NodeFence event runs the fleet decision only when it is new, gone, or ch
     true,
     "being deleted",
   );
+});
+
+test("what the log last said of each node is forgotten once the node is deleted (the map grew with every node ever seen)", async () => {
+  const w = world();
+  w.set(0);
+  const remembered = () => [...(w.ctl as unknown as { lastVerdict: Map<string, unknown> }).lastVerdict.keys()].sort();
+  for (let i = 2; i <= 50; i++) {
+    w.nodes.set(`node-${i}`, node(`node-${i}`, { ready: "True", heartbeat: at(0) }));
+    w.leases.set(`node-${i}`, lease(`node-${i}`, at(0), 40));
+  }
+  await w.ctl.reconcile();
+  assert.equal(remembered().length, 50);
+  for (let i = 2; i <= 50; i++) {
+    w.nodes.delete(`node-${i}`);
+    w.leases.delete(`node-${i}`);
+  }
+  w.tick(1);
+  await w.ctl.reconcile();
+  assert.deepEqual(remembered(), ["node-1"]);
 });
