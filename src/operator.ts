@@ -175,7 +175,7 @@ export class Operator {
         secretName: cfg.webhookSecret,
         hosts: cfg.webhookHosts,
       });
-      this.webhooks = new AdmissionServer({ kube: new Kube(reads), caches: this.caches, events, log, metrics: this.metrics });
+      this.webhooks = new AdmissionServer({ kube: new Kube(reads), caches: this.caches, log, metrics: this.metrics });
     }
 
     const c = this.caches;

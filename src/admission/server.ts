@@ -1,26 +1,35 @@
 // The admission webhooks, served over HTTPS by every replica (the apiserver reaches whichever is ready):
 //   POST /claim-gate    mutating: adds the claim-lock scheduling gate to new pods that use a guarded claim
-//   POST /force-delete  validating: refuses unsafe force deletes (and evictions asking for grace 0) of guarded pods
-// Answers come from the caches, except the force-delete check, which reads the Node and NodeFence fresh:
-// allowing that delete is as destructive as Stockade's own release. Certificates: admission/certificates.ts.
+//   POST /force-delete  validating: refuses deletes and evictions of guarded pods that would remove them at once
+// Answers come from the caches, except the force-delete check, which reads the pod (evictions), Node, Lease and
+// NodeFence fresh: allowing that delete is as destructive as Stockade's own release. Certificates: certificates.ts.
+// Anyone who can reach the Service can POST a review here (the apiserver does not authenticate itself to webhooks by
+// default), so answering makes no API write at all: no Events. A decision is logged, counted, carried in the
+// response's message and warnings, and recorded by the apiserver itself in its audit log (auditAnnotations).
 import { createServer, type Server } from "node:https";
 import type { AddressInfo } from "node:net";
 import { createSecureContext } from "node:tls";
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import { DateTime } from "luxon";
 import type { Logger } from "pino";
-import { claimGuard, claimNames, claimPolicy, fencedSince } from "../decide/claim-lock.ts";
+import { claimGuard, claimNames, claimPolicy, fencedSince, heartbeatsNow } from "../decide/claim-lock.ts";
 import { isGuarded } from "../decide/guarded-pods.ts";
 import { isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Metrics } from "../metrics.ts";
-import { objectRef, type EventRecorder } from "../runtime/events.ts";
 import { gatePod } from "./claim-gate.ts";
-import { checkForceDelete } from "./force-delete.ts";
+import { checkForceDelete, effectiveGracePeriod } from "./force-delete.ts";
 
 export const GATE_PATH = "/claim-gate";
 export const FORCE_DELETE_PATH = "/force-delete";
 /** Largest AdmissionReview accepted (a pod is far smaller; the apiserver's own limit is 3 MiB). */
 const MAX_BODY = 4 * 1024 * 1024;
+/**
+ * Force-delete checks reading the API at once, at most. Each makes up to four GETs; a caller flooding the endpoint
+ * with crafted reviews gets refusals (429: clients such as kubectl drain retry) instead of making the operator a
+ * multiplier of its traffic to the apiserver. Real force deletes are rare; a drain's evictions come a few at a time.
+ */
+export const MAX_FRESH_CHECKS = 32;
 
 interface AdmissionRequest {
   uid: string;
@@ -34,6 +43,7 @@ interface AdmissionRequest {
   object?: unknown;
   oldObject?: unknown;
   options?: { gracePeriodSeconds?: number } | null;
+  dryRun?: boolean;
 }
 
 interface AdmissionResponse {
@@ -43,19 +53,23 @@ interface AdmissionResponse {
   patchType?: "JSONPatch";
   patch?: string;
   warnings?: string[];
+  /** Recorded by the apiserver in the request's audit event, as force-delete.stockade.io/<key>. */
+  auditAnnotations?: Record<string, string>;
 }
 
 export interface AdmissionDeps {
   kube: Kube;
   caches: Caches;
-  events: EventRecorder;
   log: Logger;
   metrics?: Metrics;
+  clock?: () => DateTime;
 }
 
 export class AdmissionServer {
   private readonly d: AdmissionDeps;
   private server: Server | undefined;
+  /** Force-delete checks under way (MAX_FRESH_CHECKS). */
+  private checks = 0;
   /** The users Stockade itself acts as (its ServiceAccount), allowed to force-delete after a fence. */
   operatorUsers: readonly string[] = [];
 
@@ -153,24 +167,41 @@ export class AdmissionServer {
   }
 
   private async forceDelete(r: AdmissionRequest): Promise<AdmissionResponse> {
-    const { kube, caches } = this.d;
-    let pod: V1Pod | undefined;
     let grace: number | undefined;
+    let pod: V1Pod | undefined;
     if (r.operation === "DELETE" && !r.subResource) {
+      // The apiserver sends the pod as stored: its phase and grace period decide the effective grace without a read.
       pod = r.oldObject as V1Pod | undefined;
-      grace = r.options?.gracePeriodSeconds;
+      grace = r.options?.gracePeriodSeconds ?? undefined;
+      if (!pod || effectiveGracePeriod(grace, pod) !== 0) return { uid: r.uid, allowed: true };
     } else if (r.operation === "CREATE" && r.subResource === "eviction") {
-      const eviction = r.object as { deleteOptions?: { gracePeriodSeconds?: number } } | undefined;
-      grace = eviction?.deleteOptions?.gracePeriodSeconds;
-      if (grace === 0) {
-        try {
-          pod = await kube.core.readNamespacedPod({ name: r.name ?? "", namespace: r.namespace ?? "" });
-        } catch (err) {
-          if (!isNotFound(err)) throw err;
-        }
-      }
+      // An eviction deletes through the store without a DELETE admission of its own, with the grace period the
+      // apiserver derives from the pod (0 for a Failed/Succeeded one whatever was asked): read the pod to know.
+      grace = (r.object as { deleteOptions?: { gracePeriodSeconds?: number } } | undefined)?.deleteOptions?.gracePeriodSeconds;
+    } else return { uid: r.uid, allowed: true };
+    if (this.checks >= MAX_FRESH_CHECKS) {
+      this.d.metrics?.admissionRequests.inc({ webhook: "force-delete", outcome: "error" });
+      return deny(r.uid, 429, "TooManyRequests", `Stockade is checking ${this.checks} deletes already; try again`);
     }
-    if (!pod || grace !== 0) return { uid: r.uid, allowed: true };
+    this.checks++;
+    try {
+      return await this.checkDelete(r, pod, grace);
+    } finally {
+      this.checks--;
+    }
+  }
+
+  private async checkDelete(r: AdmissionRequest, given: V1Pod | undefined, grace: number | undefined): Promise<AdmissionResponse> {
+    const { kube, caches } = this.d;
+    let pod = given;
+    if (!pod) {
+      try {
+        pod = await kube.core.readNamespacedPod({ name: r.name ?? "", namespace: r.namespace ?? "" });
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+      if (!pod || effectiveGracePeriod(grace, pod) !== 0) return { uid: r.uid, allowed: true };
+    }
     const ns = pod.metadata?.namespace ?? r.namespace ?? "";
     const pvcs = new Map(caches.pvcs.list(ns).map((p) => [`${ns}/${p.metadata?.name}`, p] as const));
     const policy = claimPolicy(caches.synced ? caches.policies.list() : undefined);
@@ -178,31 +209,42 @@ export class AdmissionServer {
     const claim = claimNames(pod).find((c) => claimGuard(caches.pvcs.get(c, ns), policy).guarded);
     const guarded = fencing.guarded ? fencing.why : claim ? `uses guarded claim ${claim}` : undefined;
     const node = pod.spec?.nodeName;
-    const [nodeObj, fence] = node && guarded ? await Promise.all([kube.readNode(node), kube.getNodeFence(node)]) : [undefined, undefined];
+    // Fresh, all three: the fence's fingerprint is compared with the Node and Lease as they are now.
+    const [nodeObj, lease, fence] =
+      node && guarded
+        ? await Promise.all([kube.readNode(node), kube.readLease(node), kube.getNodeFence(node)])
+        : [undefined, undefined, undefined];
+    const now = this.d.clock?.() ?? DateTime.utc();
+    const user = r.userInfo?.username ?? "";
     const answer = checkForceDelete({
       pod,
-      username: r.userInfo?.username ?? "",
+      username: user,
       gracePeriodSeconds: grace,
       guarded,
       operatorUsers: this.operatorUsers,
       nodeExists: !!nodeObj,
-      fencedSince: fencedSince(fence, nodeObj),
+      nodeHeartbeats: heartbeatsNow(nodeObj, lease, now),
+      fencedSince: fencedSince(fence, nodeObj, lease),
     });
     const name = `${ns}/${pod.metadata?.name}`;
+    const dryRun = r.dryRun ? " (dry run)" : "";
     if (!answer.allowed) {
       this.d.metrics?.admissionRequests.inc({ webhook: "force-delete", outcome: "denied" });
-      this.d.log.warn({ pod: name, user: r.userInfo?.username }, `refused a force delete of ${name} by ${r.userInfo?.username}`);
-      await this.d.events.record(podRef(pod), "Warning", "ForceDeleteRefused", `${r.userInfo?.username}: ${answer.message}`);
-      return deny(r.uid, 403, "Forbidden", answer.message);
+      this.d.log.warn({ pod: name, user, dryRun: !!r.dryRun }, `refused a force delete of ${name} by ${user}${dryRun}`);
+      return { ...deny(r.uid, 403, "Forbidden", answer.message), auditAnnotations: { decision: "refused", reason: answer.message } };
     }
     this.d.metrics?.admissionRequests.inc({ webhook: "force-delete", outcome: "allowed" });
     if (answer.acknowledged !== undefined) {
-      const msg = `${r.userInfo?.username} force-deleted pod ${name} on node ${node}, which is not confirmed fenced, acknowledging the risk of two instances at once: "${answer.acknowledged}"`;
-      this.d.log.warn({ pod: name, user: r.userInfo?.username }, msg);
-      await this.d.events.record(podRef(pod), "Warning", "ForceDeleteAcknowledged", msg);
-      return { uid: r.uid, allowed: true, warnings: [`Stockade: ${msg}`] };
+      const msg = `${user} force-deleted pod ${name} on node ${node}, which is not confirmed fenced, acknowledging the risk of two instances at once: "${answer.acknowledged}"`;
+      this.d.log.warn({ pod: name, user, dryRun: !!r.dryRun }, `${msg}${dryRun}`);
+      return {
+        uid: r.uid,
+        allowed: true,
+        warnings: [`Stockade: ${msg}`],
+        auditAnnotations: { decision: "acknowledged", acknowledged: answer.acknowledged, reason: msg },
+      };
     }
-    return { uid: r.uid, allowed: true };
+    return { uid: r.uid, allowed: true, auditAnnotations: { decision: "allowed", reason: answer.why } };
   }
 }
 
@@ -214,8 +256,6 @@ function mergedGuardedPods(caches: Caches): { statefulSets: boolean; readWriteOn
     readWriteOnceVolumes: ps.some((p) => p.spec?.guardedPods?.readWriteOnceVolumes ?? true),
   };
 }
-
-const podRef = (p: V1Pod) => objectRef("Pod", p);
 
 function deny(uid: string, code: number, reason: string, message: string): AdmissionResponse {
   return { uid, allowed: false, status: { code, reason, message } };

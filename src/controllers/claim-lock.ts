@@ -18,6 +18,7 @@ import {
   decideClaim,
   fencedSince,
   formatLock,
+  heartbeatsNow,
   isGated,
   parseLock,
   podTokens,
@@ -252,14 +253,19 @@ export class ClaimLockController {
       (p) => p.metadata?.uid !== pod.metadata?.uid && guarded.some((c) => claimNames(p).includes(c.metadata?.name ?? "")),
     );
     const nodes = [...new Set(users.flatMap((p) => (p.spec?.nodeName ? [p.spec.nodeName] : [])))];
+    // The Lease too: a fence's fingerprint, and whether a Failed/Succeeded phase there can be taken as the kubelet's word.
     const fences = new Map(
-      await Promise.all(nodes.map(async (n) => [n, await Promise.all([kube.getNodeFence(n), kube.readNode(n)])] as const)),
+      await Promise.all(
+        nodes.map(async (n) => [n, await Promise.all([kube.getNodeFence(n), kube.readNode(n), kube.readLease(n)])] as const),
+      ),
     );
+    const seen = this.d.clock();
+    const heartbeatingNodes = new Set([...fences].filter(([, [, nodeObj, lease]]) => heartbeatsNow(nodeObj, lease, seen)).map(([n]) => n));
     // Per claim: a storage fence proves only the claims of the StorageClasses it cut off (decide/claim-lock.ts).
     const fencedNodesFor = (pvc: V1PersistentVolumeClaim) => {
       const out = new Map<string, Date>();
-      for (const [n, [fence, nodeObj]] of fences) {
-        const since = fencedSince(fence, nodeObj, pvc);
+      for (const [n, [fence, nodeObj, lease]] of fences) {
+        const since = fencedSince(fence, nodeObj, lease, pvc);
         if (since) out.set(n, since);
       }
       return out;
@@ -269,7 +275,7 @@ export class ClaimLockController {
     for (const pvc of guarded) {
       const claim = pvc.metadata?.name ?? "";
       const now = this.d.clock().toUTC().toISO() ?? new Date().toISOString();
-      const decision = decideClaim({ requester: pod, pvc, pods, fencedNodes: fencedNodesFor(pvc), now });
+      const decision = decideClaim({ requester: pod, pvc, pods, fencedNodes: fencedNodesFor(pvc), heartbeatingNodes, now });
       switch (decision.kind) {
         case "held":
           tokens[claim] = decision.token;

@@ -4,9 +4,12 @@
 // fencing token one above the last one, and only when no other instance can still be using the claim: every
 // other pod that uses it has gone, finished, or sits on a node confirmed fenced. Then the gate comes off.
 // Pure: the controller (controllers/claim-lock.ts) feeds it fresh reads and applies what it returns.
-import type { V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { DateTime } from "luxon";
 import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
+import { heartbeatChanges, heartbeatOf } from "./fence-machine.ts";
 import { GUARDED_LABEL, isFinished } from "./guarded-pods.ts";
+import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime } from "./node-health.ts";
 
 /** The scheduling gate that holds a pod until it holds its guarded claims. */
 export const CLAIM_GATE = "stockade.io/claim-lock";
@@ -153,6 +156,11 @@ export interface ClaimObservation {
    * Releasing or Released (read fresh). Only pods created before that time are proven dead by it.
    */
   fencedNodes: ReadonlyMap<string, Date>;
+  /**
+   * Nodes that heartbeat now (heartbeatsNow over a fresh read of the Node and its Lease): only there is a pod's
+   * Failed/Succeeded phase taken as its kubelet's word (provenFinished). Absent: none does.
+   */
+  heartbeatingNodes?: ReadonlySet<string>;
   /** RFC 3339 time for the record. */
   now: string;
 }
@@ -173,10 +181,60 @@ export type ClaimDecision =
   | { kind: "wait"; reason: "ClaimInUse" | "ClaimMissing" | "ClaimTerminating"; message: string; holders: string[]; live: string[] }
   | { kind: "invalid"; message: string };
 
+/**
+ * Does the node heartbeat now: its Node (read fresh) says Ready=True and its Lease (read fresh) was renewed within
+ * the heartbeat timeout. Both are written by its kubelet alone (the node controller only ever turns Ready Unknown).
+ */
+export function heartbeatsNow(
+  node: V1Node | undefined,
+  lease: V1Lease | undefined,
+  now: DateTime,
+  timeoutSeconds = DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+): boolean {
+  if (node?.status?.conditions?.find((c) => c.type === "Ready")?.status !== "True") return false;
+  const renewed = toDateTime(lease?.spec?.renewTime as Date | string | undefined);
+  return !!renewed && now < renewed.plus({ seconds: timeoutSeconds });
+}
+
+const running = (p: V1Pod) =>
+  [...(p.status?.initContainerStatuses ?? []), ...(p.status?.containerStatuses ?? []), ...(p.status?.ephemeralContainerStatuses ?? [])]
+    .filter((c) => c.state?.running)
+    .map((c) => c.name);
+
+/**
+ * Does the pod's phase prove that none of its containers runs? Failed/Succeeded is written by its kubelet once
+ * they stopped — but also by the pod GC controller right before its own force delete (a pod on a Node that is gone,
+ * or terminating on a node tainted out-of-service), without asking anyone, and by anyone allowed to write pods/status.
+ * So the phase counts only where its kubelet is alive to stand by it (the node heartbeats now: it keeps the pod's
+ * status and stops the containers of a pod the API says finished) and no container status says running (the pod GC
+ * controller writes the phase alone, so the kubelet's last report of a running container stays). On a silent node
+ * no phase is proof: only a fence is.
+ */
+export function provenFinished(p: V1Pod, nodeHeartbeats: boolean): boolean {
+  if (!isFinished(p)) return false;
+  if (!p.spec?.nodeName) return true;
+  return nodeHeartbeats && running(p).length === 0;
+}
+
+/** Why a terminal phase is not taken as proof here (for messages), or undefined when it is, or there is none. */
+export function untrustedPhase(p: V1Pod, nodeHeartbeats: boolean): string | undefined {
+  if (!isFinished(p) || provenFinished(p, nodeHeartbeats)) return undefined;
+  const phase = p.status?.phase;
+  if (!nodeHeartbeats)
+    return `its phase ${phase} proves nothing while node ${p.spec?.nodeName} does not heartbeat (the pod GC controller writes ${phase} itself before its own force delete)`;
+  return `its phase is ${phase} but its kubelet last reported container(s) ${running(p).join(", ")} running`;
+}
+
 /** Why a pod that uses the claim may still run an instance of it, or undefined when it cannot. */
-export function liveUse(p: V1Pod, claim: string, lock: ClaimLock | undefined, fencedNodes: ReadonlyMap<string, Date>): string | undefined {
-  if (isFinished(p)) return undefined;
+export function liveUse(
+  p: V1Pod,
+  claim: string,
+  lock: ClaimLock | undefined,
+  fencedNodes: ReadonlyMap<string, Date>,
+  heartbeatingNodes: ReadonlySet<string> = new Set(),
+): string | undefined {
   const node = p.spec?.nodeName;
+  if (provenFinished(p, !!node && heartbeatingNodes.has(node))) return undefined;
   const fenced = node ? fencedNodes.get(node) : undefined;
   const created = p.metadata?.creationTimestamp ? new Date(p.metadata.creationTimestamp).getTime() : NaN;
   if (fenced && created < fenced.getTime()) return undefined;
@@ -184,9 +242,12 @@ export function liveUse(p: V1Pod, claim: string, lock: ClaimLock | undefined, fe
   // A pod still held by our gate cannot be scheduled, so it runs nothing — unless it was already granted the claim.
   if (isGated(p) && !node && !holds) return undefined;
   const name = p.metadata?.name ?? "";
-  if (holds) return `${name} holds it (token ${lock?.token})${node ? ` on node ${node}` : ""}`;
-  if (node)
-    return `${name} uses it on node ${node}${p.metadata?.deletionTimestamp ? " (terminating; its kubelet has not confirmed yet)" : ""}`;
+  const phase = node ? untrustedPhase(p, heartbeatingNodes.has(node)) : undefined;
+  if (holds) return `${name} holds it (token ${lock?.token})${node ? ` on node ${node}` : ""}${phase ? ` (${phase})` : ""}`;
+  if (node) {
+    const terminating = p.metadata?.deletionTimestamp ? " (terminating; its kubelet has not confirmed yet)" : "";
+    return `${name} uses it on node ${node}${phase ? ` (${phase})` : terminating}`;
+  }
   // Granted after the claim read here (a cached claim may lag the pod list): the gate lift wrote its token.
   const token = podTokens(p)[claim];
   if (token) return `${name} was granted it (token ${token}) and may be scheduled at any moment`;
@@ -207,7 +268,7 @@ export function decideClaim(o: ClaimObservation): ClaimDecision {
   const holders: string[] = [];
   const live: string[] = [];
   for (const p of users) {
-    const why = liveUse(p, claim, lock, o.fencedNodes);
+    const why = liveUse(p, claim, lock, o.fencedNodes, o.heartbeatingNodes);
     if (why === undefined) continue;
     holders.push(why);
     live.push(p.metadata?.uid ?? "");
@@ -253,22 +314,29 @@ export function breakLock(pvc: V1PersistentVolumeClaim, holderUid: string, by: s
 }
 
 /**
- * When the NodeFence proved its node's instances dead (StorageFenced: this claim's storage cut off), if it does now: evidence recorded, in phase Fenced,
- * Releasing or Released, and the machine not back — the Node (read fresh) still has the boot ID the fence began
- * with and is not Ready. A machine that booted again (an action reboot, or someone pressing the button) may run
- * pods again: only the old boot's instances are proven gone, and which pod is which is not knowable here.
+ * When the NodeFence proved its node's instances dead (StorageFenced: this claim's storage cut off), if it does now:
+ * evidence of the current round recorded, in phase Fenced, Releasing or Released, and the machine not heard from
+ * since — the Node and its Lease, read fresh, match the heartbeat fingerprint the evidence was taken with exactly
+ * (the check every release makes, fence-machine.ts): same Node uid, bootID, Lease renewTime and Ready heartbeat. A
+ * machine that booted again, renewed its Lease once more, or whose Node was deleted or re-created may run pods again:
+ * only the instances the fence saw silent are proven gone, and which pod is which is not knowable here. A fence
+ * confirmed while the node still heartbeat proves nothing until its release began (the settle wait, fence-machine.ts).
  */
-export function fencedSince(f: NodeFence | undefined, node: V1Node | undefined, claim?: V1PersistentVolumeClaim): Date | undefined {
+export function fencedSince(
+  f: NodeFence | undefined,
+  node: V1Node | undefined,
+  lease: V1Lease | undefined,
+  claim?: V1PersistentVolumeClaim,
+): Date | undefined {
   const phase = f?.status?.phase;
-  if (!f?.status?.evidence || !f.status.fencedTime || !(phase === "Fenced" || phase === "Releasing" || phase === "Released"))
-    return undefined;
+  const ev = f?.status?.evidence;
+  if (!ev || !f?.status?.fencedTime || !(phase === "Fenced" || phase === "Releasing" || phase === "Released")) return undefined;
   // Storage fenced: the machine may run; only the claims of the StorageClasses cut off are safe from its pods (and no
   // pod is proven dead, so without a claim — a force delete — it proves nothing).
-  if (
-    f.status.evidence.method === "StorageFenced" &&
-    !(claim && (f.status.evidence.storageClasses ?? []).includes(claim.spec?.storageClassName ?? ""))
-  )
-    return undefined;
+  if (ev.method === "StorageFenced" && !(claim && (ev.storageClasses ?? []).includes(claim.spec?.storageClassName ?? ""))) return undefined;
+  if (!ev.heartbeat || (ev.round ?? 0) !== (f.status.round ?? 0)) return undefined;
+  if (heartbeatChanges(ev.heartbeat, heartbeatOf(node, lease)).length) return undefined;
+  if (!ev.heartbeat.silent && phase === "Fenced") return undefined;
   if (node) {
     const boot = node.status?.nodeInfo?.bootID;
     if (f.status.bootID && boot && boot !== f.status.bootID) return undefined;

@@ -4,7 +4,12 @@ import { X509Certificate } from "node:crypto";
 import type { V1Pod } from "@kubernetes/client-node";
 import { caBundleOf, readTlsSecret, renew, renewalNeeded } from "../../src/admission/certificates.ts";
 import { gatePod } from "../../src/admission/claim-gate.ts";
-import { FORCE_DELETE_ANNOTATION, checkForceDelete, type ForceDeleteFacts } from "../../src/admission/force-delete.ts";
+import {
+  FORCE_DELETE_ANNOTATION,
+  checkForceDelete,
+  effectiveGracePeriod,
+  type ForceDeleteFacts,
+} from "../../src/admission/force-delete.ts";
 import { CLAIM_GATE, CLAIM_GUARD_ANNOTATION } from "../../src/decide/claim-lock.ts";
 import { GUARDED_LABEL } from "../../src/decide/guarded-pods.ts";
 import { pod, pvc } from "./decide-fixtures.ts";
@@ -75,9 +80,18 @@ describe("gatePod", () => {
 
 describe("checkForceDelete", () => {
   const T = new Date("2026-01-01T00:00:00Z");
+  const terminated = (name: string) => ({
+    name,
+    image: "x",
+    imageID: "",
+    ready: false,
+    restartCount: 0,
+    state: { terminated: { exitCode: 0, finishedAt: T } },
+  });
   const facts = (o: Partial<ForceDeleteFacts> = {}): ForceDeleteFacts => {
     const p = pod("db-0", { sts: true, node: "node-2" });
     p.metadata!.creationTimestamp = T;
+    p.spec!.terminationGracePeriodSeconds = 30; // the apiserver's default
     return {
       pod: p,
       username: "alice",
@@ -85,6 +99,7 @@ describe("checkForceDelete", () => {
       guarded: "owned by a StatefulSet",
       operatorUsers: ["system:serviceaccount:stockade-system:stockade"],
       nodeExists: true,
+      nodeHeartbeats: false,
       fencedSince: undefined,
       ...o,
     };
@@ -107,9 +122,59 @@ describe("checkForceDelete", () => {
     const unscheduled = facts();
     delete unscheduled.pod.spec!.nodeName;
     assert.equal(checkForceDelete(unscheduled).allowed, true);
-    const done = facts();
-    done.pod.status = { phase: "Succeeded" };
-    assert.equal(checkForceDelete(done).allowed, true);
+    const done = facts({ nodeHeartbeats: true });
+    done.pod.status = { phase: "Succeeded", containerStatuses: [terminated("c")] };
+    assert.equal(checkForceDelete(done).allowed, true, "finished, as its heartbeating kubelet reports");
+  });
+
+  test("a Failed phase on a silent node is no proof: the pod GC controller writes it itself before its own force delete", () => {
+    const gc = "system:serviceaccount:kube-system:pod-garbage-collector";
+    // What pkg/controller/podgc markFailedAndDeletePod leaves: the phase patched, the kubelet's last report untouched.
+    const marked = (o: Partial<ForceDeleteFacts> = {}) => {
+      const f = facts(o);
+      f.pod.status = { phase: "Failed", containerStatuses: [{ ...terminated("c"), state: { running: { startedAt: T } } }] };
+      return f;
+    };
+    for (const username of [gc, "system:kube-controller-manager", "alice"]) {
+      const a = checkForceDelete(marked({ username }));
+      assert.equal(a.allowed, false, username);
+      assert.match((a as { message: string }).message, /phase Failed proves nothing while node node-2 does not heartbeat/);
+    }
+    // Even where the node heartbeats, a container its kubelet last reported running is not stopped yet.
+    assert.equal(checkForceDelete(marked({ username: gc, nodeHeartbeats: true })).allowed, false);
+    assert.match((checkForceDelete(marked({ nodeHeartbeats: true })) as { message: string }).message, /container\(s\) c running/);
+    // The phase without any container status (never started, or rejected by the kubelet) counts only with a heartbeat.
+    const bare = facts({ username: gc });
+    bare.pod.status = { phase: "Failed" };
+    assert.equal(checkForceDelete(bare).allowed, false);
+    assert.equal(checkForceDelete({ ...bare, nodeHeartbeats: true }).allowed, true);
+    // A sidecar (restartable init container) still running keeps it alive too.
+    const sidecar = facts({ nodeHeartbeats: true });
+    sidecar.pod.status = { phase: "Succeeded", initContainerStatuses: [{ ...terminated("s"), state: { running: {} } }] };
+    assert.equal(checkForceDelete(sidecar).allowed, false);
+    // Once the node is confirmed fenced, the pod GC's retry goes through.
+    assert.equal(checkForceDelete(marked({ username: gc, fencedSince: new Date("2026-01-01T00:05:00Z") })).allowed, true);
+  });
+
+  test("a delete that is immediate without asking for grace 0 is a force delete: the pod's own grace 0, or a Failed/Succeeded phase", () => {
+    assert.equal(effectiveGracePeriod(undefined, facts().pod), 30, "the pod's own");
+    const zero = facts({ gracePeriodSeconds: undefined });
+    zero.pod.spec!.terminationGracePeriodSeconds = 0;
+    assert.equal(effectiveGracePeriod(undefined, zero.pod), 0);
+    const a = checkForceDelete(zero);
+    assert.equal(a.allowed, false, "a plain delete (the taint manager's, the StatefulSet controller's) of a grace-0 pod");
+    assert.match((a as { message: string }).message, /refusing to delete at once \(its effective grace period is 0\) pod default\/db-0/);
+    assert.equal(checkForceDelete({ ...zero, gracePeriodSeconds: 10 }).allowed, true, "an explicit grace period wins over the pod's");
+    // The apiserver deletes a Failed/Succeeded pod at once whatever grace period was asked (CheckGracefulDelete).
+    for (const grace of [undefined, 30]) {
+      const failed = facts({ gracePeriodSeconds: grace });
+      failed.pod.status = { phase: "Failed" };
+      assert.equal(effectiveGracePeriod(grace, failed.pod), 0);
+      assert.equal(checkForceDelete(failed).allowed, false, `grace ${grace}`);
+    }
+    const negative = facts({ gracePeriodSeconds: -1 });
+    assert.equal(effectiveGracePeriod(-1, negative.pod), 1, "negative becomes 1");
+    assert.equal(checkForceDelete(negative).allowed, true);
   });
 
   test("allowed: Stockade itself, the pod's own kubelet — not another node's", () => {
@@ -118,15 +183,15 @@ describe("checkForceDelete", () => {
     assert.equal(checkForceDelete(facts({ username: "system:node:node-3" })).allowed, false);
   });
 
-  test("the pod GC controller only for a node that no longer exists", () => {
+  test("a deleted Node proves nothing: the pod GC controller's delete of its pods is refused until the machine is fenced", () => {
     const gc = "system:serviceaccount:kube-system:pod-garbage-collector";
-    assert.equal(checkForceDelete(facts({ username: gc, nodeExists: false })).allowed, true);
+    for (const username of [gc, "system:kube-controller-manager", "alice"]) {
+      const a = checkForceDelete(facts({ username, nodeExists: false }));
+      assert.equal(a.allowed, false, username);
+      assert.match((a as { message: string }).message, /its Node object is gone, which proves nothing \(a live kubelet re-creates it\)/);
+    }
     assert.equal(checkForceDelete(facts({ username: gc, nodeExists: true })).allowed, false);
-    assert.equal(
-      checkForceDelete(facts({ username: "alice", nodeExists: false })).allowed,
-      false,
-      "a person deleting the Node proves nothing",
-    );
+    assert.equal(checkForceDelete(facts({ username: gc, nodeExists: false, fencedSince: new Date("2026-01-01T00:05:00Z") })).allowed, true);
   });
 
   test("a confirmed fence allows it — for pods created before the confirmation only", () => {

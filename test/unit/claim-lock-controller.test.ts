@@ -57,6 +57,7 @@ function world() {
     },
     getNodeFence: async () => undefined,
     readNode: async () => undefined,
+    readLease: async () => undefined,
     casAnnotateClaim: async (c: V1PersistentVolumeClaim, annotations: Record<string, string>) => {
       if (c.metadata?.resourceVersion !== claim.metadata?.resourceVersion) throw conflict();
       claim = {

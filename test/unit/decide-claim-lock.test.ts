@@ -1,6 +1,7 @@
 import { describe, test } from "node:test";
+import { DateTime } from "luxon";
 import assert from "node:assert/strict";
-import type { V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { V1ContainerStatus, V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
 import {
   CLAIM_GATE,
@@ -12,9 +13,11 @@ import {
   claimNames,
   decideClaim,
   fencedSince,
+  heartbeatsNow,
   parseLock,
   type ClaimLock,
 } from "../../src/decide/claim-lock.ts";
+import { heartbeatOf } from "../../src/decide/fence-machine.ts";
 import { pod, pvc } from "./decide-fixtures.ts";
 
 const NOW = "2026-01-01T00:10:00Z";
@@ -43,6 +46,15 @@ function running(name: string, node: string, created = BEFORE, extra: Partial<V1
   p.metadata = { ...p.metadata, creationTimestamp: created, ...extra };
   return p;
 }
+
+const stopped = (name: string): V1ContainerStatus => ({
+  name,
+  image: "x",
+  imageID: "",
+  ready: false,
+  restartCount: 0,
+  state: { terminated: { exitCode: 0, finishedAt: BEFORE } },
+});
 
 const held = (p: V1Pod, token: number): ClaimLock => ({
   v: 1,
@@ -106,8 +118,21 @@ test("claimNames: the PVC volumes, each once, sorted; ephemeral volumes are the 
 });
 
 describe("decideClaim", () => {
-  const observe = (pvcObj: V1PersistentVolumeClaim, requester: V1Pod, others: V1Pod[], fenced: [string, Date][] = []) =>
-    decideClaim({ requester, pvc: pvcObj, pods: [requester, ...others], fencedNodes: new Map(fenced), now: NOW });
+  const observe = (
+    pvcObj: V1PersistentVolumeClaim,
+    requester: V1Pod,
+    others: V1Pod[],
+    fenced: [string, Date][] = [],
+    heartbeating: string[] = [],
+  ) =>
+    decideClaim({
+      requester,
+      pvc: pvcObj,
+      pods: [requester, ...others],
+      fencedNodes: new Map(fenced),
+      heartbeatingNodes: new Set(heartbeating),
+      now: NOW,
+    });
 
   test("a claim nobody used: token 1", () => {
     const d = observe(claim(), gated("db-0"), []);
@@ -135,10 +160,28 @@ describe("decideClaim", () => {
     );
   });
 
-  test("a holder whose pod finished has no instance left", () => {
+  test("a holder whose pod finished has no instance left — as its kubelet reports it, on a node that heartbeats", () => {
     const old = running("old", "node-1", BEFORE, { uid: "old" });
-    old.status = { phase: "Succeeded" };
-    assert.equal(observe(claim(held(old, 4)), gated("db-0"), [old]).kind, "grant");
+    old.status = { phase: "Succeeded", containerStatuses: [stopped("c")] };
+    assert.equal(observe(claim(held(old, 4)), gated("db-0"), [old], [], ["node-1"]).kind, "grant");
+  });
+
+  test("a Failed phase on a silent node proves nothing (the pod GC controller writes it before its force delete): only a fence does", () => {
+    // What pkg/controller/podgc leaves on a pod of a node tainted out-of-service: phase Failed, the kubelet's last
+    // report (running) untouched.
+    const old = running("old", "node-1", BEFORE, { uid: "old" });
+    old.status = { phase: "Failed", containerStatuses: [{ ...stopped("c"), state: { running: { startedAt: BEFORE } } }] };
+    const d = observe(claim(held(old, 4)), gated("db-0"), [old]);
+    assert.equal(d.kind, "wait");
+    assert.match((d as { message: string }).message, /phase Failed proves nothing while node node-1 does not heartbeat/);
+    assert.equal(observe(claim(held(old, 4)), gated("db-0"), [old], [], ["node-1"]).kind, "wait", "a container reported running");
+    // Without the record too (a user the lock never saw).
+    assert.equal(observe(claim(), gated("db-0"), [old]).kind, "wait");
+    // The kubelet's own report of every container stopped, also on a silent node: still no proof without a heartbeat.
+    old.status = { phase: "Failed", containerStatuses: [stopped("c")] };
+    assert.equal(observe(claim(held(old, 4)), gated("db-0"), [old]).kind, "wait");
+    assert.equal(observe(claim(held(old, 4)), gated("db-0"), [old], [], ["node-1"]).kind, "grant");
+    assert.equal(observe(claim(held(old, 4)), gated("db-0"), [old], [["node-1", FENCED]]).kind, "grant", "fenced");
   });
 
   test("a holder on a node confirmed fenced is dead; one created after the fence is not", () => {
@@ -196,7 +239,7 @@ describe("decideClaim", () => {
   test("a record removed by hand does not restart below a token a live pod carries", () => {
     const old = running("old", "node-1", BEFORE, { uid: "old", annotations: { [TOKENS_ANNOTATION]: '{"data":12}' } });
     old.status = { phase: "Failed" };
-    const d = observe(claim(), gated("db-0"), [old]);
+    const d = observe(claim(), gated("db-0"), [old], [], ["node-1"]);
     assert.equal((d as { token: number }).token, 13);
   });
 
@@ -206,19 +249,21 @@ describe("decideClaim", () => {
       p.status = { phase };
       return p;
     };
+    // The forged pods finished on a node that heartbeats (its kubelet stands by the phase): not live users.
+    const LIVE = ["node-1"];
     // 2^53 - 1: continuing from it would need a token beyond 2^53, and the claim was refused until that pod was deleted.
-    const huge = observe(claim(), gated("db-0"), [forged("evil", Number.MAX_SAFE_INTEGER)]);
+    const huge = observe(claim(), gated("db-0"), [forged("evil", Number.MAX_SAFE_INTEGER)], [], LIVE);
     assert.equal(huge.kind, "grant");
     assert.equal((huge as { token: number }).token, 1);
     assert.deepEqual((huge as { ignored?: string[] }).ignored, [`evil (${Number.MAX_SAFE_INTEGER})`]);
     // With a record, the sequence follows the record; the forged token is still named.
-    const withRecord = observe(claim({ v: 1, token: 6, time: NOW }), gated("db-0"), [forged("evil", 2 ** 40)]);
+    const withRecord = observe(claim({ v: 1, token: 6, time: NOW }), gated("db-0"), [forged("evil", 2 ** 40)], [], LIVE);
     assert.deepEqual([(withRecord as { token: number }).token, (withRecord as { ignored?: string[] }).ignored], [7, [`evil (${2 ** 40})`]]);
     // A token no higher than the bound still continues the sequence (a record removed by hand), as one in range does.
-    const bound = observe(claim(), gated("db-0"), [forged("a", 2 ** 32), forged("b", 2 ** 32 + 1)]);
+    const bound = observe(claim(), gated("db-0"), [forged("a", 2 ** 32), forged("b", 2 ** 32 + 1)], [], LIVE);
     assert.deepEqual([(bound as { token: number }).token, (bound as { ignored?: string[] }).ignored], [2 ** 32 + 1, ["b (4294967297)"]]);
     // A record already past the bound (nothing forged): tokens up to the record's are the record's own business.
-    const past = observe(claim({ v: 1, token: 2 ** 33, time: NOW }), gated("db-0"), [forged("old", 2 ** 33)]);
+    const past = observe(claim({ v: 1, token: 2 ** 33, time: NOW }), gated("db-0"), [forged("old", 2 ** 33)], [], LIVE);
     assert.deepEqual([(past as { token: number }).token, (past as { ignored?: string[] }).ignored], [2 ** 33 + 1, undefined]);
   });
 
@@ -260,26 +305,64 @@ describe("breakLock", () => {
 });
 
 describe("fencedSince", () => {
-  const fence = (phase: string, extra: Record<string, unknown> = {}) =>
+  const nodeObj = (bootID: string, ready: string) =>
+    ({
+      metadata: { name: "node-1", uid: "uid-node-1" },
+      status: { nodeInfo: { bootID }, conditions: [{ type: "Ready", status: ready, lastHeartbeatTime: BEFORE }] },
+    }) as V1Node;
+  const leaseObj = (renew = BEFORE) =>
+    ({ metadata: { name: "node-1", namespace: "kube-node-lease" }, spec: { renewTime: renew, leaseDurationSeconds: 40 } }) as V1Lease;
+  const silentAt = (n: V1Node | undefined, l: V1Lease | undefined) => ({ ...heartbeatOf(n, l), silent: true });
+  const fence = (phase: string, extra: Record<string, unknown> = {}, heartbeat = silentAt(nodeObj("boot-1", "Unknown"), leaseObj())) =>
     ({
       metadata: { name: "node-1" },
       spec: { nodeName: "node-1" },
-      status: { phase, fencedTime: "2026-01-01T00:05:00Z", bootID: "boot-1", evidence: { method: "PowerOffConfirmed" }, ...extra },
+      status: {
+        phase,
+        fencedTime: "2026-01-01T00:05:00Z",
+        bootID: "boot-1",
+        evidence: { method: "PowerOffConfirmed", round: 0, heartbeat },
+        ...extra,
+      },
     }) as unknown as NodeFence;
-  const nodeObj = (bootID: string, ready: string) =>
-    ({ metadata: { name: "node-1" }, status: { nodeInfo: { bootID }, conditions: [{ type: "Ready", status: ready }] } }) as V1Node;
 
   test("a confirmed fence of a machine still off proves its instances dead, since its confirmation", () => {
     for (const phase of ["Fenced", "Releasing", "Released"])
-      assert.deepEqual(fencedSince(fence(phase), nodeObj("boot-1", "Unknown")), FENCED);
-    assert.deepEqual(fencedSince(fence("Released"), undefined), FENCED, "a deleted Node does not undo a confirmed power-off");
+      assert.deepEqual(fencedSince(fence(phase), nodeObj("boot-1", "Unknown"), leaseObj()), FENCED);
+    // Evidence taken after the Node was deleted (a fence under way fences again through its snapshot): it holds
+    // while nothing re-creates the Node or its Lease.
+    assert.deepEqual(fencedSince(fence("Released", {}, silentAt(undefined, undefined)), undefined, undefined), FENCED);
   });
   test("no proof: no evidence, a fence not confirmed or undone, a machine that booted again or heartbeats", () => {
-    assert.equal(fencedSince(fence("Released", { evidence: undefined }), nodeObj("boot-1", "Unknown")), undefined);
+    const n = nodeObj("boot-1", "Unknown");
+    assert.equal(fencedSince(fence("Released", { evidence: undefined }), n, leaseObj()), undefined);
     for (const phase of ["Pending", "Fencing", "Failed", "Unfencing", "Unfenced"])
-      assert.equal(fencedSince(fence(phase), nodeObj("boot-1", "Unknown")), undefined, phase);
-    assert.equal(fencedSince(fence("Released"), nodeObj("boot-2", "Unknown")), undefined, "booted again");
-    assert.equal(fencedSince(fence("Released"), nodeObj("boot-1", "True")), undefined, "Ready again");
-    assert.equal(fencedSince(undefined, nodeObj("boot-1", "Unknown")), undefined);
+      assert.equal(fencedSince(fence(phase), n, leaseObj()), undefined, phase);
+    assert.equal(fencedSince(fence("Released"), nodeObj("boot-2", "Unknown"), leaseObj()), undefined, "booted again");
+    assert.equal(fencedSince(fence("Released"), nodeObj("boot-1", "True"), leaseObj()), undefined, "Ready again");
+    assert.equal(fencedSince(undefined, n, leaseObj()), undefined);
+  });
+  test("the fresh Node and Lease must match the evidence's fingerprint exactly: one renewal since, and it proves nothing", () => {
+    const n = nodeObj("boot-1", "Unknown");
+    assert.equal(fencedSince(fence("Released"), n, leaseObj(AFTER)), undefined, "the Lease renewed after the confirmation");
+    assert.equal(fencedSince(fence("Released"), n, undefined), undefined, "the Lease gone");
+    assert.equal(fencedSince(fence("Released"), undefined, leaseObj()), undefined, "a deleted Node proves nothing");
+    const recreated = nodeObj("boot-1", "Unknown");
+    recreated.metadata!.uid = "uid-new";
+    assert.equal(fencedSince(fence("Released"), recreated, leaseObj()), undefined, "a re-created Node");
+    assert.equal(fencedSince(fence("Released", { round: 1 }), n, leaseObj()), undefined, "evidence of an earlier round");
+  });
+});
+
+describe("heartbeatsNow (whether a Failed/Succeeded phase there is the kubelet's word)", () => {
+  const at = (iso: string) => DateTime.fromISO(iso, { zone: "utc" });
+  const n = (ready: string) => ({ metadata: { name: "node-1" }, status: { conditions: [{ type: "Ready", status: ready }] } }) as V1Node;
+  const l = (renew: Date) => ({ metadata: { name: "node-1" }, spec: { renewTime: renew, leaseDurationSeconds: 40 } }) as V1Lease;
+  test("Ready=True and a Lease renewed within the timeout, both read fresh", () => {
+    assert.equal(heartbeatsNow(n("True"), l(BEFORE), at("2026-01-01T00:00:39Z")), true);
+    assert.equal(heartbeatsNow(n("True"), l(BEFORE), at("2026-01-01T00:00:40Z")), false, "the Lease is stale");
+    assert.equal(heartbeatsNow(n("Unknown"), l(BEFORE), at("2026-01-01T00:00:01Z")), false, "the node controller saw it go silent");
+    assert.equal(heartbeatsNow(n("True"), undefined, at("2026-01-01T00:00:01Z")), false, "no Lease");
+    assert.equal(heartbeatsNow(undefined, l(BEFORE), at("2026-01-01T00:00:01Z")), false, "no Node");
   });
 });

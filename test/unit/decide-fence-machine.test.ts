@@ -1109,11 +1109,43 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
     san.spec!.storageClassName = "san";
     const nfs = pvc("b", ["ReadWriteOnce"]);
     nfs.spec!.storageClassName = "nfs";
-    assert.ok(fencedSince(f, n, san) instanceof Date);
-    assert.equal(fencedSince(f, n, nfs), undefined);
-    assert.equal(fencedSince(f, n), undefined, "without a claim (a force delete) a storage fence proves nothing");
+    const l = lease("node-1", T0);
+    assert.ok(fencedSince(f, n, l, san) instanceof Date);
+    assert.equal(fencedSince(f, n, l, nfs), undefined);
+    assert.equal(fencedSince(f, n, l), undefined, "without a claim (a force delete) a storage fence proves nothing");
     const power = fenceOf({ ...releasing(), phase: "Released" });
-    assert.ok(fencedSince(power, n) instanceof Date);
+    assert.ok(fencedSince(power, n, l) instanceof Date);
+  });
+
+  test("fencedSince: the fresh Node and Lease must match the evidence's heartbeat fingerprint exactly, as every release does", () => {
+    const l = lease("node-1", T0);
+    const n = partitionedNode();
+    for (const phase of ["Fenced", "Releasing", "Released"] as const)
+      assert.ok(fencedSince(fenceOf({ ...releasing(), phase }), n, l) instanceof Date, phase);
+    const f = fenceOf({ ...releasing(), phase: "Released" });
+    // The machine came back for a moment: one Lease renewal, still Ready=Unknown (the node controller lags).
+    assert.equal(fencedSince(f, n, lease("node-1", at(1000))), undefined, "the Lease was renewed since the evidence");
+    assert.equal(
+      fencedSince(f, node("node-1", { ready: "Unknown", bootID: "boot-1", heartbeat: at(1000) }), l),
+      undefined,
+      "Ready heartbeat",
+    );
+    assert.equal(fencedSince(f, partitionedNode({ bootID: "boot-2" }), l), undefined, "booted again");
+    const recreated = partitionedNode();
+    recreated.metadata!.uid = "uid-other";
+    assert.equal(fencedSince(f, recreated, l), undefined, "the Node was re-created");
+    assert.equal(fencedSince(f, undefined, undefined), undefined, "the Node (and its Lease) deleted after the evidence");
+    assert.equal(fencedSince(f, n, undefined), undefined, "the Lease deleted after the evidence");
+    // Evidence of an earlier round, or none recorded: nothing to compare, no proof.
+    assert.equal(fencedSince(fenceOf({ ...releasing(), phase: "Released", round: 1 }), n, l), undefined, "stale round");
+    assert.equal(
+      fencedSince(fenceOf({ ...releasing({ evidence: evidenceNow({ heartbeat: undefined }) }), phase: "Released" }), n, l),
+      undefined,
+    );
+    // Confirmed while the node still heartbeat: no proof until the release began (after the settle wait).
+    const loud = evidenceNow({ heartbeat: { ...heartbeatOf(n, l), silent: false } });
+    assert.equal(fencedSince(fenceOf({ ...releasing({ evidence: loud }), phase: "Fenced" }), n, l), undefined, "settle wait");
+    assert.ok(fencedSince(fenceOf({ ...releasing({ evidence: loud }), phase: "Releasing" }), n, l) instanceof Date);
   });
 });
 

@@ -1,0 +1,189 @@
+// The webhook endpoint is reachable by any pod that can reach its Service, and the apiserver does not authenticate
+// itself to it by default: whatever a crafted AdmissionReview says, answering it writes nothing to the API (no
+// Events), dry-run or not, and the fresh reads it causes are bounded.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { request } from "node:https";
+import { pino } from "pino";
+import { DateTime } from "luxon";
+import type { V1Pod } from "@kubernetes/client-node";
+import { renew } from "../../src/admission/certificates.ts";
+import { AdmissionServer, FORCE_DELETE_PATH, MAX_FRESH_CHECKS, type AdmissionDeps } from "../../src/admission/server.ts";
+import { FORCE_DELETE_ANNOTATION } from "../../src/admission/force-delete.ts";
+import { pod } from "./decide-fixtures.ts";
+
+const NOW = DateTime.fromISO("2026-01-01T00:10:00Z", { zone: "utc" });
+const tls = renew({}, "ca", ["127.0.0.1"], new Date("2026-01-01T00:00:00Z"));
+
+/** Every call the server makes to the API, by name; reads answer from `world`, anything else is a write. */
+const calls: string[] = [];
+const events: string[] = [];
+let hold: Promise<void> | undefined;
+const read =
+  (name: string, value: unknown = undefined) =>
+  async () => {
+    calls.push(name);
+    if (hold) await hold;
+    return value;
+  };
+const writes = () => calls.filter((c) => !/^(read|get|list)/.test(c));
+const recordAll = (prefix: string): ProxyHandler<object> => ({
+  get: (target, prop) =>
+    prop in target
+      ? (target as Record<string | symbol, unknown>)[prop]
+      : async () => {
+          calls.push(`${prefix}${String(prop)}`);
+        },
+});
+const victim = () => {
+  const p = pod("db-0", { sts: true, node: "node-2" });
+  p.metadata!.creationTimestamp = new Date("2026-01-01T00:00:00Z");
+  p.spec!.terminationGracePeriodSeconds = 30;
+  return p;
+};
+const kube = new Proxy(
+  {
+    core: new Proxy({ readNamespacedPod: read("readNamespacedPod", victim()) }, recordAll("core.")),
+    readNode: read("readNode", { metadata: { name: "node-2" }, status: { conditions: [{ type: "Ready", status: "Unknown" }] } }),
+    readLease: read("readLease"),
+    getNodeFence: read("getNodeFence"),
+  },
+  recordAll(""),
+);
+const caches = {
+  synced: true,
+  pvcs: { list: () => [], get: () => undefined },
+  policies: { list: () => [] },
+};
+// The recorder the server was built with before: anything it records is a write on behalf of the caller.
+const recorder = new Proxy(
+  {},
+  {
+    get:
+      () =>
+      async (...args: unknown[]) =>
+        void events.push(JSON.stringify(args)),
+  },
+);
+const server = new AdmissionServer({
+  kube,
+  caches,
+  log: pino({ level: "silent" }),
+  clock: () => NOW,
+  events: recorder,
+} as unknown as AdmissionDeps);
+let addr = "";
+
+before(async () => {
+  addr = await server.listen({ host: "127.0.0.1", port: 0 }, { cert: tls["tls.crt"]!, key: tls["tls.key"]! });
+});
+after(() => server.close());
+
+interface Answer {
+  response: {
+    allowed: boolean;
+    status?: { code: number; message: string };
+    warnings?: string[];
+    auditAnnotations?: Record<string, string>;
+  };
+}
+
+function review(request_: Record<string, unknown>): Promise<Answer> {
+  const [host, port] = [addr.slice(0, addr.lastIndexOf(":")), Number(addr.slice(addr.lastIndexOf(":") + 1))];
+  const body = JSON.stringify({ apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview", request: { uid: "u-1", ...request_ } });
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host, port, path: FORCE_DELETE_PATH, method: "POST", ca: tls["ca.crt"], headers: { "content-type": "application/json" } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve(JSON.parse(Buffer.concat(chunks).toString("utf8")) as Answer));
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+const forceDelete = (p: V1Pod, extra: Record<string, unknown> = {}) => ({
+  operation: "DELETE",
+  namespace: "default",
+  name: p.metadata?.name,
+  userInfo: { username: "mallory" },
+  oldObject: p,
+  options: { gracePeriodSeconds: 0 },
+  // Attacker-chosen text: it must never reach an Event.
+  ...extra,
+});
+
+describe("the force-delete webhook writes nothing to the API", () => {
+  test("a crafted review of a guarded pod is refused, and the refusal is written nowhere but the answer and the audit log", async () => {
+    calls.length = 0;
+    events.length = 0;
+    const a = await review(forceDelete(victim(), { userInfo: { username: "mallory: <script>your cluster is compromised" } }));
+    assert.equal(a.response.allowed, false);
+    assert.match(a.response.status?.message ?? "", /refusing to force-delete pod default\/db-0/);
+    assert.equal(a.response.auditAnnotations?.decision, "refused");
+    assert.deepEqual(events, [], "no Event");
+    assert.deepEqual(writes(), [], "no API write");
+    assert.deepEqual(calls.sort(), ["getNodeFence", "readLease", "readNode"], "the fresh reads only");
+  });
+
+  test("an acknowledged force delete, dry run or not, is allowed with a warning and an audit annotation, and writes nothing", async () => {
+    for (const dryRun of [true, false]) {
+      calls.length = 0;
+      events.length = 0;
+      const p = victim();
+      p.metadata!.annotations = { [FORCE_DELETE_ANNOTATION]: "checked by hand" };
+      const a = await review(forceDelete(p, { dryRun }));
+      assert.equal(a.response.allowed, true);
+      assert.match(a.response.warnings?.[0] ?? "", /acknowledging the risk of two instances at once: "checked by hand"/);
+      assert.equal(a.response.auditAnnotations?.acknowledged, "checked by hand");
+      assert.deepEqual(events, [], `no Event (dryRun ${dryRun})`);
+      assert.deepEqual(writes(), [], `no API write (dryRun ${dryRun})`);
+    }
+  });
+
+  test("a graceful delete is answered without reading anything", async () => {
+    calls.length = 0;
+    const a = await review(forceDelete(victim(), { options: { gracePeriodSeconds: 30 } }));
+    assert.equal(a.response.allowed, true);
+    assert.deepEqual(calls, []);
+    // No grace asked: the pod's own (30) applies.
+    assert.equal((await review(forceDelete(victim(), { options: {} }))).response.allowed, true);
+    assert.deepEqual(calls, []);
+  });
+
+  test("an eviction reads the pod: one asking for no grace period of a pod the apiserver deletes at once is checked", async () => {
+    calls.length = 0;
+    const evict = (deleteOptions: Record<string, unknown> | undefined) =>
+      review({
+        operation: "CREATE",
+        subResource: "eviction",
+        namespace: "default",
+        name: "db-0",
+        userInfo: { username: "mallory" },
+        object: { deleteOptions },
+      });
+    assert.equal((await evict(undefined)).response.allowed, true, "its own grace period, 30");
+    assert.deepEqual(calls, ["readNamespacedPod"]);
+    assert.equal((await evict({ gracePeriodSeconds: 0 })).response.allowed, false);
+  });
+
+  test(`at most ${MAX_FRESH_CHECKS} checks read the API at once: a flood of crafted reviews is refused beyond that`, async () => {
+    calls.length = 0;
+    let release = () => {};
+    hold = new Promise((r) => (release = r));
+    const flood = Array.from({ length: MAX_FRESH_CHECKS + 5 }, () => review(forceDelete(victim())));
+    // Wait until the admitted checks are all reading.
+    while (calls.filter((c) => c === "readNode").length < MAX_FRESH_CHECKS) await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(calls.filter((c) => c === "readNode").length, MAX_FRESH_CHECKS);
+    hold = undefined;
+    release();
+    const answers = await Promise.all(flood);
+    assert.equal(answers.filter((a) => a.response.status?.code === 429).length, 5);
+    assert.ok(answers.every((a) => !a.response.allowed));
+    assert.deepEqual(writes(), []);
+  });
+});
