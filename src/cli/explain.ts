@@ -84,7 +84,8 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
       .sort((a, b) => `${a.metadata?.namespace}/${a.metadata?.name}`.localeCompare(`${b.metadata?.namespace}/${b.metadata?.name}`))
       .map((p) => {
         const name = `${p.metadata?.namespace}/${p.metadata?.name}`;
-        if (isFinished(p)) return [name, "no", `finished (${p.status?.phase}): nothing to release`, "-"];
+        if (isFinished(p) && h.state === "Healthy")
+          return [name, "no", `finished (${p.status?.phase}) on a node that heartbeats: nothing to release`, "-"];
         const g = isGuarded(p, policy.spec.guardedPods, i.pvcs);
         if (!g.guarded) return [name, "no", g.why, "-"];
         const w = podWaitSeconds(p, policy.spec.detection);

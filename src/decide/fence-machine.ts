@@ -27,7 +27,7 @@ import type {
 import { CONFIRMED_OFF_ANNOTATION } from "../agents/manual.ts";
 import { isStorageFence } from "../agents/types.ts";
 import { fencedStorageClasses } from "../agents/csi-addons-network-fence.ts";
-import { isFinished, isGuarded } from "./guarded-pods.ts";
+import { isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
 import { claimNames, parseLock } from "./claim-lock.ts";
 import { orderPodsForRelease } from "./priority.ts";
@@ -219,13 +219,15 @@ export function heartbeatsAgain(o: Fresh): string | undefined {
 /** The fenced node's pods: whoever observes may pass more, and nothing of another node is ever released. */
 const nodePods = (o: Pick<FenceObservation, "fence" | "pods">): V1Pod[] => o.pods.filter((p) => p.spec?.nodeName === o.fence.spec.nodeName);
 
-/** Guarded pods on the node that still have to be released, highest priority first. */
+/**
+ * Guarded pods on the node that still have to be released, highest priority first. A Failed or Succeeded one too: on
+ * a silent node its phase proves nothing (the pod GC controller writes Failed itself), so no one else may delete it,
+ * and after the fence it is as dead as the rest.
+ */
 export function podsToRelease(o: FenceObservation): V1Pod[] {
   const released = new Set((o.fence.status?.releases ?? []).filter((r) => r.kind === "Pod").map((r) => r.uid));
   const guarded = o.fence.status?.policySnapshot?.guardedPods;
-  return orderPodsForRelease(
-    nodePods(o).filter((p) => !released.has(p.metadata?.uid) && !isFinished(p) && isGuarded(p, guarded, o.pvcs).guarded),
-  );
+  return orderPodsForRelease(nodePods(o).filter((p) => !released.has(p.metadata?.uid) && isGuarded(p, guarded, o.pvcs).guarded));
 }
 
 /** Claim locks held by pods of the fenced node that no release has broken yet. */

@@ -5,7 +5,8 @@ import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1PodDisruptionBu
 import { DateTime } from "luxon";
 import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
 import { podWaitSeconds } from "./forgiveness.ts";
-import { isFinished, isGuarded } from "./guarded-pods.ts";
+import { provenFinished } from "./claim-lock.ts";
+import { isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, type NodeHealth } from "./node-health.ts";
 import { desiredNodeDown, hasNodeDown, nodeDownChange, type NodeDownChange } from "./node-down.ts";
 import { orderCandidates, podPriority, type Candidate } from "./priority.ts";
@@ -154,7 +155,8 @@ export function decideFleet(i: FleetInput): FleetDecision {
       continue;
     }
     const pvcs = i.pvcs;
-    const guarded = i.pods.on(name).filter((p) => !isFinished(p) && isGuarded(p, policy.spec.guardedPods, pvcs).guarded);
+    // On a partitioned node no phase is proof (the pod GC controller writes Failed itself): a Failed pod may still run.
+    const guarded = i.pods.on(name).filter((p) => !provenFinished(p, false) && isGuarded(p, policy.spec.guardedPods, pvcs).guarded);
     if (!guarded.length) {
       decide("NothingToProtect", "no guarded pods on the node: fencing it would release nothing");
       continue;

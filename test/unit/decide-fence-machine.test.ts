@@ -424,7 +424,9 @@ describe("nextStep: the whole way, by feeding back status", () => {
         stsPod("db-1", { priority: 1000 }),
         pod("cache-0", { priority: 500, claims: ["cache-data"] }),
         pod("web", { claims: ["shared"], deleting: at(900) }), // not guarded, terminating: the pod GC controller's
-        stsPod("done-0", { phase: "Succeeded", priority: 5000 }), // finished: nothing to release
+        // Succeeded on a node that went silent: the phase proves nothing there (pod GC writes one itself), so it is
+        // released with the rest, highest priority first.
+        stsPod("done-0", { phase: "Succeeded", priority: 5000 }),
         stsPod("db-9", { node: "node-2", priority: 9000 }), // another node's
       ],
       vas: [volumeAttachment("va-1", "node-1"), volumeAttachment("va-2", "node-2"), volumeAttachment("va-3", "node-1")],
@@ -439,7 +441,7 @@ describe("nextStep: the whole way, by feeding back status", () => {
       "confirmed PowerOffConfirmed",
       "markNode",
       "release Taint Added",
-      "release Pod db-1 + Pod cache-0 + Pod db-0",
+      "release Pod done-0 + Pod db-1 + Pod cache-0 + Pod db-0",
       "release VA va-1 + VA va-3",
       "wait WaitingForPodGC",
     ]);

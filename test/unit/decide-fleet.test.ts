@@ -296,16 +296,23 @@ describe("decideFleet: NodeDown", () => {
 describe("decideFleet: nodes that are not fenced", () => {
   const ns = () => threeNodes(at(1000)).ns;
 
-  test("no guarded pods: NothingToProtect (plain, opted-out and finished pods)", () => {
-    const pods = [
-      pod("web", { node: "node-2" }),
-      stsPod("db-1", { node: "node-2", labels: { [GUARDED_LABEL]: "false" } }),
-      stsPod("db-2", { node: "node-2", phase: "Succeeded" }),
-      stsPod("db-3", { node: "node-2", phase: "Failed" }),
-    ];
+  test("no guarded pods: NothingToProtect (plain and opted-out pods)", () => {
+    const pods = [pod("web", { node: "node-2" }), stsPod("db-1", { node: "node-2", labels: { [GUARDED_LABEL]: "false" } })];
     const d = decide(at(1000), ns(), { pods });
     assert.equal(decisionOf(d, "node-2").verdict, "NothingToProtect");
     assert.deepEqual(d.create, []);
+  });
+
+  test("a Failed or Succeeded guarded pod on a partitioned node still needs the fence (the pod GC controller writes Failed itself)", () => {
+    for (const phase of ["Failed", "Succeeded"]) {
+      const d = decide(at(1000), ns(), { pods: [stsPod("db-3", { node: "node-2", phase })] });
+      assert.notEqual(decisionOf(d, "node-2").verdict, "NothingToProtect", phase);
+      assert.deepEqual(
+        d.create.map((c) => c.node),
+        ["node-2"],
+        phase,
+      );
+    }
   });
 
   test("no pods at all: NothingToProtect", () => {
