@@ -26,6 +26,7 @@ import {
   claimLockMessage,
   OUT_OF_SERVICE_TAINT,
   agentRunning,
+  attemptFacts,
   heartbeatsAgain,
   nextStep,
   targetNode,
@@ -334,15 +335,15 @@ export class NodeFenceController {
           return s;
         });
         this.operations.forget(uid, step.index);
-        const agent = this.d.caches.agents.get(a?.agent ?? "");
+        const type = a?.agentType ?? this.d.caches.agents.get(a?.agent ?? "")?.spec.type;
         this.d.metrics?.attempts.inc({
           agent: a?.agent ?? "",
-          type: agent?.spec.type ?? "",
+          type: type ?? "",
           operation: a?.operation ?? "",
           outcome: step.outcome,
         });
         const ok = step.outcome === "Succeeded";
-        const msg = `level ${(a?.level ?? 0) + 1}, ${a?.agent} (${agent?.spec.type ?? "?"}) ${a?.operation}: ${step.outcome}: ${step.message}`;
+        const msg = `level ${(a?.level ?? 0) + 1}, ${a?.agent} (${type ?? "?"}) ${a?.operation}: ${step.outcome}: ${step.message}`;
         (ok ? flog.info.bind(flog) : flog.warn.bind(flog))({ outcome: step.outcome }, `agent ${msg}`);
         this.announce(this.event(next, ok ? "Normal" : "Warning", ok ? "AgentSucceeded" : "AgentFailed", msg, node));
         return next;
@@ -552,7 +553,17 @@ export class NodeFenceController {
     const current = await this.write(fence, (s) => {
       s.attempts = [
         ...(s.attempts ?? []),
-        { level, round: s.round ?? 0, agent: agentName, operation: op, startTime: this.now(), outcome: "InProgress", message: "" },
+        // What the agent is now, recorded with the attempt: evidence is derived from it, not from the FenceAgent at the confirmation.
+        {
+          level,
+          round: s.round ?? 0,
+          agent: agentName,
+          ...attemptFacts(agent),
+          operation: op,
+          startTime: this.now(),
+          outcome: "InProgress",
+          message: "",
+        },
       ];
       // The condition the wait for this operation writes (fence-machine operationStep), in the same write: one round
       // trip less. Not while unfencing, whose condition reason decides the power-on (waitFor).
