@@ -35,6 +35,7 @@ import {
   type Step,
 } from "../decide/fence-machine.ts";
 import { LOCK_ANNOTATION, breakLock, formatLock } from "../decide/claim-lock.ts";
+import { boundStatus } from "../decide/status-bound.ts";
 import { assessNode } from "../decide/node-health.ts";
 import { errorMessage, isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -176,7 +177,8 @@ export class NodeFenceController {
       throw new NotLeaderError(
         `NodeFence ${fence.metadata?.name} was last written by leader epoch ${fence.status?.leaderEpoch}, newer than ours (${epoch}): another replica leads`,
       );
-    const status = change(structuredClone(fence.status ?? {}));
+    // Within the bound on its lists (decide/status-bound.ts), however long the fence lives.
+    const status = boundStatus(change(structuredClone(fence.status ?? {})));
     status.observedGeneration = fence.metadata?.generation;
     // Without leader election there is no epoch to compare: the one recorded stays.
     if (elected) status.leaderEpoch = epoch;
@@ -464,7 +466,7 @@ export class NodeFenceController {
         const next = await this.write(fence, (s) => {
           s.phase = "Released";
           s.releasedTime = this.now();
-          const n = (s.releases ?? []).length;
+          const n = (s.releases ?? []).length + (s.releasesDropped ?? 0);
           return this.cond(
             s,
             storageOnly
@@ -474,12 +476,11 @@ export class NodeFenceController {
           );
         });
         if (storageOnly) this.announce(this.event(next, "Warning", "PodsNotReleased", `node ${nodeName}: ${PODS_STAY}`, node));
-        flog.info({ releases: next.status?.releases?.length }, `node ${nodeName}: released`);
+        const count = (next.status?.releases?.length ?? 0) + (next.status?.releasesDropped ?? 0);
+        flog.info({ releases: count }, `node ${nodeName}: released`);
         const beat = next.status?.lastHeartbeatTime ? DateTime.fromISO(next.status.lastHeartbeatTime) : undefined;
         if (beat?.isValid) this.d.metrics?.failoverDuration.observe(this.d.clock().diff(beat).as("seconds"));
-        this.announce(
-          this.event(next, "Normal", "Released", `released ${next.status?.releases?.length ?? 0} item(s) of ${nodeName}`, node),
-        );
+        this.announce(this.event(next, "Normal", "Released", `released ${count} item(s) of ${nodeName}`, node));
         return next;
       }
       case "startUnfence": {

@@ -23,6 +23,7 @@ import {
   heartbeatChanges,
   heartbeatOf,
   nextStep,
+  RETRY_MAX_SECONDS,
   retryDelaySeconds,
   snapshotOf,
   storageFencesHeld,
@@ -32,6 +33,7 @@ import {
   type Step,
 } from "../../src/decide/fence-machine.ts";
 import { isGuarded } from "../../src/decide/guarded-pods.ts";
+import { STATUS_BOUND, boundStatus, type StatusBound } from "../../src/decide/status-bound.ts";
 import { LOCK_ANNOTATION, breakLock, fencedSince, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
 import { prng } from "../../lab/chaos/schedule.ts";
 import {
@@ -80,6 +82,8 @@ interface Sim {
   ops: Map<number, Operation>;
   /** Outcome of the next agent operation; "crash" loses it (the operator restarted), "hang" leaves it running. */
   agentResult: (agent: string, op: "off" | "on", level: number) => Outcome | "crash" | "hang";
+  /** The bound the controller applies to every status it writes (decide/status-bound.ts); none when unset. */
+  bound?: StatusBound;
 }
 
 /** A csiAddonsNetworkFence agent whose fence covers the "san" StorageClass. */
@@ -312,6 +316,7 @@ function apply(s: Sim, step: Step): void {
     case "done":
       break;
   }
+  if (s.bound && s.fence.status) s.fence.status = boundStatus(s.fence.status, s.bound);
   s.now = s.now.plus({ seconds: 1 });
 }
 
@@ -1561,5 +1566,103 @@ describe("the safety invariant: nothing is released without this round's evidenc
     }
     assert.ok(releasedTotal > 100, `the walks must reach releases (got ${releasedTotal})`);
     assert.ok(reentered > 10, `the walks must reach re-entries (got ${reentered})`);
+  });
+});
+
+describe("issue 26 item 5: the status lists are bounded, and every decision is the same after pruning", () => {
+  test("a fence failing for days keeps at most the bound of attempts (each round adds one per agent), and counts the dropped", () => {
+    for (const bound of [undefined, STATUS_BOUND]) {
+      const s = sim({ fence: fenceOf(undefined, { origin: "Manual" }, []), agentResult: () => "Failed", bound });
+      for (let round = 0; round < 100; round++) {
+        walk(s);
+        s.now = s.now.plus({ seconds: RETRY_MAX_SECONDS });
+      }
+      const st = s.fence.status!;
+      assert.equal(st.phase, "Failed");
+      const total = (st.attempts?.length ?? 0) + (st.attemptsDropped ?? 0);
+      assert.ok(total >= 100, `${total} attempts in 100 rounds`);
+      if (!bound) {
+        assert.ok((st.attempts?.length ?? 0) >= 100, "without the bound the list grows with every round");
+        continue;
+      }
+      assert.ok((st.attempts?.length ?? 0) <= STATUS_BOUND.limit + 1, `${st.attempts?.length} attempts kept`);
+      assert.equal(st.attempts?.[0]?.round, 0, "how it began is kept");
+      assert.equal(st.attempts?.at(-1)?.round, st.round, "what it does now is kept");
+      // And it still fences: the next round with a working BMC confirms and releases.
+      s.agentResult = () => "Succeeded";
+      s.now = s.now.plus({ seconds: RETRY_MAX_SECONDS });
+      walk(s);
+      assert.equal(s.fence.status?.evidence?.method, "PowerOffConfirmed");
+    }
+  });
+
+  test("random walks in lockstep, one pruned hard (lists past 2 entries): the same steps, the same releases, the same storage fences held", () => {
+    const rand = prng(0xb0d);
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
+    let pruned = 0;
+    let steps = 0;
+    for (let run = 0; run < 200; run++) {
+      const levels = pick([
+        [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu" }, { name: "pdu-b" }] }],
+        [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "netfence" }] }],
+        [{ agents: [{ name: "netfence" }] }, { agents: [{ name: "ipmi" }] }],
+        [{ agents: [{ name: "netfence" }, { name: "ipmi" }] }, { agents: [{ name: "admin" }] }],
+      ]);
+      const origin = pick(["Automatic", "Manual"] as const);
+      const action = pick(["off", "reboot"] as const);
+      const make = (bound?: StatusBound) =>
+        sim({
+          fence: fenceOf(undefined, { origin }, []),
+          policies: [policy("default", { escalation: levels, action, unfenceOnReboot: true, release: { outOfServiceTaint: true } })],
+          pods: [stsPod("db-0", { priority: 1 }), stsPod("db-1", { priority: 100 }), pod("web")],
+          vas: [volumeAttachment("va-1", "node-1")],
+          bound,
+        });
+      const a = make();
+      const b = make({ limit: 2, keepFirst: 0, keepLast: 1 });
+      const trace: string[] = [];
+      for (let i = 0; i < 150; i++) {
+        const r = rand();
+        const outcome = pick(["Succeeded", "Failed", "Failed", "TimedOut", "crash", "hang"] as const);
+        const vaUid = `uid-va-${run}-${i}`;
+        for (const s of [a, b]) {
+          s.agentResult = () => outcome;
+          if (r < 0.04) heartbeat(s);
+          else if (r < 0.06) [s.node, s.lease] = [partitionedNode({ bootID: `boot-r${i}` }), lease("node-1", T0)];
+          else if (r < 0.07) s.fence.spec.unfence = true;
+          else if (r < 0.1) s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+          else if (r < 0.14) {
+            for (const [k, v] of s.ops) if (v.state === "running") s.ops.set(k, { state: "done", outcome: "Succeeded", message: "" });
+          } else if (r < 0.16) s.ops.clear();
+          else if (r < 0.3) s.now = s.now.plus({ seconds: 700 });
+          else if (r < 0.35) s.vas.push(volumeAttachment(`va-${i}`, "node-1", vaUid)); // the attach/detach controller re-attaches
+        }
+        const [sa, sb] = [nextStep(observe(a)), nextStep(observe(b))];
+        const norm = (x: Step) => describeStep(x).replace(/^interrupted \d+$/, "interrupted");
+        trace.push(norm(sa));
+        const where = `run ${run} step ${i}: ${trace.slice(-10).join(" → ")}`;
+        assert.equal(norm(sb), norm(sa), `the pruned fence decided otherwise: ${where}`);
+        if (sa.kind === "interrupted" && sb.kind === "interrupted")
+          assert.deepEqual(
+            b.fence.status?.attempts?.[sb.index],
+            a.fence.status?.attempts?.[sa.index],
+            `another attempt interrupted: ${where}`,
+          );
+        checkStep(observe(b), sb, where);
+        apply(a, sa);
+        apply(b, sb);
+        steps++;
+        const [x, y] = [a.fence.status ?? {}, b.fence.status ?? {}];
+        assert.equal(y.phase, x.phase, where);
+        assert.deepEqual(storageFencesHeld(observe(b)), storageFencesHeld(observe(a)), `storage fences held differ: ${where}`);
+        const podsOf = (st: NodeFenceStatus) => (st.releases ?? []).filter((r) => r.kind !== "VolumeAttachment" && r.kind !== "ClaimLock");
+        assert.deepEqual(podsOf(y), podsOf(x), `Pod and Taint records differ: ${where}`);
+        assert.equal((y.attempts?.length ?? 0) + (y.attemptsDropped ?? 0), x.attempts?.length ?? 0, `attempts miscounted: ${where}`);
+        assert.equal((y.releases?.length ?? 0) + (y.releasesDropped ?? 0), x.releases?.length ?? 0, `releases miscounted: ${where}`);
+        if (y.attemptsDropped || y.releasesDropped) pruned++;
+        if (sa.kind === "done" && (x.phase === "Unfenced" || x.phase === "Released")) break;
+      }
+    }
+    assert.ok(pruned > 1000, `the walks must prune (pruned in ${pruned} of ${steps} steps)`);
   });
 });
