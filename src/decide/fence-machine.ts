@@ -334,8 +334,13 @@ export function nextStep(o: FenceObservation): Step {
 
   if (phase === "Unfencing") {
     const reason = st.conditions?.find((c) => c.type === "Fenced")?.reason ?? "UnfenceRequested";
-    // Storage first: only an administrator's unfence or a reboot gets here, the two cases that may lift it.
-    const lift = liftStorageStep(o);
+    // Storage first: only an administrator's unfence or a reboot after a confirmed power-off (unfenceOnReboot) gets
+    // here, the cases that may lift it — through FenceAgents that are still storage fences: one re-typed since would
+    // run another agent's "on" (a power-on); its NetworkFence is left for the administrator.
+    const lift = liftStorageStep(
+      o,
+      storageFencesHeld(o).filter((n) => isStorageFence(o.agents.get(n)?.spec.type)),
+    );
     if (lift) return lift;
     // An administrator's unfence powers back on what our agents powered off; a reboot already did.
     if (reason === "UnfenceRequested" && st.evidence?.method === "PowerOffConfirmed" && st.policySnapshot?.action !== "reboot") {
@@ -728,10 +733,18 @@ function powerOnStep(o: FenceObservation): Step | undefined {
   const busy = attempts.findIndex((a) => a.outcome === "InProgress");
   if (busy >= 0) return operationStep(o, busy, "power on");
   const level = st.currentLevel ?? 0;
+  // Only what powered the machine off, by the type its attempt recorded (an older version's: today's FenceAgent):
+  // a storage fence re-typed to a power agent since never powers the machine on.
+  const powered = (name: string, type: string | undefined) => {
+    const off = attempts.filter((a) => a.agent === name && a.operation === "off" && a.outcome === "Succeeded").at(-1);
+    const t = off?.agentType ?? type;
+    return t !== "manual" && !isStorageFence(t);
+  };
   for (const name of st.policySnapshot?.escalation[level]?.agents ?? []) {
     const agent = o.agents.get(name);
     const last = attempts.filter((a) => a.operation === "on" && a.agent === name && (a.startTime ?? "") >= (st.fencedTime ?? "")).at(-1);
-    if (agent && agent.spec.type !== "manual" && !isStorageFence(agent.spec.type) && (!last || last.outcome === "Interrupted"))
+    const type = agent?.spec.type;
+    if (agent && type !== "manual" && !isStorageFence(type) && powered(name, type) && (!last || last.outcome === "Interrupted"))
       return { kind: "runAgent", level, agent, operation: "on", timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000 };
   }
   return undefined;

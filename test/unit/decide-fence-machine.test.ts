@@ -1119,6 +1119,28 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
     assert.ok(describeSteps(walk(p)).includes("confirmed PowerOffConfirmed"));
   });
 
+  test('issue 26 item 3: an unfence never runs the "on" of a storage fence re-typed to a power agent (it would power the machine on)', () => {
+    // StorageFenced, then netfence re-typed to ipmi: held still (recorded type), but not lifted through ipmi.
+    const s = world();
+    walk(s);
+    s.agents.set("netfence", agent("netfence", "ipmi"));
+    s.fence.spec.unfence = true;
+    assert.deepEqual(describeSteps(walk(s)), ["startUnfence UnfenceRequested", "unmarkNode UnfenceRequested", "done"]);
+    // PowerOffConfirmed by [ipmi + netfence], netfence re-typed to ipmi: the power-on runs through ipmi only.
+    const m = world({ agentResult: () => "Succeeded" });
+    m.policies = [policy("default", { escalation: [{ agents: [{ name: "ipmi" }, { name: "netfence" }] }] })];
+    walk(m);
+    assert.equal(m.fence.status?.evidence?.method, "PowerOffConfirmed");
+    m.agents.set("netfence", agent("netfence", "ipmi"));
+    m.fence.spec.unfence = true;
+    const steps = describeSteps(walk(m));
+    assert.deepEqual(
+      steps.filter((x) => x.startsWith("runAgent")),
+      ["runAgent on L0 ipmi"],
+      steps.join(" → "),
+    );
+  });
+
   test("issue 26 item 3: an attempt without a recorded type (an older version's) never counts as a power agent", () => {
     const legacy = (name: string, level = 0): NodeFenceStatusAttempts => legacyAttempt(name, "Succeeded", level);
     for (const agents of [agentMap(agent("netfence", "ipmi")), agentMap(agent("netfence", "manual")), agentMap()]) {
