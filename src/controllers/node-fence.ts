@@ -197,6 +197,9 @@ export class NodeFenceController {
   }
 
   private async waitFor(fence: NodeFence, node: V1Node | undefined, step: Extract<Step, { kind: "wait" }>): Promise<void> {
+    // Released, the fence still holds: an agent run after the release (action reboot's power-on, the lift of a storage
+    // fence a later power-off made unneeded) must not turn the Fenced condition False. Its attempt is in status.
+    if (fence.status?.phase === "Released" && step.reason === agentRunning("").reason) return;
     const type = fence.status?.phase === "Releasing" || fence.status?.phase === "Fenced" ? "Released" : FENCED_CONDITION;
     const before = findCondition(fence.status?.conditions as Condition[] | undefined, type);
     // While unfencing, the Fenced condition's reason says why (UnfenceRequested, Rebooted) and decides whether the

@@ -96,3 +96,33 @@ test("every status write applies the bound on the lists (issue 26 item 5): a fen
     "no write over the bound",
   );
 });
+
+test("Released: an agent run after the release (action reboot's power-on) leaves the Fenced condition True", async () => {
+  const f = releasingFence();
+  f.status = {
+    ...f.status,
+    phase: "Released",
+    policySnapshot: { ...f.status!.policySnapshot!, action: "reboot" },
+    attempts: [
+      ...(f.status!.attempts ?? []),
+      { ...f.status!.attempts![0]!, operation: "on", outcome: "InProgress", startTime: "2026-01-01T00:20:00Z" },
+    ],
+    conditions: [
+      { type: "Fenced", status: "True", reason: "PowerOffConfirmed", message: "off", lastTransitionTime: "2026-01-01T00:16:35Z" },
+      {
+        type: "Released",
+        status: "True",
+        reason: "Released",
+        message: "0 release(s) recorded",
+        lastTransitionTime: "2026-01-01T00:16:40Z",
+      },
+    ],
+  };
+  const w = world([], { initial: f });
+  w.controller.operations.start("fence-uid", "node-1", 1, () => new Promise(() => {}));
+  const r = await w.controller.reconcile("node-1");
+  assert.equal(r?.requeueAfterMs, 30_000, "waits for the power-on");
+  const fenced = w.fence().status?.conditions?.find((c) => c.type === "Fenced");
+  assert.deepEqual([fenced?.status, fenced?.reason], ["True", "PowerOffConfirmed"]);
+  w.controller.operations.abort("fence-uid");
+});
