@@ -2,9 +2,12 @@
 // does not answer; level 2 a csiAddonsNetworkFence, answered by the lab's test double of csi-addons' controller
 // (lab/test-doubles/csi-addons-network-fence.ts). After a crash the evidence is StorageFenced: the claim lock of a
 // Deployment-at-scale-1's ReadWriteOnce claim is broken and its gated replacement starts elsewhere with token + 1,
-// while a StatefulSet pod on the same node is NOT force-deleted and no out-of-service taint is set.
+// while a StatefulSet pod on the same node is NOT force-deleted and no out-of-service taint is set. The machine then
+// boots again (a new bootID, which its kubelet could write at will): the storage fence stays, since the StatefulSet
+// pod runs again in the new boot (issue 26 item 6); only the administrator's unfence lifts it.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
@@ -189,7 +192,21 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
     assert.deepEqual(fence.spec.cidrs, [`${ips.get(node)}/32`]);
     assert.equal(fence.status?.result, "Succeeded");
 
-    // An administrator's unfence lifts it the documented way: Unfenced (answered), then deleted; the machine stays down.
+    // The crashed machine boots again: a new bootID, its kubelet back, db-0 (never force-deleted) running again. A new
+    // bootID lifts nothing: the NodeFence stays Released, the NetworkFence Fenced, no storage unfence is tried.
+    const bootBefore = (await bed.lab.node(node)).status?.nodeInfo?.bootID;
+    await bed.lab.heal(node);
+    const rebooted = await bed.lab.waitForNodeReady(node, { timeoutMs: 90_000 });
+    assert.notEqual(rebooted.status?.nodeInfo?.bootID, bootBefore, "the node really rebooted");
+    await sleep(10_000); // the operator sees the Node change and reconciles the fence
+    const later = await bed.getFence(node);
+    assert.equal(later?.status?.phase, "Released");
+    assert.ok(!(later?.status?.attempts ?? []).some((a) => a.operation === "on"), "no storage unfence was tried");
+    const held = (await bed.custom.getClusterCustomObject({ ...nf, name: `stockade-${node}` })) as NetworkFence;
+    assert.equal(held.spec.fenceState, "Fenced", "the storage fence is still up after the reboot");
+    assert.ok(!double.answers.some((a) => a.name === `stockade-${node}` && a.fenceState === "Unfenced"));
+
+    // An administrator's unfence lifts it the documented way: Unfenced (answered), then deleted.
     await bed.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
     await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "Unfenced", 60_000);
     await waitFor(

@@ -508,12 +508,24 @@ export interface NodeFenceStatus {
   unfencedTime?: string;
   /** Index into the policy's escalation levels of the level being tried (0 is the first). */
   currentLevel?: number;
-  /** Every agent operation, in order. */
+  /**
+   * Every agent operation, in order — bounded: past 50, the first 10 and the last 40 are kept, and with them every
+   * attempt a decision still needs (the current round's, each agent's last of each operation and its last success);
+   * attemptsDropped counts the others.
+   */
   attempts?: NodeFenceStatusAttempts[];
   /** The proof that the node is fenced. */
   evidence?: NodeFenceStatusEvidence;
-  /** Everything released after the fence was confirmed, in order. */
+  /** How many attempts were dropped from attempts to keep the status small. */
+  attemptsDropped?: number;
+  /**
+   * Everything released after the fence was confirmed, in order — bounded: past 50, the first 10 and the last 40 are
+   * kept, and with them every Pod and Taint record (a pod is never force-deleted twice, an out-of-service taint always
+   * removed); releasesDropped counts the others.
+   */
   releases?: NodeFenceStatusReleases[];
+  /** How many records were dropped from releases to keep the status small. */
+  releasesDropped?: number;
 }
 
 /** A metav1.Condition. */
@@ -595,6 +607,17 @@ export interface NodeFenceStatusAttempts {
   round?: number;
   /** Name of the FenceAgent. */
   agent: string;
+  /**
+   * The FenceAgent's type when the attempt started. Evidence is derived from it, not from the FenceAgent as it is at
+   * the confirmation: an agent deleted or re-typed meanwhile changes nothing. An attempt without it (written by an
+   * older version) never counts as a power agent.
+   */
+  agentType?: "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure" | "csiAddonsNetworkFence";
+  /**
+   * A storage fence (agentType csiAddonsNetworkFence) only: the StorageClasses it cuts the node off, as its parameters
+   * said when the attempt started; a StorageFenced confirmation releases volumes of these only.
+   */
+  storageClasses?: string[];
   /** What was asked of the agent; confirm is the status check that proves the machine is off. */
   operation: "off" | "on" | "status" | "confirm";
   /** When the operation began. */

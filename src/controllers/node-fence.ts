@@ -26,6 +26,7 @@ import {
   claimLockMessage,
   OUT_OF_SERVICE_TAINT,
   agentRunning,
+  attemptFacts,
   heartbeatsAgain,
   nextStep,
   targetNode,
@@ -34,6 +35,7 @@ import {
   type Step,
 } from "../decide/fence-machine.ts";
 import { LOCK_ANNOTATION, breakLock, formatLock } from "../decide/claim-lock.ts";
+import { boundStatus } from "../decide/status-bound.ts";
 import { assessNode } from "../decide/node-health.ts";
 import { errorMessage, isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -175,7 +177,8 @@ export class NodeFenceController {
       throw new NotLeaderError(
         `NodeFence ${fence.metadata?.name} was last written by leader epoch ${fence.status?.leaderEpoch}, newer than ours (${epoch}): another replica leads`,
       );
-    const status = change(structuredClone(fence.status ?? {}));
+    // Within the bound on its lists (decide/status-bound.ts), however long the fence lives.
+    const status = boundStatus(change(structuredClone(fence.status ?? {})));
     status.observedGeneration = fence.metadata?.generation;
     // Without leader election there is no epoch to compare: the one recorded stays.
     if (elected) status.leaderEpoch = epoch;
@@ -194,6 +197,9 @@ export class NodeFenceController {
   }
 
   private async waitFor(fence: NodeFence, node: V1Node | undefined, step: Extract<Step, { kind: "wait" }>): Promise<void> {
+    // Released, the fence still holds: an agent run after the release (action reboot's power-on, the lift of a storage
+    // fence a later power-off made unneeded) must not turn the Fenced condition False. Its attempt is in status.
+    if (fence.status?.phase === "Released" && step.reason === agentRunning("").reason) return;
     const type = fence.status?.phase === "Releasing" || fence.status?.phase === "Fenced" ? "Released" : FENCED_CONDITION;
     const before = findCondition(fence.status?.conditions as Condition[] | undefined, type);
     // While unfencing, the Fenced condition's reason says why (UnfenceRequested, Rebooted) and decides whether the
@@ -334,15 +340,15 @@ export class NodeFenceController {
           return s;
         });
         this.operations.forget(uid, step.index);
-        const agent = this.d.caches.agents.get(a?.agent ?? "");
+        const type = a?.agentType ?? this.d.caches.agents.get(a?.agent ?? "")?.spec.type;
         this.d.metrics?.attempts.inc({
           agent: a?.agent ?? "",
-          type: agent?.spec.type ?? "",
+          type: type ?? "",
           operation: a?.operation ?? "",
           outcome: step.outcome,
         });
         const ok = step.outcome === "Succeeded";
-        const msg = `level ${(a?.level ?? 0) + 1}, ${a?.agent} (${agent?.spec.type ?? "?"}) ${a?.operation}: ${step.outcome}: ${step.message}`;
+        const msg = `level ${(a?.level ?? 0) + 1}, ${a?.agent} (${type ?? "?"}) ${a?.operation}: ${step.outcome}: ${step.message}`;
         (ok ? flog.info.bind(flog) : flog.warn.bind(flog))({ outcome: step.outcome }, `agent ${msg}`);
         this.announce(this.event(next, ok ? "Normal" : "Warning", ok ? "AgentSucceeded" : "AgentFailed", msg, node));
         return next;
@@ -463,7 +469,7 @@ export class NodeFenceController {
         const next = await this.write(fence, (s) => {
           s.phase = "Released";
           s.releasedTime = this.now();
-          const n = (s.releases ?? []).length;
+          const n = (s.releases ?? []).length + (s.releasesDropped ?? 0);
           return this.cond(
             s,
             storageOnly
@@ -473,12 +479,11 @@ export class NodeFenceController {
           );
         });
         if (storageOnly) this.announce(this.event(next, "Warning", "PodsNotReleased", `node ${nodeName}: ${PODS_STAY}`, node));
-        flog.info({ releases: next.status?.releases?.length }, `node ${nodeName}: released`);
+        const count = (next.status?.releases?.length ?? 0) + (next.status?.releasesDropped ?? 0);
+        flog.info({ releases: count }, `node ${nodeName}: released`);
         const beat = next.status?.lastHeartbeatTime ? DateTime.fromISO(next.status.lastHeartbeatTime) : undefined;
         if (beat?.isValid) this.d.metrics?.failoverDuration.observe(this.d.clock().diff(beat).as("seconds"));
-        this.announce(
-          this.event(next, "Normal", "Released", `released ${next.status?.releases?.length ?? 0} item(s) of ${nodeName}`, node),
-        );
+        this.announce(this.event(next, "Normal", "Released", `released ${count} item(s) of ${nodeName}`, node));
         return next;
       }
       case "startUnfence": {
@@ -552,7 +557,17 @@ export class NodeFenceController {
     const current = await this.write(fence, (s) => {
       s.attempts = [
         ...(s.attempts ?? []),
-        { level, round: s.round ?? 0, agent: agentName, operation: op, startTime: this.now(), outcome: "InProgress", message: "" },
+        // What the agent is now, recorded with the attempt: evidence is derived from it, not from the FenceAgent at the confirmation.
+        {
+          level,
+          round: s.round ?? 0,
+          agent: agentName,
+          ...attemptFacts(agent),
+          operation: op,
+          startTime: this.now(),
+          outcome: "InProgress",
+          message: "",
+        },
       ];
       // The condition the wait for this operation writes (fence-machine operationStep), in the same write: one round
       // trip less. Not while unfencing, whose condition reason decides the power-on (waitFor).

@@ -10,8 +10,11 @@
 // The safety rules (docs/safety.md) live here, where they can be tested exhaustively:
 // - evidence is only PowerOffConfirmed or ManualConfirmation, each from the attempts of the current round — or
 //   StorageFenced (a level of storage fences only), which releases volumes only: never a pod, never out-of-service;
-// - a storage fence, once up, comes down only for a reboot (new bootID) or an administrator's unfence;
-// - before each release step the node's heartbeat must be exactly what it was right after the confirmation;
+//   what each attempt proves is what its agent was when the attempt started (recorded in it), never today's FenceAgent;
+// - a storage fence, once up, comes down only for an administrator's unfence or after a later confirmed power-off —
+//   never for a new bootID (the node's kubelet writes it);
+// - before each release step on power or manual evidence the node's heartbeat must be exactly what it was right after
+//   the confirmation (StorageFenced proves the storage cut, which a heartbeat does not undo: docs/safety.md §3);
 // - an automatic fence needs the node partitioned at every step that could power it off.
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1Taint, V1VolumeAttachment } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
@@ -250,37 +253,66 @@ export function claimLocksToBreak(o: FenceObservation): Extract<ReleaseItem, { k
 /** The release record's message for a broken claim lock (also how a repeat is recognised). */
 export const claimLockMessage = (pod: V1Pod, token: number) => `token ${token} held by pod ${pod.metadata?.name}`;
 
-/** The storage fences this NodeFence holds up: a storage agent's last successful operation was a fence ("off"). */
-export function storageFencesHeld(o: Pick<FenceObservation, "fence" | "agents">): string[] {
-  const last = new Map<string, string>();
-  for (const a of attemptsOf(o.fence))
-    if (a.outcome === "Succeeded" && isStorageFence(o.agents.get(a.agent)?.spec.type)) last.set(a.agent, a.operation);
-  return [...last].filter(([, op]) => op === "off").map(([name]) => name);
-}
-
-/** The node came back in a new boot (Ready with another bootID than when the fence began): the old boot's processes are gone. */
-function rebooted(o: FenceObservation): boolean {
-  const boot = o.node?.status?.nodeInfo?.bootID ?? "";
-  const ready = o.node?.status?.conditions?.find((c) => c.type === "Ready")?.status === "True";
-  const began = o.fence.status?.bootID ?? "";
-  return !!boot && !!began && boot !== began && ready;
+/**
+ * What an attempt records about its agent when it starts (controllers/node-fence.ts runAgent): evidence is derived
+ * from this, never from the FenceAgent as it is at the confirmation — one deleted or re-typed in between changes nothing.
+ */
+export function attemptFacts(agent: FenceAgent): Pick<NodeFenceStatusAttempts, "agentType" | "storageClasses"> {
+  const type = agent.spec.type;
+  return { agentType: type, ...(isStorageFence(type) ? { storageClasses: fencedStorageClasses(agent.spec.parameters) } : {}) };
 }
 
 /**
+ * Whether an attempt was a storage fence's: its recorded type; for an attempt written by an older version (no type),
+ * today's FenceAgent — counting it held is the safe direction (a fence waits, an unfence lifts it).
+ */
+const storageAttempt = (a: NodeFenceStatusAttempts, agents: ReadonlyMap<string, FenceAgent>): boolean =>
+  isStorageFence(a.agentType ?? agents.get(a.agent)?.spec.type);
+
+/** The storage fences this NodeFence holds up: a storage agent's last successful operation was a fence ("off"). */
+export function storageFencesHeld(o: Pick<FenceObservation, "fence" | "agents">): string[] {
+  const last = new Map<string, string>();
+  for (const a of attemptsOf(o.fence)) if (a.outcome === "Succeeded" && storageAttempt(a, o.agents)) last.set(a.agent, a.operation);
+  return [...last].filter(([, op]) => op === "off").map(([name]) => name);
+}
+
+/** The two ways a storage fence comes down (docs/safety.md §3), for messages. */
+const STORAGE_WAYS_OUT =
+  "it comes down only when an administrator sets spec.unfence (after making sure the node's old pods are gone: drained, or the machine powered off) or once a power agent of a later level or round confirms the machine off (fencing resumes if the node goes silent again); a new bootID does not lift it (the node's own kubelet writes it)";
+
+/**
  * An automatic fence whose node heartbeats again would be cancelled — but a storage fence it holds must not come
- * down with it: the node's old pods may still believe they own volumes released to replacements. It stays until
- * the node rebooted (unfenced then) or an administrator sets spec.unfence; undefined when nothing is held.
+ * down with it: the node's old pods may still believe they own volumes released to replacements. It waits, adding
+ * nothing to status, until an administrator's unfence or the node going silent again; undefined when nothing is held.
  */
 function holdStorage(o: FenceObservation, health: NodeHealth | undefined): Step | undefined {
   const held = storageFencesHeld(o);
   if (!held.length) return undefined;
-  if (rebooted(o)) return { kind: "startUnfence", reason: "Rebooted" };
   return {
     kind: "wait",
     reason: "StorageFenceHeld",
-    message: `the node heartbeats again (${describeHealth(health)}) but its storage stays fenced (${held.join(", ")}): its old pods may still think they own volumes given to replacements; the fence comes down once the node reboots (new bootID) or an administrator sets spec.unfence`,
+    message: `the node heartbeats again (${describeHealth(health)}) but its storage stays fenced (${held.join(", ")}): its old pods may still think they own volumes given to replacements; ${STORAGE_WAYS_OUT}`,
     requeueAfterMs: 10_000,
   };
+}
+
+/**
+ * Storage fences a confirmed power-off made unnecessary: put up by an earlier level or round than the PowerOffConfirmed
+ * evidence (the machine was proven off after them, and Released: its old pods are gone). One of the confirming level
+ * stays with it (a second barrier the administrator asked for) until the fence is unfenced.
+ */
+function storageFencesSuperseded(o: FenceObservation): string[] {
+  const st = o.fence.status ?? {};
+  if (st.evidence?.method !== "PowerOffConfirmed") return [];
+  const round = st.evidence.round ?? 0;
+  const level = st.currentLevel ?? 0;
+  const attempts = attemptsOf(o.fence);
+  return storageFencesHeld(o).filter((name) => {
+    // Lifted through the FenceAgent as it is now: one re-typed since (its "on" would power the machine on) waits for an unfence.
+    if (!isStorageFence(o.agents.get(name)?.spec.type)) return false;
+    const off = attempts.filter((a) => a.agent === name && a.operation === "off" && a.outcome === "Succeeded").at(-1);
+    return !!off && ((off.round ?? 0) < round || ((off.round ?? 0) === round && off.level < level));
+  });
 }
 
 export function retryDelaySeconds(failures: number): number {
@@ -304,8 +336,13 @@ export function nextStep(o: FenceObservation): Step {
 
   if (phase === "Unfencing") {
     const reason = st.conditions?.find((c) => c.type === "Fenced")?.reason ?? "UnfenceRequested";
-    // Storage first: only an administrator's unfence or a reboot gets here, the two cases that may lift it.
-    const lift = liftStorageStep(o);
+    // Storage first: only an administrator's unfence or a reboot after a confirmed power-off (unfenceOnReboot) gets
+    // here, the cases that may lift it — through FenceAgents that are still storage fences: one re-typed since would
+    // run another agent's "on" (a power-on); its NetworkFence is left for the administrator.
+    const lift = liftStorageStep(
+      o,
+      storageFencesHeld(o).filter((n) => isStorageFence(o.agents.get(n)?.spec.type)),
+    );
     if (lift) return lift;
     // An administrator's unfence powers back on what our agents powered off; a reboot already did.
     if (reason === "UnfenceRequested" && st.evidence?.method === "PowerOffConfirmed" && st.policySnapshot?.action !== "reboot") {
@@ -350,10 +387,29 @@ export function nextStep(o: FenceObservation): Step {
     const ev = st.evidence;
     if (!ev?.method || !ev.heartbeat || (ev.round ?? 0) !== (st.round ?? 0))
       return { kind: "reenter", message: "the NodeFence is fenced but its evidence is missing or stale: fencing again" };
-    const changes = heartbeatChanges(ev.heartbeat, heartbeatOf(o.node, o.lease));
+    // StorageFenced proves the node cut off its storage, never that it is off: a heartbeat (a renewal, a new boot, a
+    // re-created Node) is expected of a machine that may run and does not undo the cut, so it neither stops the volume
+    // releases nor re-runs the storage fence (which would find it as it is, round after round: issue 26 item 5). Pods
+    // and the out-of-service taint are never released on it, and claim grants count the node fenced only while it is
+    // not Ready in the boot the fence began with (decide/claim-lock.ts fencedSince).
+    const storageOnly = ev.method === "StorageFenced";
+    // What it does need: the storage fences that gave it still up (none lifted since, per status).
+    const held = storageOnly ? storageFencesHeld(o) : [];
+    // An agent with no fence recorded at all voids it too (a status that says otherwise was not written by us); one whose
+    // only record is an older version's of what is no storage fence now added no StorageClass to it.
+    const offs = (n: string) => attemptsOf(f).filter((a) => a.agent === n && a.operation === "off" && a.outcome === "Succeeded");
+    const lifted = storageOnly
+      ? (ev.agents ?? []).filter((n) => !held.includes(n) && (!offs(n).length || offs(n).some((a) => storageAttempt(a, o.agents))))
+      : [];
+    if (lifted.length)
+      return {
+        kind: "reenter",
+        message: `the storage fence of ${lifted.join(", ")} is no longer held: its StorageFenced evidence is void, fencing again`,
+      };
+    const changes = storageOnly ? [] : heartbeatChanges(ev.heartbeat, heartbeatOf(o.node, o.lease));
     if (changes.length)
       return { kind: "reenter", message: `the node heartbeat after it was confirmed fenced (${changes.join("; ")}): fencing again` };
-    if (!ev.heartbeat.silent) {
+    if (!ev.heartbeat.silent && !storageOnly) {
       // Confirmed while it still heartbeat (a fence of a healthy node): a live machine renews within a renewal.
       const until = (toDateTime(ev.time) ?? o.now).plus({ seconds: settleSeconds(o.lease) });
       if (o.now < until)
@@ -369,9 +425,13 @@ export function nextStep(o: FenceObservation): Step {
   }
 
   if (phase === "Released") {
-    // Storage-fenced only: back in a new boot, the old pods are gone and the storage fence may come down.
-    if (st.evidence?.method === "StorageFenced" && storageFencesHeld(o).length && rebooted(o))
-      return { kind: "startUnfence", reason: "Rebooted" };
+    // Storage fences of earlier levels or rounds come down once a power-off confirmed the machine off and its pods were
+    // released — never for a new bootID alone (its kubelet can write one; StorageFenced's pods were never released).
+    const superseded = storageFencesSuperseded(o);
+    if (superseded.length) {
+      const lift = liftStorageStep(o, superseded);
+      if (lift) return lift;
+    }
     if (snap.action === "reboot" && st.evidence?.method === "PowerOffConfirmed") {
       const step = powerOnStep(o);
       if (step) return step;
@@ -481,6 +541,7 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
   if (levelDeadline && o.now >= levelDeadline)
     return levelFailed(o, levels.length, level, `the level's ${spec.timeoutSeconds} s time limit passed`);
 
+  const done: NodeFenceStatusAttempts[] = [];
   for (const name of spec.agents) {
     const last = attempts.filter((a) => (a.round ?? 0) === round && a.level === level && a.agent === name && a.operation === "off").at(-1);
     if (!last || last.outcome === "Interrupted" || last.outcome === "Cancelled") {
@@ -491,31 +552,33 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
       return { kind: "runAgent", level, agent, operation: "off", timeoutMs: Math.max(1, Math.floor(timeoutMs)) };
     }
     if (last.outcome !== "Succeeded") return levelFailed(o, levels.length, level, `${name}: ${last.outcome}: ${last.message ?? ""}`);
+    done.push(last);
   }
   // A level proves what all its agents together prove: one power-off confirmed proves the machine off; an
   // administrator's confirmation, that a person vouches for it; storage fences alone, only that its volumes are cut.
-  const types = spec.agents.map((n) => o.agents.get(n)?.spec.type);
-  const power = types.some((t) => t !== "manual" && !isStorageFence(t));
+  // Each attempt proves what its agent was when it ran (recorded then), not what the FenceAgent says now: a storage
+  // fence deleted or re-typed to ipmi since is still a storage fence. One without a record (an older version's)
+  // proves the least: nothing of its own, no StorageClass.
+  const types = done.map((a) => a.agentType);
+  const power = types.some((t) => t !== undefined && t !== "manual" && !isStorageFence(t));
   const manual = !power && types.some((t) => t === "manual");
   const method: Evidence["method"] = power ? "PowerOffConfirmed" : manual ? "ManualConfirmation" : "StorageFenced";
-  const storageClasses = [
-    ...new Set(
-      spec.agents.flatMap((n) =>
-        isStorageFence(o.agents.get(n)?.spec.type) ? fencedStorageClasses(o.agents.get(n)?.spec.parameters) : [],
-      ),
-    ),
-  ].sort();
+  const storageClasses = [...new Set(done.flatMap((a) => (isStorageFence(a.agentType) ? (a.storageClasses ?? []) : [])))].sort();
+  const unknown = done.filter((a) => a.agentType === undefined).map((a) => a.agent);
   const how =
     method === "PowerOffConfirmed"
       ? "powered the machine off and a status query confirmed it"
       : method === "ManualConfirmation"
         ? "confirmed by an administrator while the node was partitioned"
         : `cut the node off its storage (StorageClasses ${storageClasses.join(", ") || "none"}); the machine may still run: only those volumes are released, no pod`;
+  const unrecorded = unknown.length
+    ? ` (${unknown.join(", ")}: attempt recorded without its agent's type by an older version, counted as proving nothing)`
+    : "";
   return {
     kind: "confirmed",
     evidence: {
       method,
-      detail: `round ${round + 1}, level ${level + 1}: ${spec.agents.join(", ")} ${how}`,
+      detail: `round ${round + 1}, level ${level + 1}: ${spec.agents.join(", ")} ${how}${unrecorded}`,
       ...(method === "StorageFenced" ? { storageClasses } : {}),
       agents: [...spec.agents],
       round,
@@ -528,10 +591,10 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
 function inProgressStep(o: FenceObservation, index: number, health: NodeHealth | undefined, levelDeadline: DateTime | undefined): Step {
   const a = attemptsOf(o.fence)[index]!;
   const agent = o.agents.get(a.agent);
-  if (agent?.spec.type === "manual" && a.operation === "off") {
+  if ((a.agentType ?? agent?.spec.type) === "manual" && a.operation === "off") {
     // The administrator is the actuator: no background work, nothing held; each reconcile looks again.
     const start = toDateTime(a.startTime) ?? o.now;
-    let deadline = start.plus({ seconds: agent.spec.timeoutSeconds ?? 30 });
+    let deadline = start.plus({ seconds: agent?.spec.timeoutSeconds ?? 30 });
     if (levelDeadline && levelDeadline < deadline) deadline = levelDeadline;
     const confirmed = o.fence.metadata?.annotations?.[CONFIRMED_OFF_ANNOTATION] === o.fence.spec.nodeName;
     const silent = health === undefined || health.state === "Partitioned";
@@ -645,13 +708,13 @@ function storageReleaseStep(o: FenceObservation, rel: NonNullable<NodeFenceStatu
 }
 
 /** Lift every storage fence this NodeFence holds, each tried once per unfence (a failure is recorded, not retried). */
-function liftStorageStep(o: FenceObservation): Step | undefined {
+function liftStorageStep(o: FenceObservation, held = storageFencesHeld(o)): Step | undefined {
   const st = o.fence.status ?? {};
   const attempts = attemptsOf(o.fence);
   const busy = attempts.findIndex((a) => a.outcome === "InProgress");
   if (busy >= 0) return operationStep(o, busy, "storage unfence");
   // Since the unfence began: attempts after the last "off" of that agent.
-  for (const name of storageFencesHeld(o)) {
+  for (const name of held) {
     const agent = o.agents.get(name);
     const lastOff =
       attempts
@@ -672,10 +735,18 @@ function powerOnStep(o: FenceObservation): Step | undefined {
   const busy = attempts.findIndex((a) => a.outcome === "InProgress");
   if (busy >= 0) return operationStep(o, busy, "power on");
   const level = st.currentLevel ?? 0;
+  // Only what powered the machine off, by the type its attempt recorded (an older version's: today's FenceAgent):
+  // a storage fence re-typed to a power agent since never powers the machine on.
+  const powered = (name: string, type: string | undefined) => {
+    const off = attempts.filter((a) => a.agent === name && a.operation === "off" && a.outcome === "Succeeded").at(-1);
+    const t = off?.agentType ?? type;
+    return t !== "manual" && !isStorageFence(t);
+  };
   for (const name of st.policySnapshot?.escalation[level]?.agents ?? []) {
     const agent = o.agents.get(name);
     const last = attempts.filter((a) => a.operation === "on" && a.agent === name && (a.startTime ?? "") >= (st.fencedTime ?? "")).at(-1);
-    if (agent && agent.spec.type !== "manual" && !isStorageFence(agent.spec.type) && (!last || last.outcome === "Interrupted"))
+    const type = agent?.spec.type;
+    if (agent && type !== "manual" && !isStorageFence(type) && powered(name, type) && (!last || last.outcome === "Interrupted"))
       return { kind: "runAgent", level, agent, operation: "on", timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000 };
   }
   return undefined;

@@ -1,6 +1,9 @@
 // Best-effort core/v1 Events, like client-go's EventRecorder: repeats of the same event on the same
-// object are folded into one Event (count and lastTimestamp patched), and no failure ever reaches the
-// caller, because an Event must never be the reason a reconcile fails.
+// object are folded into one Event (count and lastTimestamp patched); past MAX_SIMILAR different messages
+// of one reason on one object within the window, the others are folded into one "(combined from similar
+// events)" Event, as client-go's EventAggregator does — a fence that loops or fails for days, whose messages
+// name rounds and times, makes a bounded number of Events. No failure ever reaches the caller, because an
+// Event must never be the reason a reconcile fails.
 import { hostname } from "node:os";
 import { CoreV1Api, V1MicroTime, type CoreV1Event, type KubeConfig } from "@kubernetes/client-node";
 import type { Log } from "./controller.ts";
@@ -43,6 +46,9 @@ export interface EventRecorderOptions {
 
 const COMPONENT = "stockade";
 const MESSAGE_LIMIT = 1024; // bytes, the apiserver's limit
+/** Different messages of one (object, type, reason) within the window before the rest are combined (client-go: 10). */
+export const MAX_SIMILAR = 10;
+export const COMBINED_PREFIX = "(combined from similar events): ";
 
 interface Seen {
   namespace: string;
@@ -61,6 +67,8 @@ export class EventRecorder {
   /** LRU (Map keeps insertion order) of the last Event per combination; a promise so that records of the
    * same combination run one after the other and a repeat patches rather than races a create. */
   private readonly seen = new Map<string, Promise<Seen | undefined>>();
+  /** Per (object, type, reason): the different messages seen since the window began (LRU like seen). */
+  private readonly similar = new Map<string, { sinceMs: number; messages: Set<string> }>();
   private seq = 0;
 
   constructor(o: EventRecorderOptions) {
@@ -74,8 +82,11 @@ export class EventRecorder {
 
   /** Records an Event; reason is UpperCamelCase (e.g. FenceSucceeded). Never throws. */
   record(obj: InvolvedObject, type: EventType, reason: string, message: string): Promise<void> {
-    message = truncate(message);
-    const key = JSON.stringify([obj.uid ?? `${obj.kind}/${obj.namespace ?? ""}/${obj.name}`, type, reason, message]);
+    const id = obj.uid ?? `${obj.kind}/${obj.namespace ?? ""}/${obj.name}`;
+    const combined = this.combine(JSON.stringify([id, type, reason]), truncate(message));
+    message = combined ? truncate(COMBINED_PREFIX + message) : truncate(message);
+    // All combined messages of one reason share one Event: its count and message are patched.
+    const key = JSON.stringify([id, type, reason, combined ? COMBINED_PREFIX : message]);
     const previous = this.seen.get(key) ?? Promise.resolve(undefined);
     const next = previous.then((seen) => this.write(seen, obj, type, reason, message)).catch(() => undefined);
     this.seen.delete(key);
@@ -85,6 +96,23 @@ export class EventRecorder {
       this.seen.delete(oldest);
     }
     return next.then(() => undefined);
+  }
+
+  /** Whether this message is one too many different ones for its (object, type, reason) in the window. */
+  private combine(key: string, message: string): boolean {
+    const nowMs = this.now();
+    let s = this.similar.get(key);
+    if (!s || nowMs - s.sinceMs >= this.windowMs) s = { sinceMs: nowMs, messages: new Set() };
+    this.similar.delete(key);
+    this.similar.set(key, s);
+    for (const oldest of this.similar.keys()) {
+      if (this.similar.size <= this.cacheSize) break;
+      this.similar.delete(oldest);
+    }
+    if (s.messages.has(message)) return false;
+    if (s.messages.size >= MAX_SIMILAR) return true;
+    s.messages.add(message);
+    return false;
   }
 
   private async write(
@@ -101,12 +129,15 @@ export class EventRecorder {
       const patch = [
         { op: "replace", path: "/count", value: count },
         { op: "replace", path: "/lastTimestamp", value: now.toISOString() },
+        // A combined Event says the latest of its messages (identical repeats: the same one).
+        { op: "replace", path: "/message", value: message },
       ];
       const event: CoreV1Event = {
         metadata: { name: seen.name, namespace: seen.namespace },
         involvedObject: obj,
         count,
         lastTimestamp: now,
+        message,
       };
       try {
         await this.core.patchNamespacedEvent({ name: seen.name, namespace: seen.namespace, body: patch });

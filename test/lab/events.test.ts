@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { KubeConfig, type CoreV1Event } from "@kubernetes/client-node";
 import { Lab } from "../../lab/lab.ts";
-import { EventRecorder, type RecordOutcome } from "../../src/runtime/events.ts";
+import { COMBINED_PREFIX, EventRecorder, MAX_SIMILAR, type RecordOutcome } from "../../src/runtime/events.ts";
 import type { Log } from "../../src/runtime/controller.ts";
 
 type Entry = { level: string; obj: object; msg: string };
@@ -83,6 +83,31 @@ describe("EventRecorder", () => {
     assert.equal(events[0]!.count, 3);
     assert.equal(events[0]!.involvedObject.namespace, "kube-system");
     assert.ok(events[0]!.message!.length <= 1024 && events[0]!.message!.endsWith("..."));
+  });
+
+  test("past MAX_SIMILAR different messages of one reason on one object, the rest fold into one combined Event (issue 26 item 5)", async () => {
+    const rec = new EventRecorder({ kc: lab.kc, log: memoryLog() });
+    const fence = { apiVersion: "stockade.io/v1alpha1", kind: "NodeFence", name: "node-loop", uid: "0b3c2b5e-0000-4000-8000-000000000002" };
+    // A fence re-entering every round: each message names its round, none repeats.
+    for (let round = 1; round <= MAX_SIMILAR + 15; round++)
+      await rec.record(
+        fence,
+        "Warning",
+        "HeartbeatAfterFence",
+        `release stopped: round ${round}: the node heartbeat after it was confirmed fenced`,
+      );
+    await rec.record(fence, "Warning", "FenceFailed", "another reason is its own Event");
+    const events = await eventsFor("default", "NodeFence", "node-loop");
+    const loop = events.filter((e) => e.reason === "HeartbeatAfterFence");
+    assert.equal(loop.length, MAX_SIMILAR + 1, "the first ten, then one combined");
+    const combined = loop.filter((e) => e.message?.startsWith(COMBINED_PREFIX));
+    assert.equal(combined.length, 1);
+    assert.equal(combined[0]!.count, 15);
+    assert.equal(
+      combined[0]!.message,
+      `${COMBINED_PREFIX}release stopped: round ${MAX_SIMILAR + 15}: the node heartbeat after it was confirmed fenced`,
+    );
+    assert.equal(events.filter((e) => e.reason === "FenceFailed").length, 1);
   });
 
   test("recording through an unreachable apiserver logs and does not throw", async () => {

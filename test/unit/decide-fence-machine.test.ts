@@ -17,19 +17,23 @@ import {
   FINALIZER,
   MAX_RELEASE_BATCH,
   OUT_OF_SERVICE_TAINT,
+  attemptFacts,
   claimLockMessage,
   hasTaint,
   heartbeatChanges,
   heartbeatOf,
   nextStep,
+  RETRY_MAX_SECONDS,
   retryDelaySeconds,
   snapshotOf,
+  storageFencesHeld,
   targetNode,
   type FenceObservation,
   type Operation,
   type Step,
 } from "../../src/decide/fence-machine.ts";
 import { isGuarded } from "../../src/decide/guarded-pods.ts";
+import { STATUS_BOUND, boundStatus, type StatusBound } from "../../src/decide/status-bound.ts";
 import { LOCK_ANNOTATION, breakLock, fencedSince, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
 import { prng } from "../../lab/chaos/schedule.ts";
 import {
@@ -42,6 +46,7 @@ import {
   evidenceNow,
   fencing,
   lease,
+  legacyAttempt,
   node,
   partitionedNode,
   pod,
@@ -77,6 +82,8 @@ interface Sim {
   ops: Map<number, Operation>;
   /** Outcome of the next agent operation; "crash" loses it (the operator restarted), "hang" leaves it running. */
   agentResult: (agent: string, op: "off" | "on", level: number) => Outcome | "crash" | "hang";
+  /** The bound the controller applies to every status it writes (decide/status-bound.ts); none when unset. */
+  bound?: StatusBound;
 }
 
 /** A csiAddonsNetworkFence agent whose fence covers the "san" StorageClass. */
@@ -201,6 +208,7 @@ function apply(s: Sim, step: Step): void {
         level: step.level,
         round: st.round ?? 0,
         agent: name,
+        ...attemptFacts(step.agent),
         operation: step.operation,
         startTime: now,
         outcome: "InProgress",
@@ -308,6 +316,7 @@ function apply(s: Sim, step: Step): void {
     case "done":
       break;
   }
+  if (s.bound && s.fence.status) s.fence.status = boundStatus(s.fence.status, s.bound);
   s.now = s.now.plus({ seconds: 1 });
 }
 
@@ -1014,17 +1023,147 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
     assert.equal(confirmedWith(["netfence"]), "StorageFenced");
   });
 
-  test("the heartbeat rules still apply: a heartbeat mid-release stops it (re-enter)", () => {
-    const status = releasing({
-      policySnapshot: snapOf(twoLevels()[0]!),
-      currentLevel: 1,
-      attempts: [attempt("ipmi", "Failed"), attempt("netfence", "Succeeded", 1)],
-      evidence: evidenceNow({ method: "StorageFenced", agents: ["netfence"], storageClasses: ["san"] }),
+  test("issue 26 item 5: a heartbeat does not void StorageFenced (storage cut, not power off): volumes still released, never a pod; a lifted storage fence voids it", () => {
+    const status = (
+      evidence: Partial<NodeFenceStatusEvidence>,
+      attempts = [attempt("ipmi", "Failed"), attempt("netfence", "Succeeded", 1)],
+    ) => releasing({ policySnapshot: snapOf(twoLevels()[0]!), currentLevel: 1, attempts, evidence: evidenceNow(evidence) });
+    const storage = { method: "StorageFenced" as const, agents: ["netfence"], storageClasses: ["san"] };
+    // The kubelet renews, posts Ready, even reports a new boot: the storage fence is as it was.
+    for (const change of [
+      (s: Sim) => heartbeat(s),
+      (s: Sim) => heartbeat(s, true),
+      (s: Sim) => (s.node!.status!.nodeInfo!.bootID = "boot-2"),
+    ]) {
+      const s = world({ release: { forceDeletePods: true, outOfServiceTaint: true } });
+      s.fence = fenceOf(status(storage));
+      change(s);
+      const steps = describeSteps(walk(s));
+      assert.deepEqual(
+        steps.filter((x) => x.startsWith("release ")),
+        ["release ClaimLock app-data + ClaimLock data-db-0", "release VA va-app-data + VA va-data-db-0"],
+        steps.join(" → "),
+      );
+      assert.equal(s.fence.status?.phase, "Released");
+      assert.equal(s.pods.length, 3, "no pod force-deleted");
+      assert.ok(!hasTaint(s.node, OUT_OF_SERVICE_TAINT));
+      // And stays there: no re-entry, no new attempt while the kubelet goes on heartbeating.
+      const n = s.fence.status?.attempts?.length;
+      s.now = s.now.plus({ seconds: 30 });
+      heartbeat(s, true);
+      assert.deepEqual(describeSteps(walk(s)), ["done"]);
+      assert.equal(s.fence.status?.attempts?.length, n);
+    }
+    // Power evidence under the same heartbeat is void (the fingerprint rule, unchanged).
+    const p = world();
+    p.fence = fenceOf(releasing());
+    heartbeat(p);
+    assert.equal(nextStep(observe(p)).kind, "reenter");
+    // A storage fence no longer held (an "on" succeeded since) voids StorageFenced: nothing more is released on it.
+    const lifted = world();
+    lifted.fence = fenceOf(
+      status(storage, [attempt("ipmi", "Failed"), attempt("netfence", "Succeeded", 1), attempt("netfence", "Succeeded", 1, "on")]),
+    );
+    assert.equal(nextStep(observe(lifted)).kind, "reenter");
+  });
+
+  test("issue 26 item 5: a manual storage-only fence of a node whose kubelet is alive reaches Released and stays (no loop of attempts, re-entries or Events)", () => {
+    const s = sim({
+      fence: fenceOf(undefined, { origin: "Manual" }, []),
+      node: node("node-1", { ready: "True", heartbeat: at(999) }),
+      lease: lease("node-1", at(999)),
+      agents: agents(),
+      policies: [policy("default", { escalation: [{ agents: [{ name: "netfence" }] }] })],
     });
+    const steps: string[] = [];
+    // The kubelet renews its Lease and posts Ready at every step, as a live one does within seconds.
+    for (let i = 0; i < 60; i++) {
+      heartbeat(s, true);
+      const step = nextStep(observe(s));
+      steps.push(describeStep(step));
+      apply(s, step);
+      if (step.kind === "wait") s.now = s.now.plus({ seconds: 15 });
+    }
+    const trace = steps.join(" → ");
+    assert.ok(!steps.includes("reenter"), trace);
+    assert.equal(steps.filter((x) => x === "confirmed StorageFenced").length, 1, trace);
+    assert.equal(s.fence.status?.attempts?.length, 1, trace);
+    assert.equal(s.fence.status?.phase, "Released", trace);
+    assert.deepEqual(steps.slice(-5), ["done", "done", "done", "done", "done"], trace);
+  });
+
+  test("issue 26 item 3: what an attempt proves is what its agent was when it ran — a storage fence deleted or re-typed to ipmi before the confirmation never yields PowerOffConfirmed", () => {
+    for (const change of ["deleted", "ipmi", "manual"] as const) {
+      // The NetworkFence is being made when the administrator deletes or re-types the FenceAgent.
+      const s = world({
+        release: { forceDeletePods: true, outOfServiceTaint: true },
+        agentResult: (name) => (name === "ipmi" ? "Failed" : "hang"),
+      });
+      const before = describeSteps(walk(s));
+      assert.equal(before.at(-1), "wait AgentRunning", before.join(" → "));
+      if (change === "deleted") s.agents.delete("netfence");
+      else s.agents.set("netfence", agent("netfence", change));
+      for (const [k, v] of s.ops) if (v.state === "running") s.ops.set(k, { state: "done", outcome: "Succeeded", message: "fenced" });
+      const steps = describeSteps(walk(s));
+      assert.ok(steps.includes("confirmed StorageFenced"), `${change}: ${steps.join(" → ")}`);
+      assert.deepEqual(s.fence.status?.evidence?.storageClasses, ["san"], "the StorageClasses recorded when it ran");
+      assert.equal(s.pods.length, 3, `${change}: no pod force-deleted`);
+      assert.ok(!hasTaint(s.node, OUT_OF_SERVICE_TAINT), `${change}: no out-of-service taint`);
+      assert.ok(!(s.fence.status?.releases ?? []).some((r) => r.kind === "Pod" || r.kind === "Taint"));
+      // Still held: the recorded type says it is a storage fence, whatever the FenceAgent says now.
+      assert.deepEqual(storageFencesHeld(observe(s)), ["netfence"]);
+    }
+    // A power agent re-typed to a storage fence after it powered the machine off still proves the power-off.
+    const p = world({ agentResult: (name) => (name === "ipmi" ? "hang" : "Succeeded") });
+    walk(p);
+    p.agents.set("ipmi", netfence("ipmi"));
+    for (const [k] of p.ops) p.ops.set(k, { state: "done", outcome: "Succeeded", message: "off" });
+    assert.ok(describeSteps(walk(p)).includes("confirmed PowerOffConfirmed"));
+  });
+
+  test('issue 26 item 3: an unfence never runs the "on" of a storage fence re-typed to a power agent (it would power the machine on)', () => {
+    // StorageFenced, then netfence re-typed to ipmi: held still (recorded type), but not lifted through ipmi.
     const s = world();
-    s.fence = fenceOf(status);
-    heartbeat(s);
-    assert.equal(nextStep(observe(s)).kind, "reenter");
+    walk(s);
+    s.agents.set("netfence", agent("netfence", "ipmi"));
+    s.fence.spec.unfence = true;
+    assert.deepEqual(describeSteps(walk(s)), ["startUnfence UnfenceRequested", "unmarkNode UnfenceRequested", "done"]);
+    // PowerOffConfirmed by [ipmi + netfence], netfence re-typed to ipmi: the power-on runs through ipmi only.
+    const m = world({ agentResult: () => "Succeeded" });
+    m.policies = [policy("default", { escalation: [{ agents: [{ name: "ipmi" }, { name: "netfence" }] }] })];
+    walk(m);
+    assert.equal(m.fence.status?.evidence?.method, "PowerOffConfirmed");
+    m.agents.set("netfence", agent("netfence", "ipmi"));
+    m.fence.spec.unfence = true;
+    const steps = describeSteps(walk(m));
+    assert.deepEqual(
+      steps.filter((x) => x.startsWith("runAgent")),
+      ["runAgent on L0 ipmi"],
+      steps.join(" → "),
+    );
+  });
+
+  test("issue 26 item 3: an attempt without a recorded type (an older version's) never counts as a power agent", () => {
+    const legacy = (name: string, level = 0): NodeFenceStatusAttempts => legacyAttempt(name, "Succeeded", level);
+    for (const agents of [agentMap(agent("netfence", "ipmi")), agentMap(agent("netfence", "manual")), agentMap()]) {
+      const s = world({ release: { forceDeletePods: true, outOfServiceTaint: true } });
+      s.agents = agents;
+      s.policies = [policy("default", { escalation: [{ agents: [{ name: "netfence" }] }] })];
+      s.fence = fenceOf(fencing({ policySnapshot: snapOf(s.policies[0]!), attempts: [legacy("netfence")] }));
+      const step = nextStep(observe(s));
+      assert.equal(step.kind === "confirmed" && step.evidence.method, "StorageFenced", describeSteps([step]).join());
+      assert.deepEqual(step.kind === "confirmed" && step.evidence.storageClasses, [], "no StorageClass: nothing is released on it");
+      // Nothing is released on it (what follows, if anything, is a new round that runs the agent as it is now).
+      const steps = describeSteps(walk(s));
+      const before = steps.slice(0, steps.findIndex((x) => x.startsWith("runAgent")) >>> 0);
+      assert.ok(!before.some((x) => x.startsWith("release ")), steps.join(" → "));
+    }
+    // Beside a recorded power-off it adds nothing and takes nothing away.
+    const s = world();
+    s.policies = [policy("default", { escalation: [{ agents: [{ name: "ipmi" }, { name: "netfence" }] }] })];
+    s.fence = fenceOf(fencing({ policySnapshot: snapOf(s.policies[0]!), attempts: [attempt("ipmi", "Succeeded"), legacy("netfence")] }));
+    const step = nextStep(observe(s));
+    assert.equal(step.kind === "confirmed" && step.evidence.method, "PowerOffConfirmed");
   });
 
   test("a node back without a reboot keeps its storage fence: an automatic fence waits StorageFenceHeld, never cancels", () => {
@@ -1053,26 +1192,57 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
     assert.equal(failed.kind === "wait" && failed.reason, "StorageFenceHeld");
   });
 
-  test("a reboot (new bootID, Ready) lifts the storage fence: NetworkFence removed (agent on), then the marks", () => {
+  test("issue 26 item 6: a new bootID (the node's kubelet can write one) never lifts a storage fence: Released stays, Fencing waits StorageFenceHeld naming the two ways out", () => {
     const s = world();
     walk(s);
     s.node = node("node-1", { ready: "True", bootID: "boot-2", heartbeat: s.now });
     s.lease = lease("node-1", s.now);
-    assert.deepEqual(describeSteps(walk(s)), [
-      "startUnfence Rebooted",
-      "runAgent on L1 netfence",
-      "record Succeeded",
-      "unmarkNode Rebooted",
-      "done",
-    ]);
-    // While it holds, Fencing with a rebooted node unfences the same way.
-    const r = world();
-    r.fence = fenceOf(
-      fencing({ policySnapshot: snapOf(twoLevels()[0]!), currentLevel: 1, attempts: [attempt("netfence", "Succeeded", 1)] }),
+    assert.deepEqual(describeSteps(walk(s)), ["done"]);
+    assert.equal(s.fence.status?.phase, "Released");
+    assert.deepEqual(storageFencesHeld(observe(s)), ["netfence"]);
+    assert.ok(!(s.fence.status?.attempts ?? []).some((a) => a.operation === "on"), "no unfence of the storage");
+    // While it holds, Fencing or Failed with a rebooted node waits, for as long as it takes.
+    for (const phase of ["Fencing", "Failed"] as const) {
+      const r = world();
+      r.fence = fenceOf({
+        ...fencing({ policySnapshot: snapOf(twoLevels()[0]!), currentLevel: 1, attempts: [attempt("netfence", "Succeeded", 1)] }),
+        phase,
+      });
+      r.node = node("node-1", { ready: "True", bootID: "boot-2", heartbeat: r.now });
+      r.lease = lease("node-1", r.now);
+      const step = nextStep(observe(r));
+      assert.equal(step.kind, "wait", describeSteps([step]).join());
+      assert.equal(step.kind === "wait" && step.reason, "StorageFenceHeld");
+      const message = step.kind === "wait" ? step.message : "";
+      assert.match(message, /spec\.unfence/);
+      assert.match(message, /confirms the machine off/);
+      assert.match(message, /new bootID does not lift it/);
+    }
+  });
+
+  test("issue 26 item 6: a storage fence of an earlier level comes down once a later level confirmed the machine off and its pods were released", () => {
+    const s = world({ agentResult: (name) => (name === "netfence" ? "Succeeded" : "Succeeded") });
+    s.policies = [policy("default", { escalation: [{ agents: [{ name: "netfence" }] }, { agents: [{ name: "ipmi" }] }] })];
+    // Round 1: storage fenced (level 1), released its volumes; the node heartbeats (a new boot): re-entry is not what
+    // lifts it. Round 2 (the node silent again): level 1 fails this time, level 2 powers it off.
+    s.fence = fenceOf(
+      fencing({
+        policySnapshot: snapOf(s.policies[0]!),
+        round: 1,
+        attempts: [
+          { ...attempt("netfence", "Succeeded"), ...attemptFacts(netfence()) },
+          { ...attempt("netfence", "Failed", 0, "off", stamp(at(990)), 1), ...attemptFacts(netfence()) },
+        ],
+      }),
     );
-    r.node = node("node-1", { ready: "True", bootID: "boot-2", heartbeat: r.now });
-    r.lease = lease("node-1", r.now);
-    assert.deepEqual(nextStep(observe(r)), { kind: "startUnfence", reason: "Rebooted" });
+    const before = describeSteps(walk(s));
+    assert.ok(before.includes("confirmed PowerOffConfirmed"), before.join(" → "));
+    // Released on the power-off, then the NetworkFence is lifted; the node stays fenced (tainted) until unfenced.
+    assert.deepEqual(before.slice(-4), ["released", "runAgent on L1 netfence", "record Succeeded", "done"], before.join(" → "));
+    assert.deepEqual(storageFencesHeld(observe(s)), []);
+    assert.equal(s.fence.status?.phase, "Released");
+    assert.ok(hasTaint(s.node, FENCED_TAINT));
+    // Without the power-off (StorageFenced in Released) nothing comes down: covered above.
   });
 
   test("an administrator's unfence lifts every storage fence held, from any level, and powers nothing on that was not powered off", () => {
@@ -1086,19 +1256,29 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
       "unmarkNode UnfenceRequested",
       "done",
     ]);
-    // A storage fence put up by a level that failed, the power-off confirmed by the next: both are undone.
+    // A storage fence put up by a level that failed, the power-off confirmed by the next with a storage fence of its
+    // own: the first comes down once the machine is confirmed off and released (issue 26 item 6); the confirming
+    // level's stays with it until the unfence, which undoes both it and the power-off.
     const mixed = sim({
       fence: fenceOf(undefined, {}, []),
-      agents: agentMap(agent("ipmi"), agent("pdu"), netfence()),
-      policies: [policy("default", { escalation: [{ agents: [{ name: "netfence" }, { name: "ipmi" }] }, { agents: [{ name: "pdu" }] }] })],
+      agents: agentMap(agent("ipmi"), agent("pdu"), netfence(), netfence("netfence-b")),
+      policies: [
+        policy("default", {
+          escalation: [{ agents: [{ name: "netfence" }, { name: "ipmi" }] }, { agents: [{ name: "pdu" }, { name: "netfence-b" }] }],
+        }),
+      ],
       agentResult: (name) => (name === "ipmi" ? "Failed" : "Succeeded"),
     });
-    walk(mixed);
+    const fenced = describeSteps(walk(mixed));
     assert.equal(mixed.fence.status?.evidence?.method, "PowerOffConfirmed");
+    assert.deepEqual(fenced.slice(-4), ["released", "runAgent on L1 netfence", "record Succeeded", "done"], fenced.join(" → "));
+    assert.deepEqual(storageFencesHeld(observe(mixed)), ["netfence-b"]);
     mixed.fence.spec.unfence = true;
     const steps = describeSteps(walk(mixed));
-    assert.ok(steps.includes("runAgent on L1 netfence") || steps.includes("runAgent on L0 netfence"), steps.join(" → "));
+    assert.ok(steps.includes("runAgent on L1 netfence-b"), steps.join(" → "));
+    assert.ok(!steps.includes("runAgent on L1 netfence"), steps.join(" → "));
     assert.ok(steps.includes("runAgent on L1 pdu"), steps.join(" → "));
+    assert.deepEqual(storageFencesHeld(observe(mixed)), []);
   });
 
   test("fencedSince (claim grants, force-delete admission): a storage fence proves only the claims of its StorageClasses, never a pod", () => {
@@ -1182,6 +1362,8 @@ const ATTEMPTS: NodeFenceStatusAttempts[][] = [
   [attempt("ipmi", "Succeeded", 0, "off", stamp(at(990)), 1)],
   [attempt("admin", "InProgress")],
   [attempt("ipmi", "TimedOut"), attempt("pdu", "Succeeded", 1)],
+  // Written by an older version (no agent type): never a power-off.
+  [legacyAttempt("ipmi", "Succeeded")],
 ];
 /** [node, lease]: partitioned as at the evidence; heartbeating; rebooted and silent; deleted; re-created. */
 const WORLDS: (() => [V1Node | undefined, V1Lease | undefined])[] = [
@@ -1223,12 +1405,20 @@ function checkConfirmed(o: FenceObservation, step: Step, where: string): void {
   assert.equal(ev.round, round, `evidence of another round: ${where}`);
   const wanted = st.policySnapshot?.escalation[level]?.agents ?? [];
   assert.deepEqual(ev.agents, wanted, `evidence names other agents than the level's: ${where}`);
+  const types: (string | undefined)[] = [];
   for (const name of wanted) {
     const last = (st.attempts ?? [])
       .filter((a) => (a.round ?? 0) === round && a.level === level && a.agent === name && a.operation === "off")
       .at(-1);
     assert.equal(last?.outcome, "Succeeded", `${ev.method} although ${name} did not succeed this round: ${where}`);
+    types.push(last?.agentType);
   }
+  // What the attempts recorded when they started decides, never the FenceAgents as they are now.
+  if (ev.method === "PowerOffConfirmed")
+    assert.ok(
+      types.some((t) => t !== undefined && t !== "manual" && t !== "csiAddonsNetworkFence"),
+      `PowerOffConfirmed without an attempt recorded as a power agent's: ${where}`,
+    );
   assert.deepEqual(
     { ...ev.heartbeat, silent: undefined },
     { ...heartbeatOf(o.node, o.lease), silent: undefined },
@@ -1249,8 +1439,25 @@ function checkStep(o: FenceObservation, step: Step, where: string): boolean {
   const ev = st.evidence;
   assert.ok(ev?.method && ev.heartbeat, `release without evidence: ${where}`);
   assert.equal(ev.round ?? 0, st.round ?? 0, `release on evidence of another round: ${where}`);
-  assert.deepEqual(heartbeatChanges(ev.heartbeat, heartbeatOf(o.node, o.lease)), [], `release although the node heartbeat since: ${where}`);
-  if (!ev.heartbeat.silent) assert.ok(o.now.diff(at(999)).as("seconds") >= 15, `release before the silence was proven: ${where}`);
+  if (ev.method === "StorageFenced") {
+    // Storage cut, not power off: a heartbeat does not void it (docs/safety.md §3), a lifted storage fence does.
+    const held = storageFencesHeld(o);
+    const legacyOnly = (n: string) => {
+      const offs = (st.attempts ?? []).filter((a) => a.agent === n && a.operation === "off" && a.outcome === "Succeeded");
+      return offs.length > 0 && offs.every((a) => a.agentType === undefined && o.agents.get(n)?.spec.type !== "csiAddonsNetworkFence");
+    };
+    assert.ok(
+      ev.agents?.length && ev.agents.every((n) => held.includes(n) || legacyOnly(n)),
+      `a release on StorageFenced whose storage fence is not held: ${where}`,
+    );
+  } else {
+    assert.deepEqual(
+      heartbeatChanges(ev.heartbeat, heartbeatOf(o.node, o.lease)),
+      [],
+      `release although the node heartbeat since: ${where}`,
+    );
+    if (!ev.heartbeat.silent) assert.ok(o.now.diff(at(999)).as("seconds") >= 15, `release before the silence was proven: ${where}`);
+  }
   assert.ok(!o.fence.spec.unfence, `release although an unfence was asked: ${where}`);
   const items = step.kind === "release" ? step.items : [];
   if (step.kind === "release") {
@@ -1392,7 +1599,7 @@ describe("the safety invariant: nothing is released without this round's evidenc
         const where = `run ${run} step ${i}: ${describeSteps([...trace, step])
           .slice(-12)
           .join(" → ")}`;
-        if (checkStep(o, step, where)) {
+        if (checkStep(o, step, where) && o.fence.status?.evidence?.method !== "StorageFenced") {
           releasedTotal++;
           assert.equal(
             JSON.stringify({ ...heartbeatOf(o.node, o.lease) }),
@@ -1415,5 +1622,103 @@ describe("the safety invariant: nothing is released without this round's evidenc
     }
     assert.ok(releasedTotal > 100, `the walks must reach releases (got ${releasedTotal})`);
     assert.ok(reentered > 10, `the walks must reach re-entries (got ${reentered})`);
+  });
+});
+
+describe("issue 26 item 5: the status lists are bounded, and every decision is the same after pruning", () => {
+  test("a fence failing for days keeps at most the bound of attempts (each round adds one per agent), and counts the dropped", () => {
+    for (const bound of [undefined, STATUS_BOUND]) {
+      const s = sim({ fence: fenceOf(undefined, { origin: "Manual" }, []), agentResult: () => "Failed", bound });
+      for (let round = 0; round < 100; round++) {
+        walk(s);
+        s.now = s.now.plus({ seconds: RETRY_MAX_SECONDS });
+      }
+      const st = s.fence.status!;
+      assert.equal(st.phase, "Failed");
+      const total = (st.attempts?.length ?? 0) + (st.attemptsDropped ?? 0);
+      assert.ok(total >= 100, `${total} attempts in 100 rounds`);
+      if (!bound) {
+        assert.ok((st.attempts?.length ?? 0) >= 100, "without the bound the list grows with every round");
+        continue;
+      }
+      assert.ok((st.attempts?.length ?? 0) <= STATUS_BOUND.limit + 1, `${st.attempts?.length} attempts kept`);
+      assert.equal(st.attempts?.[0]?.round, 0, "how it began is kept");
+      assert.equal(st.attempts?.at(-1)?.round, st.round, "what it does now is kept");
+      // And it still fences: the next round with a working BMC confirms and releases.
+      s.agentResult = () => "Succeeded";
+      s.now = s.now.plus({ seconds: RETRY_MAX_SECONDS });
+      walk(s);
+      assert.equal(s.fence.status?.evidence?.method, "PowerOffConfirmed");
+    }
+  });
+
+  test("random walks in lockstep, one pruned hard (lists past 2 entries): the same steps, the same releases, the same storage fences held", () => {
+    const rand = prng(0xb0d);
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
+    let pruned = 0;
+    let steps = 0;
+    for (let run = 0; run < 200; run++) {
+      const levels = pick([
+        [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "pdu" }, { name: "pdu-b" }] }],
+        [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "netfence" }] }],
+        [{ agents: [{ name: "netfence" }] }, { agents: [{ name: "ipmi" }] }],
+        [{ agents: [{ name: "netfence" }, { name: "ipmi" }] }, { agents: [{ name: "admin" }] }],
+      ]);
+      const origin = pick(["Automatic", "Manual"] as const);
+      const action = pick(["off", "reboot"] as const);
+      const make = (bound?: StatusBound) =>
+        sim({
+          fence: fenceOf(undefined, { origin }, []),
+          policies: [policy("default", { escalation: levels, action, unfenceOnReboot: true, release: { outOfServiceTaint: true } })],
+          pods: [stsPod("db-0", { priority: 1 }), stsPod("db-1", { priority: 100 }), pod("web")],
+          vas: [volumeAttachment("va-1", "node-1")],
+          bound,
+        });
+      const a = make();
+      const b = make({ limit: 2, keepFirst: 0, keepLast: 1 });
+      const trace: string[] = [];
+      for (let i = 0; i < 150; i++) {
+        const r = rand();
+        const outcome = pick(["Succeeded", "Failed", "Failed", "TimedOut", "crash", "hang"] as const);
+        const vaUid = `uid-va-${run}-${i}`;
+        for (const s of [a, b]) {
+          s.agentResult = () => outcome;
+          if (r < 0.04) heartbeat(s);
+          else if (r < 0.06) [s.node, s.lease] = [partitionedNode({ bootID: `boot-r${i}` }), lease("node-1", T0)];
+          else if (r < 0.07) s.fence.spec.unfence = true;
+          else if (r < 0.1) s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+          else if (r < 0.14) {
+            for (const [k, v] of s.ops) if (v.state === "running") s.ops.set(k, { state: "done", outcome: "Succeeded", message: "" });
+          } else if (r < 0.16) s.ops.clear();
+          else if (r < 0.3) s.now = s.now.plus({ seconds: 700 });
+          else if (r < 0.35) s.vas.push(volumeAttachment(`va-${i}`, "node-1", vaUid)); // the attach/detach controller re-attaches
+        }
+        const [sa, sb] = [nextStep(observe(a)), nextStep(observe(b))];
+        const norm = (x: Step) => describeStep(x).replace(/^interrupted \d+$/, "interrupted");
+        trace.push(norm(sa));
+        const where = `run ${run} step ${i}: ${trace.slice(-10).join(" → ")}`;
+        assert.equal(norm(sb), norm(sa), `the pruned fence decided otherwise: ${where}`);
+        if (sa.kind === "interrupted" && sb.kind === "interrupted")
+          assert.deepEqual(
+            b.fence.status?.attempts?.[sb.index],
+            a.fence.status?.attempts?.[sa.index],
+            `another attempt interrupted: ${where}`,
+          );
+        checkStep(observe(b), sb, where);
+        apply(a, sa);
+        apply(b, sb);
+        steps++;
+        const [x, y] = [a.fence.status ?? {}, b.fence.status ?? {}];
+        assert.equal(y.phase, x.phase, where);
+        assert.deepEqual(storageFencesHeld(observe(b)), storageFencesHeld(observe(a)), `storage fences held differ: ${where}`);
+        const podsOf = (st: NodeFenceStatus) => (st.releases ?? []).filter((r) => r.kind !== "VolumeAttachment" && r.kind !== "ClaimLock");
+        assert.deepEqual(podsOf(y), podsOf(x), `Pod and Taint records differ: ${where}`);
+        assert.equal((y.attempts?.length ?? 0) + (y.attemptsDropped ?? 0), x.attempts?.length ?? 0, `attempts miscounted: ${where}`);
+        assert.equal((y.releases?.length ?? 0) + (y.releasesDropped ?? 0), x.releases?.length ?? 0, `releases miscounted: ${where}`);
+        if (y.attemptsDropped || y.releasesDropped) pruned++;
+        if (sa.kind === "done" && (x.phase === "Unfenced" || x.phase === "Released")) break;
+      }
+    }
+    assert.ok(pruned > 1000, `the walks must prune (pruned in ${pruned} of ${steps} steps)`);
   });
 });

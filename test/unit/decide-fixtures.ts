@@ -180,6 +180,15 @@ export function volumeAttachment(name: string, nodeName: string, uid = `uid-va-$
 export const partitionedNode = (o: { bootID?: string; labels?: Record<string, string> } = {}) =>
   node("node-1", { ready: "Unknown", bootID: o.bootID ?? "boot-1", heartbeat: T0, labels: o.labels });
 
+/**
+ * What the controller records of the fixtures' agents when an attempt starts (fence-machine attemptFacts): "admin" is
+ * the manual agent, "netfence" a storage fence of the "san" StorageClass, any other an ipmi agent.
+ */
+const FACTS: Record<string, Pick<NodeFenceStatusAttempts, "agentType" | "storageClasses">> = {
+  admin: { agentType: "manual" },
+  netfence: { agentType: "csiAddonsNetworkFence", storageClasses: ["san"] },
+};
+
 export const attempt = (
   agentName: string,
   outcome: NodeFenceStatusAttempts["outcome"],
@@ -187,7 +196,23 @@ export const attempt = (
   operation: NodeFenceStatusAttempts["operation"] = "off",
   startTime = stamp(at(990)),
   round = 0,
-): NodeFenceStatusAttempts => ({ level, round, agent: agentName, operation, startTime, outcome });
+): NodeFenceStatusAttempts => ({
+  level,
+  round,
+  agent: agentName,
+  ...(FACTS[agentName] ?? { agentType: "ipmi" }),
+  operation,
+  startTime,
+  outcome,
+});
+
+/** An attempt as an older version wrote it: without its agent's type. */
+export const legacyAttempt = (...args: Parameters<typeof attempt>): NodeFenceStatusAttempts => {
+  const a = attempt(...args);
+  delete a.agentType;
+  delete a.storageClasses;
+  return a;
+};
 
 export const SNAPSHOT = snapshotOf(policy("default"));
 export const fencing = (extra: NodeFenceStatus = {}): NodeFenceStatus => ({

@@ -4,6 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Metrics } from "../../src/metrics.ts";
+import { STATUS_BOUND } from "../../src/decide/status-bound.ts";
 import { stsPod } from "./decide-fixtures.ts";
 import { releasingFence, world } from "./node-fence-world.ts";
 
@@ -68,4 +69,60 @@ test("a wait asked again writes nothing: the same condition is not PUT a second 
     [],
     "and nothing released",
   );
+});
+
+test("every status write applies the bound on the lists (issue 26 item 5): a fence that released many VolumeAttachments keeps its pods' records", async () => {
+  const f = releasingFence();
+  f.status!.releases = Array.from({ length: 70 }, (_, i) => ({
+    kind: "VolumeAttachment" as const,
+    name: `va-${i}`,
+    uid: `uid-va-${i}`,
+    action: "Deleted",
+    time: "2026-01-01T00:00:00Z",
+  }));
+  const w = world(pods(), { initial: f });
+  await w.controller.reconcile("node-1");
+  const st = w.fence().status!;
+  assert.equal(st.phase, "Released");
+  assert.ok((st.releases?.length ?? 0) <= STATUS_BOUND.limit, `${st.releases?.length} releases kept`);
+  assert.deepEqual(
+    (st.releases ?? []).filter((r) => r.kind === "Pod").map((r) => r.name),
+    ["db-2", "db-1", "db-0"],
+  );
+  assert.equal((st.releases?.length ?? 0) + (st.releasesDropped ?? 0), 73);
+  assert.match(st.conditions?.find((c) => c.type === "Released")?.message ?? "", /^73 release\(s\) recorded/);
+  assert.ok(
+    w.statusWrites.every((s) => (s.releases?.length ?? 0) <= STATUS_BOUND.limit),
+    "no write over the bound",
+  );
+});
+
+test("Released: an agent run after the release (action reboot's power-on) leaves the Fenced condition True", async () => {
+  const f = releasingFence();
+  f.status = {
+    ...f.status,
+    phase: "Released",
+    policySnapshot: { ...f.status!.policySnapshot!, action: "reboot" },
+    attempts: [
+      ...(f.status!.attempts ?? []),
+      { ...f.status!.attempts![0]!, operation: "on", outcome: "InProgress", startTime: "2026-01-01T00:20:00Z" },
+    ],
+    conditions: [
+      { type: "Fenced", status: "True", reason: "PowerOffConfirmed", message: "off", lastTransitionTime: "2026-01-01T00:16:35Z" },
+      {
+        type: "Released",
+        status: "True",
+        reason: "Released",
+        message: "0 release(s) recorded",
+        lastTransitionTime: "2026-01-01T00:16:40Z",
+      },
+    ],
+  };
+  const w = world([], { initial: f });
+  w.controller.operations.start("fence-uid", "node-1", 1, () => new Promise(() => {}));
+  const r = await w.controller.reconcile("node-1");
+  assert.equal(r?.requeueAfterMs, 30_000, "waits for the power-on");
+  const fenced = w.fence().status?.conditions?.find((c) => c.type === "Fenced");
+  assert.deepEqual([fenced?.status, fenced?.reason], ["True", "PowerOffConfirmed"]);
+  w.controller.operations.abort("fence-uid");
 });
