@@ -14,6 +14,7 @@ import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
 import { NetworkFenceDouble } from "../lab/test-doubles/csi-addons-network-fence.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 import type { NetworkFence } from "../src/agents/types.ts";
+import { networkFenceName } from "../src/agents/csi-addons-network-fence.ts";
 import { TOKEN_ANNOTATION, isGated, parseLock } from "../src/decide/claim-lock.ts";
 import { OUT_OF_SERVICE_TAINT } from "../src/decide/fence-machine.ts";
 
@@ -183,8 +184,9 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
     assert.ok(!((await bed.lab.node(node)).spec?.taints ?? []).some((x) => x.key === OUT_OF_SERVICE_TAINT));
     const lock = parseLock(await bed.lab.core.readNamespacedPersistentVolumeClaim({ name: "app-data", namespace: NS }));
     assert.deepEqual(lock.ok && lock.lock?.holder, { pod: second.metadata?.name, uid: second.metadata?.uid });
-    // The NetworkFence Stockade made, as csi-addons sees it.
-    const fence = (await bed.custom.getClusterCustomObject({ ...nf, name: `stockade-${node}` })) as NetworkFence;
+    // The NetworkFence Stockade made (its own for this agent and node), as csi-addons sees it.
+    const nfName = networkFenceName("lab-netfence", node);
+    const fence = (await bed.custom.getClusterCustomObject({ ...nf, name: nfName })) as NetworkFence;
     assert.equal(fence.spec.fenceState, "Fenced");
     assert.deepEqual(fence.spec.cidrs, [`${ips.get(node)}/32`]);
     assert.equal(fence.status?.result, "Succeeded");
@@ -193,15 +195,15 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
     await bed.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
     await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "Unfenced", 60_000);
     await waitFor(
-      `NetworkFence stockade-${node} deleted`,
+      `NetworkFence ${nfName} deleted`,
       async () =>
-        (await bed.custom.getClusterCustomObject({ ...nf, name: `stockade-${node}` }).then(
+        (await bed.custom.getClusterCustomObject({ ...nf, name: nfName }).then(
           () => false,
           () => true,
         )) || undefined,
       { timeoutMs: 30_000 },
     );
-    assert.ok(double.answers.some((a) => a.name === `stockade-${node}` && a.fenceState === "Unfenced" && a.result === "Succeeded"));
+    assert.ok(double.answers.some((a) => a.name === nfName && a.fenceState === "Unfenced" && a.result === "Succeeded"));
 
     const inv = await bed.invariant();
     assert.deepEqual(inv.violations, []);

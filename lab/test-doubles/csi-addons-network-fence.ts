@@ -78,7 +78,9 @@ export class NetworkFenceDouble {
         });
       return;
     }
-    if (this.mode === "silent" || this.answered.get(name) === nf.metadata.generation) return;
+    // By uid: a NetworkFence deleted and made again under its name starts again at generation 1.
+    const key = `${nf.metadata.uid}`;
+    if (this.mode === "silent" || this.answered.get(key) === nf.metadata.generation) return;
     let cur = nf;
     if (!fins.includes(FINALIZER))
       cur = (await this.api.replaceClusterCustomObject({
@@ -94,7 +96,7 @@ export class NetworkFenceDouble {
         ? { result: "Failed" as const, message: "rpc error: code = Internal desc = test double: the storage provider refused the fence" }
         : { result: "Succeeded" as const, message: fenced ? "fencing operation successful" : "unfencing operation successful" };
     await this.api.replaceClusterCustomObjectStatus({ group, version, plural, name, body: { ...cur, status } });
-    this.answered.set(name, cur.metadata.generation ?? 0);
+    this.answered.set(key, cur.metadata.generation ?? 0);
     this.answers.push({ name, fenceState: cur.spec.fenceState, result: status.result, cidrs: cur.spec.cidrs });
     if (status.result !== "Succeeded") return;
     for (const node of new Set(cur.spec.cidrs.flatMap((c) => this.nodeOf(c) ?? [])))

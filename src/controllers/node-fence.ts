@@ -603,7 +603,7 @@ export class NodeFenceController {
         if (storage) {
           // A storage fence gets the NetworkFence API and the Node's kubelet-reported addresses (used only if its parameters say so).
           const addresses = (target.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address }));
-          r = await runStorageFence(storage, { ...ctx, kube: networkFenceApi(this.d.kube), addresses }, op, opts);
+          r = await runStorageFence(storage, { ...ctx, agent: agentName, kube: networkFenceApi(this.d.kube), addresses }, op, opts);
         } else {
           const driver = driverFor(agent.spec.type, agent.spec.agent);
           r = op === "off" ? await fenceOff(driver, ctx, opts) : await runOperation(driver, ctx, op, opts);
