@@ -35,7 +35,8 @@ export async function runStorageFence(
 ): Promise<OperationResult> {
   const what = op === "off" ? `storage fence of ${ctx.node}` : `storage unfence of ${ctx.node}`;
   const scrub = (s: string) => redact(s, ctx.parameters);
-  const problems = driver.validate(ctx.parameters);
+  // A lift needs no parameters (it undoes the fence as it was made): only a fence is refused when misconfigured.
+  const problems = op === "off" ? driver.validate(ctx.parameters) : [];
   if (problems.length)
     return {
       outcome: "Failed",

@@ -11,6 +11,8 @@
 // - evidence is only PowerOffConfirmed or ManualConfirmation, each from the attempts of the current round — or
 //   StorageFenced (a level of storage fences only), which releases volumes only: never a pod, never out-of-service;
 // - a storage fence, once up, comes down only for a reboot (new bootID) or an administrator's unfence;
+// - every storage fence that may have gone out is lifted (retried with backoff) before the fence ends Unfenced or its
+//   finalizer goes, or is explicitly abandoned by an administrator; until then status and Events say it is held;
 // - before each release step the node's heartbeat must be exactly what it was right after the confirmation;
 // - an automatic fence needs the node partitioned at every step that could power it off.
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1Taint, V1VolumeAttachment } from "@kubernetes/client-node";
@@ -26,7 +28,7 @@ import type {
 } from "../api/v1alpha1.ts";
 import { CONFIRMED_OFF_ANNOTATION } from "../agents/manual.ts";
 import { isStorageFence } from "../agents/types.ts";
-import { fencedStorageClasses } from "../agents/csi-addons-network-fence.ts";
+import { fencedStorageClasses, networkFenceName } from "../agents/csi-addons-network-fence.ts";
 import { isFinished, isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
 import { claimNames, parseLock } from "./claim-lock.ts";
@@ -41,6 +43,16 @@ export { CONFIRMED_OFF_ANNOTATION, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
 /** Retry of a failed round: 30 s, doubling, at most 10 min. */
 export const RETRY_BASE_SECONDS = 30;
 export const RETRY_MAX_SECONDS = 600;
+/** Retry of a failed storage lift: 10 s, doubling, at most 5 min, for as long as the fence is held. */
+export const LIFT_RETRY_BASE_SECONDS = 10;
+export const LIFT_RETRY_MAX_SECONDS = 300;
+/**
+ * Set on a NodeFence (value: its node's name) to stop lifting the node's storage fences: its finalizer goes and an
+ * unfence ends without them, and the NetworkFences stay in place (for a node gone for good, or a storage agent gone).
+ */
+export const ABANDON_STORAGE_FENCES_ANNOTATION = "stockade.io/abandon-storage-fences";
+/** A NodeFence condition: True while a storage fence it may have put up is not lifted (docs/safety.md §3). */
+export const STORAGE_FENCE_HELD_CONDITION = "StorageFenceHeld";
 /** A kubelet's default Lease duration, when the node has no Lease to say. */
 const DEFAULT_LEASE_SECONDS = 40;
 
@@ -256,6 +268,73 @@ export function storageFencesHeld(o: Pick<FenceObservation, "fence" | "agents">)
   return [...last].filter(([, op]) => op === "off").map(([name]) => name);
 }
 
+/**
+ * The storage fences this NodeFence may have put up and not taken down: every storage agent with an "off" attempt not
+ * followed by a successful "on" of the same agent — whatever that off's outcome: InProgress, Cancelled, TimedOut,
+ * Interrupted or Failed, its request may have gone out. A superset of storageFencesHeld. Each is lifted before the
+ * fence ends Unfenced or its finalizer goes, or is reported held (StorageFenceHeld condition, Events) until it is.
+ */
+export function storageFencesToLift(o: Pick<FenceObservation, "fence" | "agents">): string[] {
+  const held = new Set<string>();
+  for (const a of attemptsOf(o.fence)) {
+    if (!isStorageFence(o.agents.get(a.agent)?.spec.type)) continue;
+    if (a.operation === "off") held.add(a.agent);
+    else if (a.operation === "on" && a.outcome === "Succeeded") held.delete(a.agent);
+  }
+  return [...held];
+}
+
+/** An administrator abandoned the node's storage fences (ABANDON_STORAGE_FENCES_ANNOTATION): they are not lifted. */
+const abandoned = (f: NodeFence) => f.metadata?.annotations?.[ABANDON_STORAGE_FENCES_ANNOTATION] === f.spec.nodeName;
+
+/** The storage fences still to lift: none once abandoned. */
+function toLift(o: Pick<FenceObservation, "fence" | "agents">): string[] {
+  return abandoned(o.fence) ? [] : storageFencesToLift(o);
+}
+
+/** Storage fences an administrator abandoned, left in place; [] when none. */
+export function abandonedStorageFences(o: Pick<FenceObservation, "fence" | "agents">): string[] {
+  return abandoned(o.fence) ? storageFencesToLift(o) : [];
+}
+
+/** The objects a held storage fence is, for people: the agent and, for csi-addons, its NetworkFence. */
+function describeStorageFences(o: Pick<FenceObservation, "fence" | "agents">, names: string[]): string {
+  return names
+    .map((n) =>
+      o.agents.get(n)?.spec.type === "csiAddonsNetworkFence" ? `${n} (NetworkFence ${networkFenceName(n, o.fence.spec.nodeName)})` : n,
+    )
+    .join(", ");
+}
+
+/**
+ * The StorageFenceHeld condition for a status (undefined: none to set, the fence never fenced storage): True while a
+ * storage fence may be up (Held; Abandoned once an administrator gave it up), False once every one was lifted.
+ */
+export function storageFenceCondition(
+  o: Pick<FenceObservation, "fence" | "agents">,
+): { status: "True" | "False"; reason: string; message: string } | undefined {
+  const held = storageFencesToLift(o);
+  const had = o.fence.status?.conditions?.some((c) => c.type === STORAGE_FENCE_HELD_CONDITION);
+  if (!held.length) return had ? { status: "False", reason: "Lifted", message: "no storage fence of this NodeFence is up" } : undefined;
+  const what = describeStorageFences(o, held);
+  if (abandoned(o.fence))
+    return {
+      status: "True",
+      reason: "Abandoned",
+      message: `storage fence(s) ${what} abandoned by annotation ${ABANDON_STORAGE_FENCES_ANNOTATION}: Stockade no longer lifts them; they stay in place until removed by hand (docs/safety.md §3)`,
+    };
+  return {
+    status: "True",
+    reason: "Held",
+    message: `storage fence(s) ${what} may be up (fenced, or a request that may have gone out): lifted on unfence, cancel or deletion of this NodeFence`,
+  };
+}
+
+/** Seconds before a storage lift is tried again after `failures` failed tries. */
+export function liftRetryDelaySeconds(failures: number): number {
+  return Math.min(LIFT_RETRY_MAX_SECONDS, LIFT_RETRY_BASE_SECONDS * 2 ** Math.max(0, failures - 1));
+}
+
 /** The node came back in a new boot (Ready with another bootID than when the fence began): the old boot's processes are gone. */
 function rebooted(o: FenceObservation): boolean {
   const boot = o.node?.status?.nodeInfo?.bootID ?? "";
@@ -271,7 +350,9 @@ function rebooted(o: FenceObservation): boolean {
  */
 function holdStorage(o: FenceObservation, health: NodeHealth | undefined): Step | undefined {
   const held = storageFencesHeld(o);
-  if (!held.length) return undefined;
+  // None confirmed up, but one may have gone out (in flight, timed out, failed after a try): the node is healthy,
+  // so it is lifted, before the cancel ends Unfenced (nothing was released on it).
+  if (!held.length) return toLift(o).length ? { kind: "startUnfence", reason: "NodeRecovered" } : undefined;
   if (rebooted(o)) return { kind: "startUnfence", reason: "Rebooted" };
   return {
     kind: "wait",
@@ -296,8 +377,18 @@ export function nextStep(o: FenceObservation): Step {
   const phase = st.phase ?? "";
   const automatic = f.spec.origin === "Automatic";
 
-  if (f.metadata?.deletionTimestamp) return (f.metadata.finalizers ?? []).includes(FINALIZER) ? { kind: "finalize" } : { kind: "done" };
-  if (phase === "Unfenced") return { kind: "done" };
+  if (f.metadata?.deletionTimestamp) {
+    if (!(f.metadata.finalizers ?? []).includes(FINALIZER)) return { kind: "done" };
+    // Deleted: the storage fences it may hold come down first (or are abandoned), then the finalizer goes.
+    if (toLift(o).length) {
+      if (phase !== "Unfencing") return { kind: "startUnfence", reason: "Deleted" };
+      const lift = liftStorageStep(o);
+      if (lift) return lift;
+    }
+    return { kind: "finalize" };
+  }
+  // Unfenced with a storage fence still up (a lift of an older version that failed and was not retried): lifted now.
+  if (phase === "Unfenced") return toLift(o).length ? { kind: "startUnfence", reason: "StorageFenceHeld" } : { kind: "done" };
   if (!(f.metadata?.finalizers ?? []).includes(FINALIZER)) return { kind: "addFinalizer" };
 
   if (phase === "Unfencing") {
@@ -642,25 +733,44 @@ function storageReleaseStep(o: FenceObservation, rel: NonNullable<NodeFenceStatu
   return { kind: "released" };
 }
 
-/** Lift every storage fence this NodeFence holds, each tried once per unfence (a failure is recorded, not retried). */
+/**
+ * Lift every storage fence this NodeFence may hold (storageFencesToLift), one at a time; a failed lift is tried again
+ * with backoff (each try bounded by the agent's timeout), for as long as the fence is held — the wait says which and
+ * why. Undefined once none is left (or they were abandoned).
+ */
 function liftStorageStep(o: FenceObservation): Step | undefined {
-  const st = o.fence.status ?? {};
   const attempts = attemptsOf(o.fence);
   const busy = attempts.findIndex((a) => a.outcome === "InProgress");
   if (busy >= 0) return operationStep(o, busy, "storage unfence");
-  // Since the unfence began: attempts after the last "off" of that agent.
-  for (const name of storageFencesHeld(o)) {
-    const agent = o.agents.get(name);
-    const lastOff =
-      attempts
-        .map((a, i) => [a, i] as const)
-        .filter(([a]) => a.agent === name && a.operation === "off" && a.outcome === "Succeeded")
-        .at(-1)?.[1] ?? -1;
-    const tried = attempts.slice(lastOff + 1).some((a) => a.agent === name && a.operation === "on");
-    if (agent && !tried)
-      return { kind: "runAgent", level: st.currentLevel ?? 0, agent, operation: "on", timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000 };
+  const waiting: string[] = [];
+  let next: DateTime | undefined;
+  for (const name of toLift(o)) {
+    const agent = o.agents.get(name)!; // storageFencesToLift knows its type
+    const lastOff = attempts.findLastIndex((a) => a.agent === name && a.operation === "off");
+    const ons = attempts.slice(lastOff + 1).filter((a) => a.agent === name && a.operation === "on");
+    const last = ons.at(-1);
+    const run: Step = {
+      kind: "runAgent",
+      level: attempts[lastOff]?.level ?? 0,
+      agent,
+      operation: "on",
+      timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000,
+    };
+    if (!last || last.outcome === "Interrupted") return run;
+    const delay = liftRetryDelaySeconds(ons.filter((a) => a.outcome !== "Interrupted").length);
+    const retryAt = (toDateTime(last.endTime) ?? o.now).plus({ seconds: delay });
+    // A clock that jumped back would push the retry out by the jump: never wait longer than the delay from now.
+    if (o.now >= retryAt || retryAt.diff(o.now).as("seconds") > delay) return run;
+    waiting.push(`${describeStorageFences(o, [name])}: ${last.outcome}: ${last.message ?? ""}; next try at ${iso(retryAt)}`);
+    if (!next || retryAt < next) next = retryAt;
   }
-  return undefined;
+  if (!waiting.length) return undefined;
+  return {
+    kind: "wait",
+    reason: "StorageFenceNotLifted",
+    message: `the storage fence(s) could not be lifted yet and stay up, retried until they are: ${waiting.join("; ")} (to give one up, leaving it in place: kubectl annotate nodefence ${o.fence.metadata?.name} ${ABANDON_STORAGE_FENCES_ANNOTATION}=${o.fence.spec.nodeName})`,
+    requeueAfterMs: Math.max(100, next!.diff(o.now).as("milliseconds")),
+  };
 }
 
 /** Power the machine back on through the agents that powered it off, each tried once (a failure is recorded, not retried). */
