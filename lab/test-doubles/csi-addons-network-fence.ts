@@ -26,6 +26,8 @@ type Obj = NetworkFence & { metadata: NetworkFence["metadata"] & { generation?: 
 
 export class NetworkFenceDouble {
   mode: NetworkFenceMode = "succeed";
+  /** The mode per NetworkFenceClass (one storage backend's controller answering, another's not); else `mode`. */
+  readonly classModes = new Map<string, NetworkFenceMode>();
   /** Every status this double wrote, in order (for assertions). */
   readonly answers: { name: string; fenceState: string; result: string; cidrs: string[] }[] = [];
   private readonly api: CustomObjectsApi;
@@ -80,7 +82,8 @@ export class NetworkFenceDouble {
     }
     // By uid: a NetworkFence deleted and made again under its name starts again at generation 1.
     const key = `${nf.metadata.uid}`;
-    if (this.mode === "silent" || this.answered.get(key) === nf.metadata.generation) return;
+    const mode = this.classModes.get(nf.spec.networkFenceClassName ?? "") ?? this.mode;
+    if (mode === "silent" || this.answered.get(key) === nf.metadata.generation) return;
     let cur = nf;
     if (!fins.includes(FINALIZER))
       cur = (await this.api.replaceClusterCustomObject({
@@ -92,7 +95,7 @@ export class NetworkFenceDouble {
       })) as Obj;
     const fenced = cur.spec.fenceState !== "Unfenced";
     const status =
-      this.mode === "fail"
+      mode === "fail"
         ? { result: "Failed" as const, message: "rpc error: code = Internal desc = test double: the storage provider refused the fence" }
         : { result: "Succeeded" as const, message: fenced ? "fencing operation successful" : "unfencing operation successful" };
     await this.api.replaceClusterCustomObjectStatus({ group, version, plural, name, body: { ...cur, status } });
