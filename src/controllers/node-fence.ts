@@ -200,8 +200,8 @@ export class NodeFenceController {
 
   /**
    * Sets the StorageFenceHeld condition on a status about to be written (every storage fence that may be up is said
-   * so until it is lifted), and returns how to announce a change of it once written: a Warning when one is held or
-   * abandoned, a Normal Event once all are lifted.
+   * so until it is lifted), and returns how to announce a change of it once written: an Event when one is held, all
+   * are lifted, or they were abandoned (a Warning).
    */
   private storageHeld(fence: NodeFence, status: Status): { announce: (written: NodeFence) => void } {
     const agents = new Map(this.d.caches.agents.list().map((a) => [a.metadata?.name ?? "", a] as const));
@@ -211,7 +211,9 @@ export class NodeFenceController {
     this.cond(status, { type: STORAGE_FENCE_HELD_CONDITION, ...c }, fence);
     if (before?.status === c.status && before.reason === c.reason) return { announce: () => {} };
     const reason = c.status === "False" ? "StorageFenceLifted" : c.reason === "Abandoned" ? "StorageFenceAbandoned" : "StorageFenceHeld";
-    return { announce: (written) => this.announce(this.event(written, c.status === "False" ? "Normal" : "Warning", reason, c.message)) };
+    // Up is what a storage fence is for (Normal); abandoned, it stays up with nobody to lift it (Warning).
+    const type = c.reason === "Abandoned" ? "Warning" : "Normal";
+    return { announce: (written) => this.announce(this.event(written, type, reason, c.message)) };
   }
 
   private cond(s: Status, c: Omit<Condition, "lastTransitionTime" | "observedGeneration">, fence: NodeFence): Status {
