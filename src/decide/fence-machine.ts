@@ -277,11 +277,23 @@ export function storageFencesHeld(o: Pick<FenceObservation, "fence" | "agents">)
 export function storageFencesToLift(o: Pick<FenceObservation, "fence" | "agents">): string[] {
   const held = new Set<string>();
   for (const a of attemptsOf(o.fence)) {
-    if (!isStorageFence(o.agents.get(a.agent)?.spec.type)) continue;
+    if (!wasStorageFence(o, a)) continue;
     if (a.operation === "off") held.add(a.agent);
     else if (a.operation === "on" && a.outcome === "Succeeded") held.delete(a.agent);
   }
   return [...held];
+}
+
+/**
+ * Whether an attempt was a storage agent's: by the FenceAgent's type, or, for a FenceAgent deleted since, by what is
+ * left of it (the evidence it gave, or the storage runner's own words in its message: agents/run-storage.ts).
+ */
+function wasStorageFence(o: Pick<FenceObservation, "fence" | "agents">, a: NodeFenceStatusAttempts): boolean {
+  const agent = o.agents.get(a.agent);
+  if (agent) return isStorageFence(agent.spec.type);
+  const ev = o.fence.status?.evidence;
+  if (ev?.method === "StorageFenced" && (ev.agents ?? []).includes(a.agent)) return true;
+  return /\bstorage (fence|unfence) of\b|^storage of /.test(a.message ?? "");
 }
 
 /** An administrator abandoned the node's storage fences (ABANDON_STORAGE_FENCES_ANNOTATION): they are not lifted. */
@@ -301,7 +313,9 @@ export function abandonedStorageFences(o: Pick<FenceObservation, "fence" | "agen
 function describeStorageFences(o: Pick<FenceObservation, "fence" | "agents">, names: string[]): string {
   return names
     .map((n) =>
-      o.agents.get(n)?.spec.type === "csiAddonsNetworkFence" ? `${n} (NetworkFence ${networkFenceName(n, o.fence.spec.nodeName)})` : n,
+      (o.agents.get(n)?.spec.type ?? "csiAddonsNetworkFence") === "csiAddonsNetworkFence"
+        ? `${n} (NetworkFence ${networkFenceName(n, o.fence.spec.nodeName)})`
+        : n,
     )
     .join(", ");
 }
@@ -745,7 +759,14 @@ function liftStorageStep(o: FenceObservation): Step | undefined {
   const waiting: string[] = [];
   let next: DateTime | undefined;
   for (const name of toLift(o)) {
-    const agent = o.agents.get(name)!; // storageFencesToLift knows its type
+    const agent = o.agents.get(name);
+    if (!agent) {
+      // Deleted since: its NetworkFence is named after the agent and the node only, and a lift needs no parameters.
+      waiting.push(
+        `${name}: FenceAgent ${name} no longer exists: create a csiAddonsNetworkFence FenceAgent of that name again to lift its NetworkFence ${networkFenceName(name, o.fence.spec.nodeName)}`,
+      );
+      continue;
+    }
     const lastOff = attempts.findLastIndex((a) => a.agent === name && a.operation === "off");
     const ons = attempts.slice(lastOff + 1).filter((a) => a.agent === name && a.operation === "on");
     const last = ons.at(-1);
@@ -769,7 +790,7 @@ function liftStorageStep(o: FenceObservation): Step | undefined {
     kind: "wait",
     reason: "StorageFenceNotLifted",
     message: `the storage fence(s) could not be lifted yet and stay up, retried until they are: ${waiting.join("; ")} (to give one up, leaving it in place: kubectl annotate nodefence ${o.fence.metadata?.name} ${ABANDON_STORAGE_FENCES_ANNOTATION}=${o.fence.spec.nodeName})`,
-    requeueAfterMs: Math.max(100, next!.diff(o.now).as("milliseconds")),
+    requeueAfterMs: next ? Math.max(100, next.diff(o.now).as("milliseconds")) : 30_000,
   };
 }
 

@@ -1551,4 +1551,26 @@ describe("storage fences that nothing lifted (issue 26 item 4): lifted before Un
     assert.equal(storageFenceCondition(observe(s))?.status, "False");
     assert.equal(storageFenceCondition(observe(sim())), undefined);
   });
+
+  test("a storage FenceAgent deleted while its fence is up: still known from what it left, reported held, lifted once an agent of that name exists again", () => {
+    const s = inFlight("Succeeded");
+    s.fence.status!.attempts![1]!.message = "storage of node-1 fenced (the storage side confirmed); the machine itself may still run";
+    s.agents = agentMap(agent("ipmi"));
+    assert.deepEqual(storageFencesToLift(observe(s)), ["netfence"]);
+    s.fence.spec.unfence = true;
+    const steps = walk(s);
+    assert.deepEqual(describeSteps(steps), ["startUnfence UnfenceRequested", "wait StorageFenceNotLifted"]);
+    const w = steps.at(-1)!;
+    assert.match(
+      w.kind === "wait" ? w.message : "",
+      /FenceAgent netfence no longer exists: create .* again to lift its NetworkFence stockade-netfence-node-1-/,
+    );
+    s.agents = agentMap(agent("ipmi"), storageAgent("netfence"));
+    assert.deepEqual(describeSteps(walk(s)), ["runAgent on L1 netfence", "record Succeeded", "unmarkNode UnfenceRequested", "done"]);
+    // A power agent deleted since is not taken for one.
+    const p = inFlight("Succeeded");
+    p.fence.status!.attempts![1]!.message = "off confirmed";
+    p.agents = agentMap(agent("ipmi"));
+    assert.deepEqual(storageFencesToLift(observe(p)), []);
+  });
 });
