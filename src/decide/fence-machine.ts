@@ -10,7 +10,8 @@
 // The safety rules (docs/safety.md) live here, where they can be tested exhaustively:
 // - evidence is only PowerOffConfirmed or ManualConfirmation, each from the attempts of the current round — or
 //   StorageFenced (a level of storage fences only), which releases volumes only: never a pod, never out-of-service;
-// - a storage fence, once up, comes down only for a reboot (new bootID) or an administrator's unfence;
+// - a storage fence, once confirmed up, comes down only for a reboot (new bootID), an administrator's unfence or the
+//   NodeFence's deletion;
 // - every storage fence that may have gone out is lifted (retried with backoff) before the fence ends Unfenced or its
 //   finalizer goes, or is explicitly abandoned by an administrator; until then status and Events say it is held;
 // - before each release step the node's heartbeat must be exactly what it was right after the confirmation;
