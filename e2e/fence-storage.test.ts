@@ -326,4 +326,39 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
     assert.equal(done.status?.conditions?.find((c) => c.type === STORAGE_FENCE_HELD_CONDITION)?.status, "False");
     assert.ok(attemptsOf(done).includes("nf-b on Succeeded"), attemptsOf(done).join("; "));
   });
+
+  test("automatic: a partition whose storage fence is in flight when the node comes back is cancelled only after that NetworkFence is lifted", async () => {
+    await twoBackends();
+    const node = (await readyNodes())[0]!;
+    // Only this policy for the node: one level, B's storage fence (no power agent may reach it).
+    await bed.kubectl("delete", "fencingpolicy", "default", "two-levels", "--ignore-not-found");
+    await bed.policy("auto-b", {
+      nodeSelector: { matchLabels: { "kubernetes.io/hostname": node } },
+      escalation: [{ agents: [{ name: "nf-b" }] }],
+      guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 },
+    });
+    const b = networkFenceName("nf-b", node);
+    await bed.lab.partition(node);
+    const inFlight = await bed.waitForFence(
+      node,
+      (x) => x.spec.origin === "Automatic" && attemptsOf(x).includes("nf-b off InProgress"),
+      "an automatic fence with B's fence in flight",
+      90_000,
+    );
+    await waitFor(`NetworkFence ${b} made`, async () => ((await getNf(b)) ? true : undefined), { timeoutMs: 15_000 });
+    // The node comes back while csi-addons has not answered: the fence must not end Unfenced with B's fence up.
+    await bed.lab.heal(node); // the cable mended: the same boot heartbeats again
+    await bed.waitForFence(node, (x) => x.status?.phase === "Unfencing" || x.status?.phase === "Unfenced", "cancelling", 60_000);
+    double.classModes.set("lab-san-b", "succeed");
+    const done = await bed.waitForFence(
+      node,
+      (x) => x.metadata?.uid === inFlight.metadata?.uid && x.status?.phase === "Unfenced",
+      "Unfenced",
+      90_000,
+    );
+    assert.equal(done.status?.conditions?.find((c) => c.type === "Fenced")?.reason, "NodeRecovered");
+    assert.equal(await getNf(b), undefined, `B's NetworkFence left on a healthy node: ${attemptsOf(done).join("; ")}`);
+    assert.ok(attemptsOf(done).includes("nf-b on Succeeded"), attemptsOf(done).join("; "));
+    assert.deepEqual(done.status?.releases ?? [], []);
+  });
 });
