@@ -338,6 +338,9 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
       guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 },
     });
     const b = networkFenceName("nf-b", node);
+    // A guarded pod on it, so that its partition is fenced (nothing is released here: B never confirms).
+    const [pinned] = await bed.statefulSet("auto", 1, { nodeSelector: { "kubernetes.io/hostname": node } });
+    assert.equal(pinned?.spec?.nodeName, node);
     await bed.lab.partition(node);
     const inFlight = await bed.waitForFence(
       node,
