@@ -5,6 +5,9 @@
 // while a StatefulSet pod on the same node is NOT force-deleted and no out-of-service taint is set. The machine then
 // boots again (a new bootID, which its kubelet could write at will): the storage fence stays, since the StatefulSet
 // pod runs again in the new boot (issue 26 item 6); only the administrator's unfence lifts it.
+// Then (issue 26) two storage backends, each its own csiAddonsNetworkFence agent, on the nodes still up, with manual
+// NodeFences: each agent its own NetworkFence (one backend's answer never confirms another's), and every fence that
+// may have gone out lifted — on an unfence while it is in flight, and before a deleted NodeFence's finalizer goes.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -17,6 +20,8 @@ import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
 import { NetworkFenceDouble } from "../lab/test-doubles/csi-addons-network-fence.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 import type { NetworkFence } from "../src/agents/types.ts";
+import { networkFenceName } from "../src/agents/csi-addons-network-fence.ts";
+import { STORAGE_FENCE_HELD_CONDITION } from "../src/decide/fence-machine.ts";
 import { TOKEN_ANNOTATION, isGated, parseLock } from "../src/decide/claim-lock.ts";
 import { OUT_OF_SERVICE_TAINT } from "../src/decide/fence-machine.ts";
 
@@ -186,8 +191,9 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
     assert.ok(!((await bed.lab.node(node)).spec?.taints ?? []).some((x) => x.key === OUT_OF_SERVICE_TAINT));
     const lock = parseLock(await bed.lab.core.readNamespacedPersistentVolumeClaim({ name: "app-data", namespace: NS }));
     assert.deepEqual(lock.ok && lock.lock?.holder, { pod: second.metadata?.name, uid: second.metadata?.uid });
-    // The NetworkFence Stockade made, as csi-addons sees it.
-    const fence = (await bed.custom.getClusterCustomObject({ ...nf, name: `stockade-${node}` })) as NetworkFence;
+    // The NetworkFence Stockade made (its own for this agent and node), as csi-addons sees it.
+    const nfName = networkFenceName("lab-netfence", node);
+    const fence = (await bed.custom.getClusterCustomObject({ ...nf, name: nfName })) as NetworkFence;
     assert.equal(fence.spec.fenceState, "Fenced");
     assert.deepEqual(fence.spec.cidrs, [`${ips.get(node)}/32`]);
     assert.equal(fence.status?.result, "Succeeded");
@@ -202,25 +208,177 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
     const later = await bed.getFence(node);
     assert.equal(later?.status?.phase, "Released");
     assert.ok(!(later?.status?.attempts ?? []).some((a) => a.operation === "on"), "no storage unfence was tried");
-    const held = (await bed.custom.getClusterCustomObject({ ...nf, name: `stockade-${node}` })) as NetworkFence;
+    const held = (await bed.custom.getClusterCustomObject({ ...nf, name: nfName })) as NetworkFence;
     assert.equal(held.spec.fenceState, "Fenced", "the storage fence is still up after the reboot");
-    assert.ok(!double.answers.some((a) => a.name === `stockade-${node}` && a.fenceState === "Unfenced"));
+    assert.ok(!double.answers.some((a) => a.name === nfName && a.fenceState === "Unfenced"));
 
     // An administrator's unfence lifts it the documented way: Unfenced (answered), then deleted.
     await bed.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
     await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "Unfenced", 60_000);
     await waitFor(
-      `NetworkFence stockade-${node} deleted`,
+      `NetworkFence ${nfName} deleted`,
       async () =>
-        (await bed.custom.getClusterCustomObject({ ...nf, name: `stockade-${node}` }).then(
+        (await bed.custom.getClusterCustomObject({ ...nf, name: nfName }).then(
           () => false,
           () => true,
         )) || undefined,
       { timeoutMs: 30_000 },
     );
-    assert.ok(double.answers.some((a) => a.name === `stockade-${node}` && a.fenceState === "Unfenced" && a.result === "Succeeded"));
+    assert.ok(double.answers.some((a) => a.name === nfName && a.fenceState === "Unfenced" && a.result === "Succeeded"));
 
     const inv = await bed.invariant();
     assert.deepEqual(inv.violations, []);
+  });
+
+  // ---- Issue 26: two storage backends; lifting every fence that may have gone out --------------------------------
+
+  const SAN_B = "lab-san-b";
+  const getNf = async (name: string) =>
+    (await bed.custom.getClusterCustomObject({ ...nf, name }).then(
+      (x) => x as NetworkFence,
+      () => undefined,
+    )) ?? undefined;
+  /** Nodes Ready now (the first test crashed one). */
+  const readyNodes = async () => {
+    const out: string[] = [];
+    for (const n of bed.lab.nodes())
+      if ((await bed.lab.node(n)).status?.conditions?.find((c) => c.type === "Ready")?.status === "True") out.push(n);
+    return out;
+  };
+  let backends = false;
+  /** Two storage agents, one per backend (NetworkFenceClass); backend B's csi-addons does not answer until told. */
+  async function twoBackends(): Promise<void> {
+    double.classModes.set("lab-san-b", "silent");
+    if (backends) return;
+    backends = true;
+    for (const [name, cls, sc] of [
+      ["nf-a", "lab-san", SAN_STORAGE_CLASS],
+      ["nf-b", "lab-san-b", SAN_B],
+    ] as const)
+      await bed.create("fenceagents", {
+        metadata: { name },
+        spec: {
+          type: "csiAddonsNetworkFence",
+          parameters: { networkFenceClassName: cls, storageClasses: sc },
+          nodes: Object.fromEntries([...ips].map(([n, ip]) => [n, { parameters: { cidrs: ip } }])),
+          timeoutSeconds: 8,
+          retries: 1,
+        },
+      });
+  }
+  const manualFence = (node: string, policy: string) =>
+    bed.create("nodefences", { metadata: { name: node }, spec: { nodeName: node, policy, reason: "issue 26 e2e" } });
+  const attemptsOf = (f: NodeFence | undefined) => (f?.status?.attempts ?? []).map((a) => `${a.agent} ${a.operation} ${a.outcome}`);
+
+  test("two storage agents in one level: two NetworkFences, each its backend's; B's silence keeps the fence unconfirmed; deleting the NodeFence lifts both before its finalizer goes", async () => {
+    await twoBackends();
+    const node = (await readyNodes())[0]!;
+    await bed.policy("two-backends", {
+      nodeSelector: { matchLabels: { "kubernetes.io/hostname": node } },
+      escalation: [{ agents: [{ name: "nf-a" }, { name: "nf-b" }] }],
+    });
+    await manualFence(node, "two-backends");
+    const a = networkFenceName("nf-a", node);
+    const b = networkFenceName("nf-b", node);
+    await waitFor(
+      "both NetworkFences made",
+      async () => ((await getNf(a))?.status?.result === "Succeeded" && (await getNf(b)) ? true : undefined),
+      { timeoutMs: 30_000 },
+    );
+    assert.equal((await getNf(a))?.spec.networkFenceClassName, "lab-san");
+    assert.equal((await getNf(b))?.spec.networkFenceClassName, "lab-san-b");
+    assert.ok(!(await getNf(`stockade-${node}`)), "no shared stockade-<node>");
+    // B's backend never answered: its fence is not confirmed by A's answer, so nothing is fenced or released.
+    await new Promise((r) => setTimeout(r, 3_000));
+    const f = await bed.getFence(node);
+    assert.equal(f?.status?.evidence, undefined, JSON.stringify(f?.status?.evidence));
+    assert.ok(attemptsOf(f).includes("nf-a off Succeeded"), attemptsOf(f).join("; "));
+    assert.ok(!attemptsOf(f).includes("nf-b off Succeeded"), attemptsOf(f).join("; "));
+    assert.deepEqual(f?.status?.releases ?? [], []);
+
+    // Deleted while B still does not answer: A is lifted, B's lift fails and is retried; the finalizer stays and says why.
+    await bed.kubectl("delete", "nodefence", node, "--wait=false");
+    await waitFor(`NetworkFence ${a} lifted`, async () => ((await getNf(a)) ? undefined : true), { timeoutMs: 30_000 });
+    const held = await bed.waitForFence(node, (x) => attemptsOf(x).includes("nf-b on TimedOut"), "with a failed lift of nf-b", 60_000);
+    assert.ok(held.metadata?.deletionTimestamp, "still there: its finalizer waits for the lift");
+    const cond = held.status?.conditions?.find((c) => c.type === STORAGE_FENCE_HELD_CONDITION);
+    assert.equal(cond?.status, "True", JSON.stringify(held.status?.conditions));
+    assert.match(cond?.message ?? "", new RegExp(b));
+    assert.equal((await getNf(b))?.spec.fenceState, "Unfenced", "asked to unfence, not deleted before csi-addons confirmed");
+    const ev = await bed.lab.core.listEventForAllNamespaces({ fieldSelector: `involvedObject.name=${node},reason=StorageFenceNotLifted` });
+    assert.ok(ev.items.length > 0, "a Warning Event says the storage fence is not lifted");
+    // B's backend answers again: the retry lifts it, then the NodeFence goes.
+    double.classModes.set("lab-san-b", "succeed");
+    await waitFor(`NodeFence ${node} gone`, async () => ((await bed.getFence(node)) ? undefined : true), { timeoutMs: 60_000 });
+    assert.equal(await getNf(b), undefined);
+    assert.ok(double.answers.some((x) => x.name === b && x.fenceState === "Unfenced" && x.result === "Succeeded"));
+  });
+
+  test("two levels, then an unfence while B's fence is in flight: evidence names A's StorageClasses only; every NetworkFence is lifted before Unfenced", async () => {
+    await twoBackends();
+    const node = (await readyNodes())[0]!;
+    await bed.kubectl("delete", "fencingpolicy", "two-backends", "--ignore-not-found");
+    await bed.policy("two-levels", {
+      nodeSelector: { matchLabels: { "kubernetes.io/hostname": node } },
+      escalation: [{ agents: [{ name: "nf-b" }], timeoutSeconds: 4 }, { agents: [{ name: "nf-a" }] }],
+    });
+    await manualFence(node, "two-levels");
+    const a = networkFenceName("nf-a", node);
+    const b = networkFenceName("nf-b", node);
+    const fenced = await bed.waitForFence(node, (x) => !!x.status?.evidence, "confirmed", 60_000);
+    assert.equal(fenced.status?.evidence?.method, "StorageFenced");
+    assert.deepEqual(fenced.status?.evidence?.storageClasses, [SAN_STORAGE_CLASS], "B's timed-out fence proves nothing");
+    assert.equal((await getNf(b))?.spec.networkFenceClassName, "lab-san-b");
+    assert.equal((await getNf(a))?.status?.result, "Succeeded");
+
+    // The node heartbeats (a manual fence of a healthy node): the fence goes round again and B's off is in flight.
+    await bed.waitForFence(node, (x) => attemptsOf(x).filter((t) => t === "nf-b off InProgress").length > 0, "B in flight again", 60_000);
+    await bed.kubectl("patch", "nodefence", node, "--type=merge", "-p", '{"spec":{"unfence":true}}');
+    await bed.waitForFence(node, (x) => x.status?.phase === "Unfencing" || x.status?.phase === "Unfenced", "unfencing");
+    double.classModes.set("lab-san-b", "succeed");
+    const done = await bed.waitForFence(node, (x) => x.status?.phase === "Unfenced", "Unfenced", 90_000);
+    // Nothing it may have put up is left: B's NetworkFence (made, never confirmed) is gone with A's.
+    assert.equal(await getNf(a), undefined);
+    assert.equal(await getNf(b), undefined, `B's NetworkFence left behind: ${attemptsOf(done).join("; ")}`);
+    assert.equal(done.status?.conditions?.find((c) => c.type === STORAGE_FENCE_HELD_CONDITION)?.status, "False");
+    assert.ok(attemptsOf(done).includes("nf-b on Succeeded"), attemptsOf(done).join("; "));
+  });
+
+  test("automatic: a partition whose storage fence is in flight when the node comes back is cancelled only after that NetworkFence is lifted", async () => {
+    await twoBackends();
+    const node = (await readyNodes())[0]!;
+    // Only this policy for the node: one level, B's storage fence (no power agent may reach it).
+    await bed.kubectl("delete", "fencingpolicy", "default", "two-levels", "--ignore-not-found");
+    await bed.policy("auto-b", {
+      nodeSelector: { matchLabels: { "kubernetes.io/hostname": node } },
+      escalation: [{ agents: [{ name: "nf-b" }] }],
+      guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 },
+    });
+    const b = networkFenceName("nf-b", node);
+    // A guarded pod on it, so that its partition is fenced (nothing is released here: B never confirms).
+    const [pinned] = await bed.statefulSet("auto", 1, { nodeSelector: { "kubernetes.io/hostname": node } });
+    assert.equal(pinned?.spec?.nodeName, node);
+    await bed.lab.partition(node);
+    const inFlight = await bed.waitForFence(
+      node,
+      (x) => x.spec.origin === "Automatic" && attemptsOf(x).includes("nf-b off InProgress"),
+      "an automatic fence with B's fence in flight",
+      90_000,
+    );
+    await waitFor(`NetworkFence ${b} made`, async () => ((await getNf(b)) ? true : undefined), { timeoutMs: 15_000 });
+    // The node comes back while csi-addons has not answered: the fence must not end Unfenced with B's fence up.
+    await bed.lab.heal(node); // the cable mended: the same boot heartbeats again
+    await bed.waitForFence(node, (x) => x.status?.phase === "Unfencing" || x.status?.phase === "Unfenced", "cancelling", 60_000);
+    double.classModes.set("lab-san-b", "succeed");
+    const done = await bed.waitForFence(
+      node,
+      (x) => x.metadata?.uid === inFlight.metadata?.uid && x.status?.phase === "Unfenced",
+      "Unfenced",
+      90_000,
+    );
+    assert.equal(done.status?.conditions?.find((c) => c.type === "Fenced")?.reason, "NodeRecovered");
+    assert.equal(await getNf(b), undefined, `B's NetworkFence left on a healthy node: ${attemptsOf(done).join("; ")}`);
+    assert.ok(attemptsOf(done).includes("nf-b on Succeeded"), attemptsOf(done).join("; "));
+    assert.deepEqual(done.status?.releases ?? [], []);
   });
 });

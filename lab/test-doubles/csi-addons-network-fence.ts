@@ -26,6 +26,8 @@ type Obj = NetworkFence & { metadata: NetworkFence["metadata"] & { generation?: 
 
 export class NetworkFenceDouble {
   mode: NetworkFenceMode = "succeed";
+  /** The mode per NetworkFenceClass (one storage backend's controller answering, another's not); else `mode`. */
+  readonly classModes = new Map<string, NetworkFenceMode>();
   /** Every status this double wrote, in order (for assertions). */
   readonly answers: { name: string; fenceState: string; result: string; cidrs: string[] }[] = [];
   private readonly api: CustomObjectsApi;
@@ -78,7 +80,10 @@ export class NetworkFenceDouble {
         });
       return;
     }
-    if (this.mode === "silent" || this.answered.get(name) === nf.metadata.generation) return;
+    // By uid: a NetworkFence deleted and made again under its name starts again at generation 1.
+    const key = `${nf.metadata.uid}`;
+    const mode = this.classModes.get(nf.spec.networkFenceClassName ?? "") ?? this.mode;
+    if (mode === "silent" || this.answered.get(key) === nf.metadata.generation) return;
     let cur = nf;
     if (!fins.includes(FINALIZER))
       cur = (await this.api.replaceClusterCustomObject({
@@ -90,11 +95,11 @@ export class NetworkFenceDouble {
       })) as Obj;
     const fenced = cur.spec.fenceState !== "Unfenced";
     const status =
-      this.mode === "fail"
+      mode === "fail"
         ? { result: "Failed" as const, message: "rpc error: code = Internal desc = test double: the storage provider refused the fence" }
         : { result: "Succeeded" as const, message: fenced ? "fencing operation successful" : "unfencing operation successful" };
     await this.api.replaceClusterCustomObjectStatus({ group, version, plural, name, body: { ...cur, status } });
-    this.answered.set(name, cur.metadata.generation ?? 0);
+    this.answered.set(key, cur.metadata.generation ?? 0);
     this.answers.push({ name, fenceState: cur.spec.fenceState, result: status.result, cidrs: cur.spec.cidrs });
     if (status.result !== "Succeeded") return;
     for (const node of new Set(cur.spec.cidrs.flatMap((c) => this.nodeOf(c) ?? [])))

@@ -7,7 +7,9 @@
 // to unblock, set fenceState Unfenced and wait for the result; deleting a NetworkFence only drops its finalizer,
 // it unfences nothing. Its controller writes status.result (Succeeded|Failed) and status.message, whose success
 // messages say which operation succeeded ("fencing operation successful" / "unfencing operation successful").
+import { createHash } from "node:crypto";
 import { isIP } from "node:net";
+import { isDeepStrictEqual } from "node:util";
 import {
   AgentError,
   type NetworkFence,
@@ -20,8 +22,10 @@ import { plainProblem } from "./values.ts";
 
 export const NETWORK_FENCE_GROUP = "csiaddons.openshift.io";
 export const NETWORK_FENCE_VERSION = "v1alpha1";
-/** Labels every NetworkFence Stockade creates: one not carrying it is someone else's and never touched. */
+/** Labels every NetworkFence Stockade creates: one not carrying them is someone else's and never touched. */
 export const NETWORK_FENCE_OWNER_LABEL = "stockade.io/network-fence-for";
+/** The FenceAgent whose fence it is (labelled since fences are per agent; a legacy stockade-<node> has none). */
+export const NETWORK_FENCE_AGENT_LABEL = "stockade.io/network-fence-agent";
 /** csi-addons' own success messages (api/csiaddons/v1alpha1/networkfence_types.go). */
 export const FENCE_SUCCESS_MESSAGE = "fencing operation successful";
 export const UNFENCE_SUCCESS_MESSAGE = "unfencing operation successful";
@@ -43,8 +47,24 @@ const ADDRESS_TYPES = ["InternalIP", "ExternalIP"];
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
-/** The NetworkFence's name for a node: deterministic, so a retry or a new leader finds the one already made. */
-export function networkFenceName(node: string): string {
+/**
+ * The NetworkFence's name for one agent's fence of one node: deterministic, so a retry or a new leader finds the one
+ * already made, and its own per agent — two storage agents (two backends) never share, adopt or answer for each
+ * other's fence. Readable (stockade-<agent>-<node>, cut to fit) and exact (a hash of both names: "a-b"+"c" and
+ * "a"+"b-c" differ), within the 253 characters of an object name.
+ */
+export function networkFenceName(agent: string, node: string): string {
+  const hash = createHash("sha256").update(`${agent}\n${node}`).digest("hex").slice(0, 10);
+  const readable = `stockade-${agent}-${node}`.slice(0, 253 - hash.length - 1).replace(/[^a-z0-9]+$/, "");
+  return `${readable}-${hash}`;
+}
+
+/**
+ * The name versions before per-agent NetworkFences used (one stockade-<node> shared by every storage agent). Never
+ * created any more; a fence of that name with our node label (and no agent label) is lifted by any storage agent's
+ * unfence of that node, so that an upgrade loses no fence it held.
+ */
+export function legacyNetworkFenceName(node: string): string {
   const name = `stockade-${node}`;
   return name.length <= 253 ? name : name.slice(0, 253);
 }
@@ -142,7 +162,10 @@ export const networkFenceRules: ParameterRules = {
 /** The StorageClasses a FenceAgent of this type says its fence covers (from its shared parameters). */
 export const fencedStorageClasses = (parameters: Record<string, string> | undefined): string[] => list(parameters?.storageClasses).sort();
 
-/** The NetworkFence object for a node. */
+/** A label value naming an object (label values are at most 63 characters: longer names are cut; the object name is exact). */
+const labelValue = (name: string) => name.slice(0, 63).replace(/[^A-Za-z0-9]+$/, "");
+
+/** The NetworkFence object for one agent's fence of a node. */
 export function desiredNetworkFence(ctx: StorageAgentContext, state: "Fenced" | "Unfenced"): NetworkFence {
   const p = ctx.parameters;
   const driverParams = Object.fromEntries(
@@ -153,7 +176,10 @@ export function desiredNetworkFence(ctx: StorageAgentContext, state: "Fenced" | 
   return {
     apiVersion: `${NETWORK_FENCE_GROUP}/${NETWORK_FENCE_VERSION}`,
     kind: "NetworkFence",
-    metadata: { name: networkFenceName(ctx.node), labels: { [NETWORK_FENCE_OWNER_LABEL]: ownerLabel(ctx.node) } },
+    metadata: {
+      name: networkFenceName(ctx.agent, ctx.node),
+      labels: { [NETWORK_FENCE_OWNER_LABEL]: labelValue(ctx.node), [NETWORK_FENCE_AGENT_LABEL]: labelValue(ctx.agent) },
+    },
     spec: {
       fenceState: state,
       cidrs: fenceCidrs(ctx),
@@ -168,11 +194,39 @@ export function desiredNetworkFence(ctx: StorageAgentContext, state: "Fenced" | 
   };
 }
 
-/** A label value names the node (label values are at most 63 characters: longer names are cut, the name is exact). */
-const ownerLabel = (node: string) => node.slice(0, 63).replace(/[^A-Za-z0-9]+$/, "");
+/** Ours: labelled for this node and this agent. */
+function ours(nf: NetworkFence, ctx: Pick<StorageAgentContext, "node" | "agent">): boolean {
+  const l = nf.metadata?.labels ?? {};
+  return l[NETWORK_FENCE_OWNER_LABEL] === labelValue(ctx.node) && l[NETWORK_FENCE_AGENT_LABEL] === labelValue(ctx.agent);
+}
 
-function ours(nf: NetworkFence, node: string): boolean {
-  return nf.metadata?.labels?.[NETWORK_FENCE_OWNER_LABEL] === ownerLabel(node);
+/** A fence of this node made by a version before per-agent fences: our node label, no agent label. */
+function legacyOurs(nf: NetworkFence, node: string): boolean {
+  const l = nf.metadata?.labels ?? {};
+  return l[NETWORK_FENCE_OWNER_LABEL] === labelValue(node) && l[NETWORK_FENCE_AGENT_LABEL] === undefined;
+}
+
+/**
+ * The spec fields csi-addons makes immutable (CEL self == oldSelf): which backend fences, and how it is reached. A
+ * NetworkFence that differs there is another backend's fence (or our agent's old settings): never adopted.
+ */
+export function immutableDifferences(have: NetworkFence["spec"], want: NetworkFence["spec"]): string[] {
+  const out: string[] = [];
+  const cmp = (what: string, a: unknown, b: unknown) => {
+    if (!isDeepStrictEqual(a, b)) out.push(`${what} ${JSON.stringify(a)} (wanted ${JSON.stringify(b)})`);
+  };
+  cmp("networkFenceClassName", have.networkFenceClassName ?? "", want.networkFenceClassName ?? "");
+  cmp("driver", have.driver ?? "", want.driver ?? "");
+  cmp(
+    "secret",
+    { name: have.secret?.name ?? "", namespace: have.secret?.namespace ?? "" },
+    {
+      name: want.secret?.name ?? "",
+      namespace: want.secret?.namespace ?? "",
+    },
+  );
+  cmp("parameters", have.parameters ?? {}, want.parameters ?? {});
+  return out;
 }
 
 function kubeOf(ctx: StorageAgentContext) {
@@ -180,16 +234,36 @@ function kubeOf(ctx: StorageAgentContext) {
   return ctx.kube;
 }
 
-/** The existing NetworkFence for the node, refused when it is not Stockade's. */
+/** This agent's NetworkFence for the node, refused when the object of that name is not Stockade's. */
 async function existing(ctx: StorageAgentContext): Promise<NetworkFence | undefined> {
-  const name = networkFenceName(ctx.node);
+  const name = networkFenceName(ctx.agent, ctx.node);
   const nf = await kubeOf(ctx).get(name, ctx.signal);
-  if (nf && !ours(nf, ctx.node))
+  if (nf && !ours(nf, ctx))
     throw new AgentError(
       "Config",
-      `NetworkFence ${name} exists and is not Stockade's (no label ${NETWORK_FENCE_OWNER_LABEL}=${ownerLabel(ctx.node)}): Stockade never changes another's fence; remove it or let its owner manage ${ctx.node}`,
+      `NetworkFence ${name} exists and is not Stockade's fence of ${ctx.node} by FenceAgent ${ctx.agent} (labels ${NETWORK_FENCE_OWNER_LABEL}=${labelValue(ctx.node)}, ${NETWORK_FENCE_AGENT_LABEL}=${labelValue(ctx.agent)}): Stockade never changes another's fence; remove it or let its owner manage ${ctx.node}`,
     );
   return nf;
+}
+
+/** The node's fence made by an older version, if there is one of ours (another's of that name is left alone). */
+async function legacy(ctx: StorageAgentContext): Promise<NetworkFence | undefined> {
+  const nf = await kubeOf(ctx).get(legacyNetworkFenceName(ctx.node), ctx.signal);
+  return nf && legacyOurs(nf, ctx.node) ? nf : undefined;
+}
+
+/**
+ * Changes a NetworkFence's spec, clearing its status first. csi-addons records no generation with its result (no
+ * observedGeneration, no conditions: internal/controller/csiaddons/networkfence_controller.go), so a result written
+ * for the old spec would read as the answer to the new one (a CIDR added: "fencing operation successful" at once).
+ * Cleared, then changed, each write on the resourceVersion the one before returned: csi-addons writes its status on
+ * the resourceVersion it read (a conflict once either write landed) and reconciles only on a new generation, so any
+ * result present afterwards was written for this spec (or a later one).
+ */
+async function rewrite(ctx: StorageAgentContext, nf: NetworkFence, spec: NetworkFence["spec"]): Promise<void> {
+  const kube = kubeOf(ctx);
+  const cleared = nf.status && Object.keys(nf.status).length ? await kube.replaceStatus({ ...nf, status: {} }, ctx.signal) : nf;
+  await kube.replace({ ...cleared, spec }, ctx.signal);
 }
 
 async function fence(ctx: StorageAgentContext): Promise<void> {
@@ -200,35 +274,64 @@ async function fence(ctx: StorageAgentContext): Promise<void> {
       `no address to fence for ${ctx.node}: set parameter cidrs (or nodeAddresses, and check the Node's status.addresses)`,
     );
   const kube = kubeOf(ctx);
+  const name = want.metadata.name;
   const nf = await existing(ctx);
   if (!nf) {
     await kube.create(want, ctx.signal);
     return;
   }
   if (nf.metadata?.deletionTimestamp)
-    throw new AgentError("Failed", `NetworkFence ${want.metadata.name} is being deleted: waiting for it to go before fencing again`);
-  // Only fenceState and cidrs may change (csi-addons makes the rest immutable); a wider set of CIDRs is kept.
-  const cidrs = [...new Set([...(nf.spec?.cidrs ?? []), ...want.spec.cidrs])].sort();
-  if (nf.spec?.fenceState === "Fenced" && cidrs.length === (nf.spec?.cidrs ?? []).length) return;
-  await kube.replace({ ...nf, spec: { ...nf.spec, fenceState: "Fenced", cidrs } }, ctx.signal);
+    throw new AgentError("Failed", `NetworkFence ${name} is being deleted: waiting for it to go before fencing again`);
+  const diff = immutableDifferences(nf.spec, want.spec);
+  if (diff.length) {
+    // Lifted and confirmed so: it holds nothing, and goes (the next try creates it with the agent's settings).
+    if (nf.spec?.fenceState === "Unfenced" && stateOf(nf) === "unfenced") {
+      await kube.delete(name, nf.metadata?.uid, ctx.signal);
+      throw new AgentError(
+        "Failed",
+        `NetworkFence ${name} was made with other settings (${diff.join(", ")}) and is unfenced: deleted, to be made again`,
+      );
+    }
+    // Held: lifting it to change settings would unfence a node whose volumes may have been released.
+    throw new AgentError(
+      "Config",
+      `NetworkFence ${name} (${nf.spec?.fenceState}) was made with other settings than FenceAgent ${ctx.agent} has now: ${diff.join(", ")}; csi-addons makes those immutable and Stockade never lifts a fence to change them: restore the agent's settings, or unfence the NodeFence (which lifts it as it was made) and fence again`,
+    );
+  }
+  // cidrs may change: a wider set is kept while it is fenced (an address the node had is never let back in).
+  const cidrs = [...new Set([...(nf.spec?.fenceState === "Fenced" ? (nf.spec?.cidrs ?? []) : []), ...want.spec.cidrs])].sort();
+  if (nf.spec?.fenceState === "Fenced" && isDeepStrictEqual(cidrs, [...(nf.spec?.cidrs ?? [])].sort())) return;
+  await rewrite(ctx, nf, { ...nf.spec, fenceState: "Fenced", cidrs });
 }
 
-/** Unfence: set Unfenced and, once csi-addons reports the unfence, delete it (deletion alone unfences nothing). */
-async function unfence(ctx: StorageAgentContext): Promise<void> {
-  const kube = kubeOf(ctx);
-  const nf = await existing(ctx);
-  if (!nf) return;
+/** Lifts one NetworkFence the documented way: Unfenced (as it was fenced), then, once csi-addons confirmed, deleted. */
+async function lift(ctx: StorageAgentContext, nf: NetworkFence): Promise<void> {
   if (nf.spec?.fenceState !== "Unfenced") {
-    await kube.replace({ ...nf, spec: { ...nf.spec, fenceState: "Unfenced" } }, ctx.signal);
+    await rewrite(ctx, nf, { ...nf.spec, fenceState: "Unfenced" });
     return;
   }
   if (stateOf(nf) === "unfenced" && !nf.metadata?.deletionTimestamp)
-    await kube.delete(nf.metadata?.name ?? "", nf.metadata?.uid, ctx.signal);
+    await kubeOf(ctx).delete(nf.metadata?.name ?? "", nf.metadata?.uid, ctx.signal);
 }
 
-/** What a NetworkFence says, strictly: fenced only when csi-addons reported the fence operation for fenceState Fenced. */
+/** Unfence: this agent's fence of the node and a legacy stockade-<node> (deletion alone unfences nothing). */
+async function unfence(ctx: StorageAgentContext): Promise<void> {
+  const nf = await existing(ctx);
+  if (nf) await lift(ctx, nf);
+  const old = await legacy(ctx);
+  if (old) await lift(ctx, old);
+}
+
+/**
+ * What a NetworkFence says, strictly: fenced only when csi-addons reported the fence operation for fenceState Fenced.
+ * Its result is judged against the spec it is there with: Stockade clears it with each change (rewrite), and a
+ * condition naming an older generation (csi-addons writes none today) makes it pending.
+ */
 export function stateOf(nf: NetworkFence | undefined): StorageFenceState {
   if (!nf) return "unfenced";
+  const gen = nf.metadata?.generation;
+  if (gen !== undefined && (nf.status?.conditions ?? []).some((c) => c.observedGeneration !== undefined && c.observedGeneration < gen))
+    return "pending";
   const r = nf.status?.result;
   const m = nf.status?.message ?? "";
   if (nf.spec?.fenceState === "Fenced") {
@@ -241,16 +344,24 @@ export function stateOf(nf: NetworkFence | undefined): StorageFenceState {
   return "pending";
 }
 
+function failed(nf: NetworkFence): never {
+  throw new AgentError(
+    "Failed",
+    `NetworkFence ${nf.metadata?.name} (${nf.spec?.fenceState}): csi-addons reported Failed: ${nf.status?.message ?? "(no message)"}`,
+  );
+}
+
 async function state(ctx: StorageAgentContext): Promise<StorageFenceState> {
   const nf = await existing(ctx);
   const s = stateOf(nf);
-  if (s === "failed")
-    throw new AgentError(
-      "Failed",
-      `NetworkFence ${networkFenceName(ctx.node)} (${nf?.spec?.fenceState}): csi-addons reported Failed: ${nf?.status?.message ?? "(no message)"}`,
-    );
-  // Unfenced is final only once our object is gone too (unfence() deletes it after the unfence succeeded).
-  return s === "unfenced" && nf ? "pending" : s;
+  if (s === "failed") failed(nf!);
+  // Unfenced is final only once our object is gone too (unfence() deletes it after the unfence succeeded), and the
+  // node's legacy fence with it.
+  if (s !== "unfenced") return s;
+  if (nf) return "pending";
+  const old = await legacy(ctx);
+  if (old && stateOf(old) === "failed") failed(old);
+  return old ? "pending" : "unfenced";
 }
 
 export const networkFenceDriver: StorageFenceDriver = {

@@ -35,7 +35,8 @@ export async function runStorageFence(
 ): Promise<OperationResult> {
   const what = op === "off" ? `storage fence of ${ctx.node}` : `storage unfence of ${ctx.node}`;
   const scrub = (s: string) => redact(s, ctx.parameters);
-  const problems = driver.validate(ctx.parameters);
+  // A lift needs no parameters (it undoes the fence as it was made): only a fence is refused when misconfigured.
+  const problems = op === "off" ? driver.validate(ctx.parameters) : [];
   if (problems.length)
     return {
       outcome: "Failed",
@@ -50,11 +51,17 @@ export async function runStorageFence(
   const c: StorageAgentContext = { ...ctx, signal: ac.signal };
   let tries = 0;
   let last: string | undefined;
+  // The driver call under way: its writes end at the API's request deadline, not at the signal (kube/network-fence.ts).
+  let pending: Promise<unknown> = Promise.resolve();
+  const call = (p: Promise<void>) => {
+    pending = p.catch(() => undefined);
+    return untilAbort(p, c.signal);
+  };
   const request = async () => {
     tries++;
     try {
       await untilAbort(opts.beforeTry?.(op) ?? Promise.resolve(), c.signal);
-      await untilAbort(op === "off" ? driver.fence(c) : driver.unfence(c), c.signal);
+      await call(op === "off" ? driver.fence(c) : driver.unfence(c));
       opts.onAttempt?.({ op, attempt: tries, ok: true, message: `${what}: request accepted` });
     } catch (e) {
       if (e instanceof Deadline) throw e;
@@ -98,7 +105,7 @@ export async function runStorageFence(
       // each of those writes is checked by beforeTry first (a replica that lost the Lease stops here), like the first.
       if (op === "on") {
         await untilAbort(opts.beforeTry?.(op) ?? Promise.resolve(), c.signal);
-        await untilAbort(driver.unfence(c), c.signal).catch(() => undefined);
+        await call(driver.unfence(c)).catch(() => undefined);
       }
       await sleep(opts.pollMs ?? 1000, undefined, { signal: c.signal });
     }
@@ -112,7 +119,12 @@ export async function runStorageFence(
         tries,
       };
     const err = ac.signal.aborted ? asAgentError(ac.signal.reason) : asAgentError(e);
-    if (err.kind === "Cancelled") return { outcome: "Cancelled", message: scrub(`${what} cancelled: ${err.message}`), tries };
+    if (err.kind === "Cancelled") {
+      // Withdrawn: ended only once a write already sent has landed or failed, so that whatever comes next (the lift
+      // of this fence) runs after it, never before a create still on its way.
+      await pending;
+      return { outcome: "Cancelled", message: scrub(`${what} cancelled: ${err.message}`), tries };
+    }
     return { outcome: "Failed", message: scrub(`${what} failed after ${tries} tries (${err.kind}): ${err.message}`), tries };
   } finally {
     clearTimeout(timer);

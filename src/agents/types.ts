@@ -30,7 +30,14 @@ export const isStorageFence = (type: string | undefined): boolean => STORAGE_FEN
 export interface NetworkFence {
   apiVersion: string;
   kind: "NetworkFence";
-  metadata: { name: string; uid?: string; resourceVersion?: string; labels?: Record<string, string>; deletionTimestamp?: string };
+  metadata: {
+    name: string;
+    uid?: string;
+    resourceVersion?: string;
+    generation?: number;
+    labels?: Record<string, string>;
+    deletionTimestamp?: string;
+  };
   spec: {
     fenceState: "Fenced" | "Unfenced";
     cidrs: string[];
@@ -39,20 +46,33 @@ export interface NetworkFence {
     secret?: { name?: string; namespace?: string };
     parameters?: Record<string, string>;
   };
-  status?: { result?: "Succeeded" | "Failed"; message?: string };
+  status?: {
+    result?: "Succeeded" | "Failed";
+    message?: string;
+    /** csi-addons declares them (metav1.Condition) but its controller writes none today; honoured if it ever does. */
+    conditions?: { type: string; status: string; observedGeneration?: number }[];
+  };
 }
 
-/** The Kubernetes API a storage fence may use, and nothing more: get, create, replace, delete of NetworkFences. */
+/**
+ * The Kubernetes API a storage fence may use, and nothing more: get, create, replace (spec and status), delete of
+ * NetworkFences. Reads end at the signal; writes end at the API request deadline (kube/deadline.ts) even when the
+ * signal aborts first, so that a withdrawn fence's write has settled (landed or failed) when its operation ends.
+ */
 export interface NetworkFenceApi {
   get(name: string, signal: AbortSignal): Promise<NetworkFence | undefined>;
   create(nf: NetworkFence, signal: AbortSignal): Promise<void>;
-  /** Replaces spec (resourceVersion precondition from the object passed). */
-  replace(nf: NetworkFence, signal: AbortSignal): Promise<void>;
+  /** Replaces spec (resourceVersion precondition from the object passed); returns the stored object. */
+  replace(nf: NetworkFence, signal: AbortSignal): Promise<NetworkFence>;
+  /** Replaces status through the status subresource (resourceVersion precondition); returns the stored object. */
+  replaceStatus(nf: NetworkFence, signal: AbortSignal): Promise<NetworkFence>;
   /** Deletes exactly this object (uid precondition). */
   delete(name: string, uid: string | undefined, signal: AbortSignal): Promise<void>;
 }
 
 export interface StorageAgentContext extends AgentContext {
+  /** The FenceAgent's name: each agent's storage fence of a node is its own object. */
+  agent: string;
   kube?: NetworkFenceApi;
   /** The Node's status.addresses (written by its kubelet): used only where the agent's parameters ask for them. */
   addresses?: { type: string; address: string }[];

@@ -97,10 +97,11 @@ async function query(
     if (problems.length) return { ok: false, result: `FAILED ${problems.join("; ")}` };
     if (!kube) return { ok: true, result: "OK storage fence: parameters resolve" };
     try {
-      const nf = await networkFenceApi(kube).get(networkFenceName(name), AbortSignal.timeout((o.timeoutSeconds ?? 30) * 1000));
+      const nfName = networkFenceName(agent.metadata?.name ?? "", name);
+      const nf = await networkFenceApi(kube).get(nfName, AbortSignal.timeout((o.timeoutSeconds ?? 30) * 1000));
       return {
         ok: true,
-        result: `OK storage fence: NetworkFence ${networkFenceName(name)} ${nf ? `is ${stateOf(nf)}` : "absent (not fenced)"}`,
+        result: `OK storage fence: NetworkFence ${nfName} ${nf ? `is ${stateOf(nf)}` : "absent (not fenced)"}`,
       };
     } catch (err) {
       return { ok: false, result: `FAILED ${(err as Error).message}` };

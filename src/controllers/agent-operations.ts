@@ -13,10 +13,13 @@ export type OperationResult = Extract<Operation, { state: "done" }>;
 interface Entry {
   op: Operation;
   abort: AbortController;
+  done: Promise<void>;
 }
 
 export class AgentOperations {
   private readonly byFence = new Map<string, Map<number, Entry>>();
+  /** Withdrawn operations still ending (a storage fence's write on its way), by NodeFence uid. */
+  private readonly settling = new Map<string, Set<Promise<void>>>();
   private readonly onDone: (name: string) => void;
   private readonly onStart: (work: Promise<void>) => void;
 
@@ -31,7 +34,7 @@ export class AgentOperations {
     const ops = this.byFence.get(uid) ?? new Map<number, Entry>();
     this.byFence.set(uid, ops);
     if (ops.has(index)) return;
-    const entry: Entry = { op: { state: "running" }, abort: new AbortController() };
+    const entry: Entry = { op: { state: "running" }, abort: new AbortController(), done: Promise.resolve() };
     ops.set(index, entry);
     const p = (async () => {
       let result: Omit<OperationResult, "state">;
@@ -43,6 +46,7 @@ export class AgentOperations {
       entry.op = { state: "done", ...result };
       this.onDone(name);
     })();
+    entry.done = p;
     this.onStart(p);
   }
 
@@ -60,7 +64,25 @@ export class AgentOperations {
 
   /** Withdraws every operation of a NodeFence (cancelled, unfenced, deleted): they end at once and are forgotten. */
   abort(uid: string): void {
-    for (const e of this.byFence.get(uid)?.values() ?? []) e.abort.abort();
+    for (const e of this.byFence.get(uid)?.values() ?? []) {
+      e.abort.abort();
+      if (e.op.state !== "running") continue;
+      const set = this.settling.get(uid) ?? new Set<Promise<void>>();
+      this.settling.set(uid, set);
+      set.add(e.done);
+      void e.done.finally(() => {
+        set.delete(e.done);
+        if (!set.size && this.settling.get(uid) === set) this.settling.delete(uid);
+      });
+    }
     this.byFence.delete(uid);
+  }
+
+  /**
+   * Resolves once every withdrawn operation of the NodeFence has ended. A withdrawn storage fence ends only after a
+   * write it already sent landed or failed (agents/run-storage.ts), so a lift that waits for this runs after it.
+   */
+  async settled(uid: string): Promise<void> {
+    await Promise.all([...(this.settling.get(uid) ?? [])]);
   }
 }

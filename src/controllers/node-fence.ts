@@ -23,7 +23,11 @@ import {
   DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
   FENCED_TAINT,
   FINALIZER,
+  ABANDON_STORAGE_FENCES_ANNOTATION,
+  STORAGE_FENCE_HELD_CONDITION,
+  abandonedStorageFences,
   claimLockMessage,
+  storageFenceCondition,
   OUT_OF_SERVICE_TAINT,
   agentRunning,
   attemptFacts,
@@ -75,7 +79,14 @@ const MAX_STEPS = 100;
 const REUSABLE_VIEW = new Set<Step["kind"]>(["addFinalizer", "start", "begin", "released", "wait", "done"]);
 const VIEW_REUSE_MS = 5_000;
 /** Wait reasons that are someone's mistake to fix: a Warning Event when the wait begins. */
-const WARNING_WAITS = new Set(["NodeNotFound", "PolicyNotFound", "PolicyDoesNotSelectNode", "NoPolicy", "ConfirmationRefused"]);
+const WARNING_WAITS = new Set([
+  "NodeNotFound",
+  "PolicyNotFound",
+  "PolicyDoesNotSelectNode",
+  "NoPolicy",
+  "ConfirmationRefused",
+  "StorageFenceNotLifted",
+]);
 
 export class NodeFenceController {
   private readonly d: NodeFenceDeps;
@@ -180,11 +191,32 @@ export class NodeFenceController {
     // Within the bound on its lists (decide/status-bound.ts), however long the fence lives.
     const status = boundStatus(change(structuredClone(fence.status ?? {})));
     status.observedGeneration = fence.metadata?.generation;
+    const held = this.storageHeld(fence, status);
     // Without leader election there is no epoch to compare: the one recorded stays.
     if (elected) status.leaderEpoch = epoch;
     // A wait asked again (the same condition, reason and message) changes nothing: no round trip for it.
     if (isDeepStrictEqual(status, fence.status)) return fence;
-    return await this.d.kube.replaceStatus("nodefences", { ...fence, status });
+    const next = await this.d.kube.replaceStatus("nodefences", { ...fence, status });
+    held.announce(next);
+    return next;
+  }
+
+  /**
+   * Sets the StorageFenceHeld condition on a status about to be written (every storage fence that may be up is said
+   * so until it is lifted), and returns how to announce a change of it once written: an Event when one is held, all
+   * are lifted, or they were abandoned (a Warning).
+   */
+  private storageHeld(fence: NodeFence, status: Status): { announce: (written: NodeFence) => void } {
+    const agents = new Map(this.d.caches.agents.list().map((a) => [a.metadata?.name ?? "", a] as const));
+    const c = storageFenceCondition({ fence: { ...fence, status }, agents });
+    const before = findCondition(fence.status?.conditions as Condition[] | undefined, STORAGE_FENCE_HELD_CONDITION);
+    if (!c) return { announce: () => {} };
+    this.cond(status, { type: STORAGE_FENCE_HELD_CONDITION, ...c }, fence);
+    if (before?.status === c.status && before.reason === c.reason) return { announce: () => {} };
+    const reason = c.status === "False" ? "StorageFenceLifted" : c.reason === "Abandoned" ? "StorageFenceAbandoned" : "StorageFenceHeld";
+    // Up is what a storage fence is for (Normal); abandoned, it stays up with nobody to lift it (Warning).
+    const type = c.reason === "Abandoned" ? "Warning" : "Normal";
+    return { announce: (written) => this.announce(this.event(written, type, reason, c.message)) };
   }
 
   private cond(s: Status, c: Omit<Condition, "lastTransitionTime" | "observedGeneration">, fence: NodeFence): Status {
@@ -256,9 +288,18 @@ export class NodeFenceController {
       case "addFinalizer":
         return await this.d.kube.patchNodeFenceMetadata(fence, { finalizers: [...(fence.metadata?.finalizers ?? []), FINALIZER] });
       case "finalize": {
-        // Deleted: nothing more runs for it, and the marks it put on the node come off with it.
+        // Deleted: nothing more runs for it, and the marks it put on the node come off with it. Its storage fences
+        // were lifted before this step (fence-machine), unless an administrator abandoned them: said where it lasts.
         this.operations.abort(uid);
         if (node) await this.unmark(fence, node);
+        const agents = new Map(this.d.caches.agents.list().map((a) => [a.metadata?.name ?? "", a] as const));
+        const left = abandonedStorageFences({ fence, agents });
+        if (left.length) {
+          const msg = `NodeFence ${name} deleted with its storage fence(s) abandoned (annotation ${ABANDON_STORAGE_FENCES_ANNOTATION}): ${left.join(", ")} not lifted; their NetworkFences stay in place until removed by hand (docs/safety.md §3)`;
+          flog.warn({ abandoned: left }, msg);
+          // Written before the finalizer goes: the Node's Event outlives the NodeFence's.
+          await Promise.all(this.event(fence, "Warning", "StorageFenceAbandoned", msg, node));
+        }
         flog.info(`NodeFence ${name} deleted: taints and node condition removed`);
         try {
           await this.d.kube.patchNodeFenceMetadata(fence, {
@@ -585,16 +626,23 @@ export class NodeFenceController {
     const operation = async (signal: AbortSignal): Promise<Omit<OperationResult, "state">> => {
       let secretValues: string[] = [];
       try {
+        const storage = storageDriverFor(agent.spec.type);
+        // A storage lift finds its fence by agent and node and undoes it as it was made: it needs no parameters, so
+        // an agent misconfigured since (or from the start: its fence may still have gone out) can still lift it.
+        const lifting = !!storage && op === "on";
+        // A lift of an aborted fence of ours runs after that fence's write has landed or failed, never before it.
+        if (lifting) await this.operations.settled(current.metadata?.uid ?? "");
         const rules = await loadRules(agent.spec);
         // No node chooses its own executioner: an agent that would reach the machine of another node too is not run.
-        const unique = checkUniqueTarget(agentName, agent.spec, target, this.d.caches.nodes.list(), rules);
+        const unique = lifting
+          ? { ok: true as const }
+          : checkUniqueTarget(agentName, agent.spec, target, this.d.caches.nodes.list(), rules);
         if (!unique.ok) throw new AgentError("Config", unique.message);
         const secrets = await this.readSecrets(agent, nodeName);
         secretValues = [...secrets.values()].flatMap((m) => Object.values(m));
         const resolved = resolveParameters(agent.spec, target, secrets, rules);
-        if ("errors" in resolved) throw new AgentError("Config", `FenceAgent ${agentName}: ${resolved.errors.join("; ")}`);
-        const storage = storageDriverFor(agent.spec.type);
-        const ctx = { node: nodeName, parameters: resolved.parameters, annotations: {} };
+        if ("errors" in resolved && !lifting) throw new AgentError("Config", `FenceAgent ${agentName}: ${resolved.errors.join("; ")}`);
+        const ctx = { node: nodeName, parameters: "errors" in resolved ? {} : resolved.parameters, annotations: {} };
         const beforeTry = async (o: "off" | "on") => {
           try {
             this.leadership.assertLeading(`power ${o} of ${nodeName}`);
@@ -618,7 +666,7 @@ export class NodeFenceController {
         if (storage) {
           // A storage fence gets the NetworkFence API and the Node's kubelet-reported addresses (used only if its parameters say so).
           const addresses = (target.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address }));
-          r = await runStorageFence(storage, { ...ctx, kube: networkFenceApi(this.d.kube), addresses }, op, opts);
+          r = await runStorageFence(storage, { ...ctx, agent: agentName, kube: networkFenceApi(this.d.kube), addresses }, op, opts);
         } else {
           const driver = driverFor(agent.spec.type, agent.spec.agent);
           r = op === "off" ? await fenceOff(driver, ctx, opts) : await runOperation(driver, ctx, op, opts);

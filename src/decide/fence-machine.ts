@@ -11,8 +11,10 @@
 // - evidence is only PowerOffConfirmed or ManualConfirmation, each from the attempts of the current round — or
 //   StorageFenced (a level of storage fences only), which releases volumes only: never a pod, never out-of-service;
 //   what each attempt proves is what its agent was when the attempt started (recorded in it), never today's FenceAgent;
-// - a storage fence, once up, comes down only for an administrator's unfence or after a later confirmed power-off —
-//   never for a new bootID (the node's kubelet writes it);
+// - a storage fence, once confirmed up, comes down only for an administrator's unfence, the NodeFence's deletion, or
+//   after a later confirmed power-off — never for a new bootID (the node's kubelet writes it);
+// - every storage fence that may have gone out is lifted (retried with backoff) before the fence ends Unfenced or its
+//   finalizer goes, or is explicitly abandoned by an administrator; until then status and Events say it is held;
 // - before each release step on power or manual evidence the node's heartbeat must be exactly what it was right after
 //   the confirmation (StorageFenced proves the storage cut, which a heartbeat does not undo: docs/safety.md §3);
 // - an automatic fence needs the node partitioned at every step that could power it off.
@@ -29,7 +31,7 @@ import type {
 } from "../api/v1alpha1.ts";
 import { CONFIRMED_OFF_ANNOTATION } from "../agents/manual.ts";
 import { isStorageFence } from "../agents/types.ts";
-import { fencedStorageClasses } from "../agents/csi-addons-network-fence.ts";
+import { fencedStorageClasses, networkFenceName } from "../agents/csi-addons-network-fence.ts";
 import { isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
 import { claimNames, parseLock } from "./claim-lock.ts";
@@ -44,6 +46,16 @@ export { CONFIRMED_OFF_ANNOTATION, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
 /** Retry of a failed round: 30 s, doubling, at most 10 min. */
 export const RETRY_BASE_SECONDS = 30;
 export const RETRY_MAX_SECONDS = 600;
+/** Retry of a failed storage lift: 10 s, doubling, at most 5 min, for as long as the fence is held. */
+export const LIFT_RETRY_BASE_SECONDS = 10;
+export const LIFT_RETRY_MAX_SECONDS = 300;
+/**
+ * Set on a NodeFence (value: its node's name) to stop lifting the node's storage fences: its finalizer goes and an
+ * unfence ends without them, and the NetworkFences stay in place (for a node gone for good, or a storage agent gone).
+ */
+export const ABANDON_STORAGE_FENCES_ANNOTATION = "stockade.io/abandon-storage-fences";
+/** A NodeFence condition: True while a storage fence it may have put up is not lifted (docs/safety.md §3). */
+export const STORAGE_FENCE_HELD_CONDITION = "StorageFenceHeld";
 /** A kubelet's default Lease duration, when the node has no Lease to say. */
 const DEFAULT_LEASE_SECONDS = 40;
 
@@ -263,16 +275,98 @@ export function attemptFacts(agent: FenceAgent): Pick<NodeFenceStatusAttempts, "
 }
 
 /**
- * Whether an attempt was a storage fence's: its recorded type; for an attempt written by an older version (no type),
- * today's FenceAgent — counting it held is the safe direction (a fence waits, an unfence lifts it).
+ * The storage fences this NodeFence may have put up and not taken down: every storage agent with an "off" attempt not
+ * followed by a successful "on" of the same agent — whatever that off's outcome: InProgress, Cancelled, TimedOut,
+ * Interrupted or Failed, its request may have gone out. A superset of storageFencesHeld. Each is lifted before the
+ * fence ends Unfenced or its finalizer goes, or is reported held (StorageFenceHeld condition, Events) until it is.
  */
-const storageAttempt = (a: NodeFenceStatusAttempts, agents: ReadonlyMap<string, FenceAgent>): boolean =>
-  isStorageFence(a.agentType ?? agents.get(a.agent)?.spec.type);
+export function storageFencesToLift(o: Pick<FenceObservation, "fence" | "agents">): string[] {
+  const held = new Set<string>();
+  for (const a of attemptsOf(o.fence)) {
+    if (!storageAttempt(o, a)) continue;
+    if (a.operation === "off") held.add(a.agent);
+    else if (a.operation === "on" && a.outcome === "Succeeded") held.delete(a.agent);
+  }
+  return [...held];
+}
+
+/** An administrator abandoned the node's storage fences (ABANDON_STORAGE_FENCES_ANNOTATION): they are not lifted. */
+const abandoned = (f: NodeFence) => f.metadata?.annotations?.[ABANDON_STORAGE_FENCES_ANNOTATION] === f.spec.nodeName;
+
+/** The storage fences still to lift: none once abandoned. */
+function toLift(o: Pick<FenceObservation, "fence" | "agents">): string[] {
+  return abandoned(o.fence) ? [] : storageFencesToLift(o);
+}
+
+/** Storage fences an administrator abandoned, left in place; [] when none. */
+export function abandonedStorageFences(o: Pick<FenceObservation, "fence" | "agents">): string[] {
+  return abandoned(o.fence) ? storageFencesToLift(o) : [];
+}
+
+/** The objects a held storage fence is, for people: the agent and, for csi-addons, its NetworkFence. */
+function describeStorageFences(o: Pick<FenceObservation, "fence" | "agents">, names: string[]): string {
+  return names
+    .map((n) =>
+      (o.agents.get(n)?.spec.type ?? "csiAddonsNetworkFence") === "csiAddonsNetworkFence"
+        ? `${n} (NetworkFence ${networkFenceName(n, o.fence.spec.nodeName)})`
+        : n,
+    )
+    .join(", ");
+}
+
+/**
+ * The StorageFenceHeld condition for a status (undefined: none to set, the fence never fenced storage): True while a
+ * storage fence may be up (Held; Abandoned once an administrator gave it up), False once every one was lifted.
+ */
+export function storageFenceCondition(
+  o: Pick<FenceObservation, "fence" | "agents">,
+): { status: "True" | "False"; reason: string; message: string } | undefined {
+  const held = storageFencesToLift(o);
+  const had = o.fence.status?.conditions?.some((c) => c.type === STORAGE_FENCE_HELD_CONDITION);
+  if (!held.length) return had ? { status: "False", reason: "Lifted", message: "no storage fence of this NodeFence is up" } : undefined;
+  const what = describeStorageFences(o, held);
+  if (abandoned(o.fence))
+    return {
+      status: "True",
+      reason: "Abandoned",
+      message: `storage fence(s) ${what} abandoned by annotation ${ABANDON_STORAGE_FENCES_ANNOTATION}: Stockade no longer lifts them; they stay in place until removed by hand (docs/safety.md §3)`,
+    };
+  return {
+    status: "True",
+    reason: "Held",
+    message: `storage fence(s) ${what} may be up (fenced, or a request that may have gone out): lifted on unfence, cancel or deletion of this NodeFence`,
+  };
+}
+
+/**
+ * Seconds before a storage lift is tried again, after it has failed for `failingForSeconds` (from the start of the first
+ * try since the fence went up to the end of the last): as long again plus the base — with quick tries 10, 20, 40, 80,
+ * 160 s, then every 5 min. Counted from the first and last tries, which the status bound keeps (decide/status-bound.ts),
+ * not from the number of tries, which it does not.
+ */
+export function liftRetryDelaySeconds(failingForSeconds: number): number {
+  return Math.min(LIFT_RETRY_MAX_SECONDS, LIFT_RETRY_BASE_SECONDS + Math.max(0, failingForSeconds));
+}
+
+/**
+ * Whether an attempt was a storage fence's: its recorded type. For an attempt written by an older version (no type):
+ * today's FenceAgent, or, for one deleted since, what is left of it (the evidence it gave, or the storage runner's own
+ * words in the attempt's message: agents/run-storage.ts) — counting it a storage fence is the safe direction (a
+ * fence waits, an unfence lifts it).
+ */
+function storageAttempt(o: Pick<FenceObservation, "fence" | "agents">, a: NodeFenceStatusAttempts): boolean {
+  if (a.agentType) return isStorageFence(a.agentType);
+  const agent = o.agents.get(a.agent);
+  if (agent) return isStorageFence(agent.spec.type);
+  const ev = o.fence.status?.evidence;
+  if (ev?.method === "StorageFenced" && (ev.agents ?? []).includes(a.agent)) return true;
+  return /\bstorage (fence|unfence) of\b|^storage of /.test(a.message ?? "");
+}
 
 /** The storage fences this NodeFence holds up: a storage agent's last successful operation was a fence ("off"). */
 export function storageFencesHeld(o: Pick<FenceObservation, "fence" | "agents">): string[] {
   const last = new Map<string, string>();
-  for (const a of attemptsOf(o.fence)) if (a.outcome === "Succeeded" && storageAttempt(a, o.agents)) last.set(a.agent, a.operation);
+  for (const a of attemptsOf(o.fence)) if (a.outcome === "Succeeded" && storageAttempt(o, a)) last.set(a.agent, a.operation);
   return [...last].filter(([, op]) => op === "off").map(([name]) => name);
 }
 
@@ -287,7 +381,9 @@ const STORAGE_WAYS_OUT =
  */
 function holdStorage(o: FenceObservation, health: NodeHealth | undefined): Step | undefined {
   const held = storageFencesHeld(o);
-  if (!held.length) return undefined;
+  // None confirmed up, but one may have gone out (in flight, timed out, failed after a try): the node is healthy,
+  // so it is lifted, before the cancel ends Unfenced (nothing was released on it).
+  if (!held.length) return toLift(o).length ? { kind: "startUnfence", reason: "NodeRecovered" } : undefined;
   return {
     kind: "wait",
     reason: "StorageFenceHeld",
@@ -330,19 +426,26 @@ export function nextStep(o: FenceObservation): Step {
   const phase = st.phase ?? "";
   const automatic = f.spec.origin === "Automatic";
 
-  if (f.metadata?.deletionTimestamp) return (f.metadata.finalizers ?? []).includes(FINALIZER) ? { kind: "finalize" } : { kind: "done" };
-  if (phase === "Unfenced") return { kind: "done" };
+  if (f.metadata?.deletionTimestamp) {
+    if (!(f.metadata.finalizers ?? []).includes(FINALIZER)) return { kind: "done" };
+    // Deleted: the storage fences it may hold come down first (or are abandoned), then the finalizer goes.
+    if (toLift(o).length) {
+      if (phase !== "Unfencing") return { kind: "startUnfence", reason: "Deleted" };
+      const lift = liftStorageStep(o);
+      if (lift) return lift;
+    }
+    return { kind: "finalize" };
+  }
+  // Unfenced with a storage fence still up (a lift of an older version that failed and was not retried): lifted now.
+  if (phase === "Unfenced") return toLift(o).length ? { kind: "startUnfence", reason: "StorageFenceHeld" } : { kind: "done" };
   if (!(f.metadata?.finalizers ?? []).includes(FINALIZER)) return { kind: "addFinalizer" };
 
   if (phase === "Unfencing") {
     const reason = st.conditions?.find((c) => c.type === "Fenced")?.reason ?? "UnfenceRequested";
-    // Storage first: only an administrator's unfence or a reboot after a confirmed power-off (unfenceOnReboot) gets
-    // here, the cases that may lift it — through FenceAgents that are still storage fences: one re-typed since would
-    // run another agent's "on" (a power-on); its NetworkFence is left for the administrator.
-    const lift = liftStorageStep(
-      o,
-      storageFencesHeld(o).filter((n) => isStorageFence(o.agents.get(n)?.spec.type)),
-    );
+    // Storage first: only an administrator's unfence, a deletion, a reboot after a confirmed power-off
+    // (unfenceOnReboot) or a recovered node whose storage fence was never confirmed up gets here, the cases that may
+    // lift it — through FenceAgents that are still storage fences (liftStorageStep).
+    const lift = liftStorageStep(o);
     if (lift) return lift;
     // An administrator's unfence powers back on what our agents powered off; a reboot already did.
     if (reason === "UnfenceRequested" && st.evidence?.method === "PowerOffConfirmed" && st.policySnapshot?.action !== "reboot") {
@@ -399,7 +502,7 @@ export function nextStep(o: FenceObservation): Step {
     // only record is an older version's of what is no storage fence now added no StorageClass to it.
     const offs = (n: string) => attemptsOf(f).filter((a) => a.agent === n && a.operation === "off" && a.outcome === "Succeeded");
     const lifted = storageOnly
-      ? (ev.agents ?? []).filter((n) => !held.includes(n) && (!offs(n).length || offs(n).some((a) => storageAttempt(a, o.agents))))
+      ? (ev.agents ?? []).filter((n) => !held.includes(n) && (!offs(n).length || offs(n).some((a) => storageAttempt(o, a))))
       : [];
     if (lifted.length)
       return {
@@ -707,25 +810,60 @@ function storageReleaseStep(o: FenceObservation, rel: NonNullable<NodeFenceStatu
   return { kind: "released" };
 }
 
-/** Lift every storage fence this NodeFence holds, each tried once per unfence (a failure is recorded, not retried). */
-function liftStorageStep(o: FenceObservation, held = storageFencesHeld(o)): Step | undefined {
-  const st = o.fence.status ?? {};
+/**
+ * Lift every storage fence this NodeFence may hold (storageFencesToLift; `names` narrows it), one at a time; a failed
+ * lift is tried again with backoff (each try bounded by the agent's timeout), for as long as the fence is held — the
+ * wait says which and why. Only through a FenceAgent that still is a storage fence: one re-typed since would run
+ * another agent's "on" (a power-on). Undefined once none is left (or they were abandoned).
+ */
+function liftStorageStep(o: FenceObservation, names = toLift(o)): Step | undefined {
   const attempts = attemptsOf(o.fence);
   const busy = attempts.findIndex((a) => a.outcome === "InProgress");
   if (busy >= 0) return operationStep(o, busy, "storage unfence");
-  // Since the unfence began: attempts after the last "off" of that agent.
-  for (const name of held) {
+  const waiting: string[] = [];
+  let next: DateTime | undefined;
+  for (const name of names) {
     const agent = o.agents.get(name);
-    const lastOff =
-      attempts
-        .map((a, i) => [a, i] as const)
-        .filter(([a]) => a.agent === name && a.operation === "off" && a.outcome === "Succeeded")
-        .at(-1)?.[1] ?? -1;
-    const tried = attempts.slice(lastOff + 1).some((a) => a.agent === name && a.operation === "on");
-    if (agent && !tried)
-      return { kind: "runAgent", level: st.currentLevel ?? 0, agent, operation: "on", timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000 };
+    if (!agent) {
+      // Deleted since: its NetworkFence is named after the agent and the node only, and a lift needs no parameters.
+      waiting.push(
+        `${name}: FenceAgent ${name} no longer exists: create a csiAddonsNetworkFence FenceAgent of that name again to lift its NetworkFence ${networkFenceName(name, o.fence.spec.nodeName)}`,
+      );
+      continue;
+    }
+    if (!isStorageFence(agent.spec.type)) {
+      waiting.push(
+        `${name}: FenceAgent ${name} is of type ${agent.spec.type} now, not a storage fence: its "on" would not lift the NetworkFence ${networkFenceName(name, o.fence.spec.nodeName)} (and might power the machine on); set its type back to csiAddonsNetworkFence to lift it`,
+      );
+      continue;
+    }
+    const lastOff = attempts.findLastIndex((a) => a.agent === name && a.operation === "off");
+    const ons = attempts.slice(lastOff + 1).filter((a) => a.agent === name && a.operation === "on");
+    const last = ons.at(-1);
+    const run: Step = {
+      kind: "runAgent",
+      level: attempts[lastOff]?.level ?? 0,
+      agent,
+      operation: "on",
+      timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000,
+    };
+    if (!last || last.outcome === "Interrupted") return run;
+    const first = ons.find((a) => a.outcome !== "Interrupted") ?? last;
+    const lastEnd = toDateTime(last.endTime) ?? o.now;
+    const delay = liftRetryDelaySeconds(lastEnd.diff(toDateTime(first.startTime) ?? lastEnd).as("seconds"));
+    const retryAt = lastEnd.plus({ seconds: delay });
+    // A clock that jumped back would push the retry out by the jump: never wait longer than the delay from now.
+    if (o.now >= retryAt || retryAt.diff(o.now).as("seconds") > delay) return run;
+    waiting.push(`${describeStorageFences(o, [name])}: ${last.outcome}: ${last.message ?? ""}; next try at ${iso(retryAt)}`);
+    if (!next || retryAt < next) next = retryAt;
   }
-  return undefined;
+  if (!waiting.length) return undefined;
+  return {
+    kind: "wait",
+    reason: "StorageFenceNotLifted",
+    message: `the storage fence(s) could not be lifted yet and stay up, retried until they are: ${waiting.join("; ")} (to give one up, leaving it in place: kubectl annotate nodefence ${o.fence.metadata?.name} ${ABANDON_STORAGE_FENCES_ANNOTATION}=${o.fence.spec.nodeName})`,
+    requeueAfterMs: next ? Math.max(100, next.diff(o.now).as("milliseconds")) : 30_000,
+  };
 }
 
 /** Power the machine back on through the agents that powered it off, each tried once (a failure is recorded, not retried). */

@@ -22,17 +22,23 @@ export const STATUS_BOUND: StatusBound = { limit: 50, keepFirst: 10, keepLast: 4
  * - each agent's last attempt of each operation: whether a power-on or a storage unfence was tried since the fence
  *   (powerOnStep, liftStorageStep: the last "on" is after the last "off" exactly when one was tried since);
  * - each agent's last success of each operation, per recorded type: whether a storage fence is held
- *   (storageFencesHeld, the last success of a storage agent) and since when (liftStorageStep's last "off").
+ *   (storageFencesHeld, the last success of a storage agent) and since when (liftStorageStep's last "off");
+ * - each agent's first "on" (not Interrupted) since its last "off": how long a storage lift has been failing, which
+ *   spaces its retries (liftStorageStep).
  * The order of what is kept is the order it had, so "the last" of any of these reads the same after pruning.
  */
 function neededAttempts(attempts: readonly NodeFenceStatusAttempts[], round: number): Set<number> {
   const last = new Map<string, number>();
+  /** Per agent, the first "on" not Interrupted since its last "off". */
+  const firstOn = new Map<string, number>();
   attempts.forEach((a, i) => {
     if ((a.round ?? 0) === round) last.set(JSON.stringify(["round", a.level, a.agent, a.operation]), i);
     last.set(JSON.stringify(["last", a.agent, a.operation]), i);
     if (a.outcome === "Succeeded") last.set(JSON.stringify(["succeeded", a.agent, a.agentType ?? "", a.operation]), i);
+    if (a.operation === "off") firstOn.delete(a.agent);
+    else if (a.operation === "on" && a.outcome !== "Interrupted" && !firstOn.has(a.agent)) firstOn.set(a.agent, i);
   });
-  return new Set(last.values());
+  return new Set([...last.values(), ...firstOn.values()]);
 }
 
 /**

@@ -1,5 +1,7 @@
 // The one Kubernetes capability a storage fence gets (agents/types.ts NetworkFenceApi): csi-addons NetworkFences,
-// get/create/replace/delete, nothing else. Requests race the agent's signal so its deadline ends the wait.
+// get/create/replace/delete, nothing else. Reads race the agent's signal so its deadline ends the wait; writes do not:
+// each ends at the API request deadline (kube/deadline.ts: no later than another replica could lead), so a write of a
+// withdrawn fence has landed or failed by the time its operation ends, and a lift that follows cannot run before it.
 import type { KubernetesObject } from "@kubernetes/client-node";
 import { NETWORK_FENCE_GROUP as group, NETWORK_FENCE_VERSION as version } from "../agents/csi-addons-network-fence.ts";
 import { AgentError, type NetworkFence, type NetworkFenceApi } from "../agents/types.ts";
@@ -39,28 +41,44 @@ export function networkFenceApi(kube: Kube): NetworkFenceApi {
         throw classify(`reading NetworkFence ${name}`, err);
       }
     },
-    async create(nf, signal) {
+    async create(nf) {
       try {
-        await raced(c.createClusterCustomObject({ group, version, plural, body: nf as KubernetesObject }), signal);
+        await c.createClusterCustomObject({ group, version, plural, body: nf as KubernetesObject });
       } catch (err) {
-        if (signal.aborted) throw err;
         throw classify(`creating NetworkFence ${nf.metadata.name}`, err);
       }
     },
-    async replace(nf, signal) {
+    async replace(nf) {
       try {
-        await raced(c.replaceClusterCustomObject({ group, version, plural, name: nf.metadata.name, body: nf as KubernetesObject }), signal);
+        return (await c.replaceClusterCustomObject({
+          group,
+          version,
+          plural,
+          name: nf.metadata.name,
+          body: nf as KubernetesObject,
+        })) as NetworkFence;
       } catch (err) {
-        if (signal.aborted) throw err;
         throw classify(`updating NetworkFence ${nf.metadata.name}`, err);
       }
     },
-    async delete(name, uid, signal) {
+    async replaceStatus(nf) {
       try {
-        await raced(c.deleteClusterCustomObject({ group, version, plural, name, body: { preconditions: { uid } } }), signal);
+        return (await c.replaceClusterCustomObjectStatus({
+          group,
+          version,
+          plural,
+          name: nf.metadata.name,
+          body: nf as KubernetesObject,
+        })) as NetworkFence;
+      } catch (err) {
+        throw classify(`clearing the status of NetworkFence ${nf.metadata.name}`, err);
+      }
+    },
+    async delete(name, uid) {
+      try {
+        await c.deleteClusterCustomObject({ group, version, plural, name, body: { preconditions: { uid } } });
       } catch (err) {
         if (isNotFound(err)) return;
-        if (signal.aborted) throw err;
         throw classify(`deleting NetworkFence ${name}`, err);
       }
     },

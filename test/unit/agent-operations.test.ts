@@ -83,4 +83,26 @@ describe("AgentOperations (item 15: agents run outside the workers)", () => {
     await inflight.drain();
     assert.deepEqual(ops.view("u").get(3), { state: "done", outcome: "Failed", message: "boom" });
   });
+
+  test("settled: resolves once every withdrawn operation of that NodeFence has ended (a lift waits for a withdrawn fence's write)", async () => {
+    const ops = new AgentOperations(() => {});
+    let finish!: () => void;
+    const landed = new Promise<void>((r) => (finish = r));
+    let ended = false;
+    ops.start("u", "n", 0, async () => {
+      await landed; // the write already sent, ending after the abort
+      ended = true;
+      return { outcome: "Cancelled", message: "withdrawn" };
+    });
+    ops.start("other", "m", 0, () => new Promise(() => {})); // another fence's: never waited for
+    ops.abort("u");
+    let settled = false;
+    const s = ops.settled("u").then(() => (settled = true));
+    await tick();
+    assert.equal(settled, false, "not while the withdrawn operation still runs");
+    finish();
+    await s;
+    assert.ok(ended && settled);
+    await ops.settled("none");
+  });
 });

@@ -12,6 +12,7 @@ import type {
   NodeFenceStatusEvidence,
 } from "../../src/api/v1alpha1.ts";
 import {
+  ABANDON_STORAGE_FENCES_ANNOTATION,
   CONFIRMED_OFF_ANNOTATION,
   FENCED_TAINT,
   FINALIZER,
@@ -26,7 +27,9 @@ import {
   RETRY_MAX_SECONDS,
   retryDelaySeconds,
   snapshotOf,
+  storageFenceCondition,
   storageFencesHeld,
+  storageFencesToLift,
   targetNode,
   type FenceObservation,
   type Operation,
@@ -1122,12 +1125,18 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
   });
 
   test('issue 26 item 3: an unfence never runs the "on" of a storage fence re-typed to a power agent (it would power the machine on)', () => {
-    // StorageFenced, then netfence re-typed to ipmi: held still (recorded type), but not lifted through ipmi.
+    // StorageFenced, then netfence re-typed to ipmi: held still (recorded type), but not lifted through ipmi. The unfence
+    // waits and says why (issue 26 item 4: lifted or reported held), until the type is back or the fence is abandoned.
     const s = world();
     walk(s);
     s.agents.set("netfence", agent("netfence", "ipmi"));
     s.fence.spec.unfence = true;
-    assert.deepEqual(describeSteps(walk(s)), ["startUnfence UnfenceRequested", "unmarkNode UnfenceRequested", "done"]);
+    assert.deepEqual(describeSteps(walk(s)), ["startUnfence UnfenceRequested", "wait StorageFenceNotLifted"]);
+    const w = nextStep(observe(s));
+    assert.match(w.kind === "wait" ? w.message : "", /netfence is of type ipmi now, not a storage fence/);
+    s.fence.metadata!.annotations = { [ABANDON_STORAGE_FENCES_ANNOTATION]: "node-1" };
+    assert.deepEqual(describeSteps(walk(s)), ["unmarkNode UnfenceRequested", "done"]);
+    assert.ok(!(s.fence.status?.attempts ?? []).some((a) => a.operation === "on"), "no on ran through the re-typed agent");
     // PowerOffConfirmed by [ipmi + netfence], netfence re-typed to ipmi: the power-on runs through ipmi only.
     const m = world({ agentResult: () => "Succeeded" });
     m.policies = [policy("default", { escalation: [{ agents: [{ name: "ipmi" }, { name: "netfence" }] }] })];
@@ -1135,6 +1144,9 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
     assert.equal(m.fence.status?.evidence?.method, "PowerOffConfirmed");
     m.agents.set("netfence", agent("netfence", "ipmi"));
     m.fence.spec.unfence = true;
+    // The storage fence comes first: held (reported) until its agent is a storage fence again, or it is abandoned.
+    assert.deepEqual(describeSteps(walk(m)), ["startUnfence UnfenceRequested", "wait StorageFenceNotLifted"]);
+    m.fence.metadata!.annotations = { [ABANDON_STORAGE_FENCES_ANNOTATION]: "node-1" };
     const steps = describeSteps(walk(m));
     assert.deepEqual(
       steps.filter((x) => x.startsWith("runAgent")),
@@ -1238,7 +1250,7 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
     const before = describeSteps(walk(s));
     assert.ok(before.includes("confirmed PowerOffConfirmed"), before.join(" → "));
     // Released on the power-off, then the NetworkFence is lifted; the node stays fenced (tainted) until unfenced.
-    assert.deepEqual(before.slice(-4), ["released", "runAgent on L1 netfence", "record Succeeded", "done"], before.join(" → "));
+    assert.deepEqual(before.slice(-4), ["released", "runAgent on L0 netfence", "record Succeeded", "done"], before.join(" → "));
     assert.deepEqual(storageFencesHeld(observe(s)), []);
     assert.equal(s.fence.status?.phase, "Released");
     assert.ok(hasTaint(s.node, FENCED_TAINT));
@@ -1271,12 +1283,12 @@ describe("storage fencing (issue 11 item 4): StorageFenced releases volumes only
     });
     const fenced = describeSteps(walk(mixed));
     assert.equal(mixed.fence.status?.evidence?.method, "PowerOffConfirmed");
-    assert.deepEqual(fenced.slice(-4), ["released", "runAgent on L1 netfence", "record Succeeded", "done"], fenced.join(" → "));
+    assert.deepEqual(fenced.slice(-4), ["released", "runAgent on L0 netfence", "record Succeeded", "done"], fenced.join(" → "));
     assert.deepEqual(storageFencesHeld(observe(mixed)), ["netfence-b"]);
     mixed.fence.spec.unfence = true;
     const steps = describeSteps(walk(mixed));
     assert.ok(steps.includes("runAgent on L1 netfence-b"), steps.join(" → "));
-    assert.ok(!steps.includes("runAgent on L1 netfence"), steps.join(" → "));
+    assert.ok(!steps.some((x) => /^runAgent on L\d netfence$/.test(x)), steps.join(" → "));
     assert.ok(steps.includes("runAgent on L1 pdu"), steps.join(" → "));
     assert.deepEqual(storageFencesHeld(observe(mixed)), []);
   });
@@ -1720,5 +1732,201 @@ describe("issue 26 item 5: the status lists are bounded, and every decision is t
       }
     }
     assert.ok(pruned > 1000, `the walks must prune (pruned in ${pruned} of ${steps} steps)`);
+  });
+});
+
+describe("storage fences that nothing lifted (issue 26 item 4): lifted before Unfenced or deletion, retried, or reported held", () => {
+  const levels = () => [policy("default", { escalation: [{ agents: [{ name: "ipmi" }] }, { agents: [{ name: "netfence" }] }] })];
+  /** An automatic fence at level 2, whose NetworkFence "off" is `outcome` (InProgress: running in this process). */
+  function inFlight(outcome: Outcome, o: Partial<Sim> = {}): Sim {
+    const s = sim({ policies: levels(), ...o });
+    s.fence = fenceOf(
+      fencing({
+        policySnapshot: snapOf(levels()[0]!),
+        currentLevel: 1,
+        attempts: [attempt("ipmi", "Failed"), attempt("netfence", outcome, 1)],
+      }),
+    );
+    if (outcome === "InProgress") s.ops.set(1, { state: "running" });
+    return s;
+  }
+
+  test("held: any storage off not followed by a successful on of that agent, whatever its outcome; power agents never", () => {
+    for (const outcome of ["InProgress", "Cancelled", "TimedOut", "Interrupted", "Failed", "Succeeded"] as Outcome[]) {
+      const s = inFlight(outcome);
+      assert.deepEqual(storageFencesToLift(observe(s)), ["netfence"], outcome);
+      s.fence.status!.attempts!.push(attempt("netfence", "Failed", 1, "on"));
+      assert.deepEqual(storageFencesToLift(observe(s)), ["netfence"], `${outcome}, then a failed lift`);
+      s.fence.status!.attempts!.push(attempt("netfence", "Succeeded", 1, "on"));
+      assert.deepEqual(storageFencesToLift(observe(s)), [], `${outcome}, then lifted`);
+    }
+  });
+
+  test("(a) cancel while the NetworkFence off is in flight: the fence is lifted before Unfenced, never left on a healthy node", () => {
+    const s = inFlight("InProgress");
+    heartbeat(s, true);
+    assert.deepEqual(describeSteps(walk(s)), [
+      "startUnfence NodeRecovered",
+      "runAgent on L1 netfence",
+      "record Succeeded",
+      "unmarkNode NodeRecovered",
+      "done",
+    ]);
+    assert.equal(s.fence.status?.attempts?.[1]?.outcome, "Cancelled");
+    assert.deepEqual(storageFencesToLift(observe(s)), []);
+    // A round that failed after a storage fence timed out: the same.
+    const f = inFlight("TimedOut");
+    f.fence.status!.phase = "Failed";
+    heartbeat(f, true);
+    assert.deepEqual(describeSteps(walk(f)).slice(0, 3), ["startUnfence NodeRecovered", "runAgent on L1 netfence", "record Succeeded"]);
+    assert.equal(f.fence.status?.phase, "Unfenced");
+  });
+
+  test("(a) an administrator's unfence lifts a storage fence whose off was cancelled, timed out or failed, not only one that succeeded", () => {
+    for (const outcome of ["InProgress", "Cancelled", "TimedOut", "Interrupted", "Failed"] as Outcome[]) {
+      const s = inFlight(outcome);
+      s.fence.spec.unfence = true;
+      const steps = describeSteps(walk(s));
+      assert.ok(steps.includes("runAgent on L1 netfence"), `${outcome}: ${steps.join(" → ")}`);
+      assert.equal(s.fence.status?.phase, "Unfenced", outcome);
+    }
+  });
+
+  test("(b) a failed lift is retried with backoff, for as long as it fails, and the wait says so; Unfenced only once lifted", () => {
+    let fails = 2;
+    const s = inFlight("Succeeded", { agentResult: (_n, op) => (op === "on" && fails-- > 0 ? "Failed" : "Succeeded") });
+    s.fence.spec.unfence = true;
+    const first = walk(s);
+    assert.deepEqual(describeSteps(first), [
+      "startUnfence UnfenceRequested",
+      "runAgent on L1 netfence",
+      "record Failed",
+      "wait StorageFenceNotLifted",
+    ]);
+    const w = first.at(-1)!;
+    assert.ok(w.kind === "wait" && w.requeueAfterMs <= 10_000 && w.requeueAfterMs > 8_000, JSON.stringify(w));
+    assert.match(
+      w.kind === "wait" ? w.message : "",
+      /netfence \(NetworkFence stockade-netfence-node-1-[0-9a-f]+\): Failed: agent said no; next try at/,
+    );
+    assert.match(w.kind === "wait" ? w.message : "", new RegExp(ABANDON_STORAGE_FENCES_ANNOTATION));
+    assert.equal(s.fence.status?.phase, "Unfencing");
+    // Not before its time; then again, and the next wait is longer.
+    assert.deepEqual(describeSteps(walk(s)), ["wait StorageFenceNotLifted"]);
+    s.now = s.now.plus({ seconds: 10 });
+    const second = walk(s);
+    assert.deepEqual(describeSteps(second), ["runAgent on L1 netfence", "record Failed", "wait StorageFenceNotLifted"]);
+    const w2 = second.at(-1)!;
+    // As long again as it has been failing (from the first try's start to the last one's end), plus the base.
+    assert.ok(w2.kind === "wait" && w2.requeueAfterMs >= 20_000 && w2.requeueAfterMs <= 30_000, JSON.stringify(w2));
+    assert.deepEqual(describeSteps(walk(s)), ["wait StorageFenceNotLifted"]);
+    s.now = s.now.plus({ seconds: 30 });
+    assert.deepEqual(describeSteps(walk(s)), ["runAgent on L1 netfence", "record Succeeded", "unmarkNode UnfenceRequested", "done"]);
+    assert.equal(s.fence.status?.phase, "Unfenced");
+  });
+
+  test("(b) a clock that jumped back does not push the retry out by the jump; an interrupted lift is run again at once", () => {
+    const s = inFlight("Succeeded", { agentResult: (_n, op) => (op === "on" ? "Failed" : "Succeeded") });
+    s.fence.spec.unfence = true;
+    walk(s);
+    s.now = s.now.minus({ hours: 5 });
+    assert.deepEqual(describeSteps(walk(s)).slice(0, 2), ["runAgent on L1 netfence", "record Failed"]);
+    // The operator stopped during a lift: the next one runs it again at once.
+    let crashes = 1;
+    const r = inFlight("Succeeded", { agentResult: (_n, op) => (op === "on" && crashes-- > 0 ? "crash" : "Succeeded") });
+    r.fence.spec.unfence = true;
+    assert.deepEqual(describeSteps(walk(r)), [
+      "startUnfence UnfenceRequested",
+      "runAgent on L1 netfence",
+      "interrupted 2",
+      "runAgent on L1 netfence",
+      "record Succeeded",
+      "unmarkNode UnfenceRequested",
+      "done",
+    ]);
+  });
+
+  test("(c) deleting the NodeFence lifts its storage fences before the finalizer goes; while it cannot, the finalizer stays", () => {
+    const s = inFlight("Succeeded");
+    s.fence.metadata!.deletionTimestamp = stamp(s.now) as unknown as Date;
+    assert.deepEqual(describeSteps(walk(s)), ["startUnfence Deleted", "runAgent on L1 netfence", "record Succeeded", "finalize", "done"]);
+    // A lift that fails keeps the finalizer, retried.
+    const f = inFlight("TimedOut", { agentResult: (_n, op) => (op === "on" ? "Failed" : "Succeeded") });
+    f.fence.metadata!.deletionTimestamp = stamp(f.now) as unknown as Date;
+    assert.deepEqual(describeSteps(walk(f)), [
+      "startUnfence Deleted",
+      "runAgent on L1 netfence",
+      "record Failed",
+      "wait StorageFenceNotLifted",
+    ]);
+    f.now = f.now.plus({ minutes: 1 });
+    assert.deepEqual(describeSteps(walk(f)).slice(0, 1), ["runAgent on L1 netfence"]);
+    assert.ok(f.fence.metadata?.finalizers?.includes(FINALIZER));
+    // The way out for a node gone for good: abandon the storage fences explicitly; the finalizer goes, they stay.
+    f.fence.metadata!.annotations = { [ABANDON_STORAGE_FENCES_ANNOTATION]: "node-1" };
+    f.now = f.now.plus({ minutes: 10 });
+    assert.deepEqual(describeSteps(walk(f)), ["finalize", "done"]);
+    const c = storageFenceCondition(observe(f));
+    assert.equal(c?.reason, "Abandoned");
+    assert.match(c?.message ?? "", /stay in place/);
+    // Another node's name does not abandon this one's.
+    const g = inFlight("Succeeded", { agentResult: () => "Failed" });
+    g.fence.metadata!.deletionTimestamp = stamp(g.now) as unknown as Date;
+    g.fence.metadata!.annotations = { [ABANDON_STORAGE_FENCES_ANNOTATION]: "node-2" };
+    assert.equal(describeSteps(walk(g)).at(-1), "wait StorageFenceNotLifted");
+  });
+
+  test("an Unfenced NodeFence with a storage fence still up (a lift an older version did not retry) lifts it", () => {
+    const s = inFlight("Succeeded");
+    s.fence.status!.phase = "Unfenced";
+    s.fence.status!.attempts!.push({ ...attempt("netfence", "Failed", 1, "on"), endTime: stamp(at(900)) });
+    assert.deepEqual(describeSteps(walk(s)), [
+      "startUnfence StorageFenceHeld",
+      "runAgent on L1 netfence",
+      "record Succeeded",
+      "unmarkNode StorageFenceHeld",
+      "done",
+    ]);
+  });
+
+  test("the StorageFenceHeld condition: True while one may be up (naming its NetworkFence), False once lifted, absent when never fenced", () => {
+    const s = inFlight("TimedOut");
+    const held = storageFenceCondition(observe(s));
+    assert.equal(held?.status, "True");
+    assert.equal(held?.reason, "Held");
+    assert.match(held?.message ?? "", /netfence \(NetworkFence stockade-netfence-node-1-/);
+    s.fence.status!.attempts!.push(attempt("netfence", "Succeeded", 1, "on"));
+    assert.equal(storageFenceCondition(observe(s)), undefined, "never set: nothing to say");
+    s.fence.status!.conditions = [{ type: "StorageFenceHeld", status: "True", reason: "Held", message: "", lastTransitionTime: stamp(T0) }];
+    assert.equal(storageFenceCondition(observe(s))?.status, "False");
+    assert.equal(storageFenceCondition(observe(sim())), undefined);
+  });
+
+  test("a storage FenceAgent deleted while its fence is up: still known from what it left, reported held, lifted once an agent of that name exists again", () => {
+    const s = inFlight("Succeeded");
+    s.agents = agentMap(agent("ipmi"));
+    // Known by the type its attempt recorded (issue 26 item 3), whatever its message says.
+    s.fence.status!.attempts![1]!.message = "off confirmed";
+    assert.deepEqual(storageFencesToLift(observe(s)), ["netfence"]);
+    // An older version's attempt (no recorded type): known from the storage runner's own words.
+    delete s.fence.status!.attempts![1]!.agentType;
+    s.fence.status!.attempts![1]!.message = "storage of node-1 fenced (the storage side confirmed); the machine itself may still run";
+    assert.deepEqual(storageFencesToLift(observe(s)), ["netfence"]);
+    s.fence.spec.unfence = true;
+    const steps = walk(s);
+    assert.deepEqual(describeSteps(steps), ["startUnfence UnfenceRequested", "wait StorageFenceNotLifted"]);
+    const w = steps.at(-1)!;
+    assert.match(
+      w.kind === "wait" ? w.message : "",
+      /FenceAgent netfence no longer exists: create .* again to lift its NetworkFence stockade-netfence-node-1-/,
+    );
+    s.agents = agentMap(agent("ipmi"), storageAgent("netfence"));
+    assert.deepEqual(describeSteps(walk(s)), ["runAgent on L1 netfence", "record Succeeded", "unmarkNode UnfenceRequested", "done"]);
+    // A power agent deleted since (an older version's attempt, without a recorded type) is not taken for one.
+    const p = inFlight("Succeeded");
+    delete p.fence.status!.attempts![1]!.agentType;
+    p.fence.status!.attempts![1]!.message = "off confirmed";
+    p.agents = agentMap(agent("ipmi"));
+    assert.deepEqual(storageFencesToLift(observe(p)), []);
   });
 });

@@ -3,7 +3,7 @@
 import type { V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
 import { ApiException } from "@kubernetes/client-node";
 import pino from "pino";
-import type { NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
+import type { FenceAgent, NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
 import { NodeFenceController } from "../../src/controllers/node-fence.ts";
 import { FINALIZER } from "../../src/decide/fence-machine.ts";
 import type { Kube } from "../../src/kube/api.ts";
@@ -32,6 +32,8 @@ export interface WorldOptions {
   /** Milliseconds every status write takes. */
   writeMs?: number;
   viewReuseMs?: number;
+  /** The FenceAgents in the cache (default: ipmi). */
+  agents?: FenceAgent[];
 }
 
 export function world(pods: V1Pod[], o: WorldOptions = {}) {
@@ -99,7 +101,7 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
   });
   const caches = {
     policies: list(() => [policy("default")]),
-    agents: list(() => [agent("ipmi")]),
+    agents: list(() => o.agents ?? [agent("ipmi")]),
     pods: list(() => [...live.values()]),
     pvcs: list(() => []),
     podsOn: (n: string) => [...live.values()].filter((p) => p.spec?.nodeName === n),
@@ -107,7 +109,12 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     volumeAttachments: list(() => []),
     nodes: list(() => [node]),
   };
-  const events = { record: async () => {} };
+  const recorded: { kind: string; type: string; reason: string; message: string }[] = [];
+  const events = {
+    record: async (ref: { kind: string }, type: string, reason: string, message: string) => {
+      recorded.push({ kind: ref.kind, type, reason, message });
+    },
+  };
   const leadership = {
     epoch: 1,
     assertLeading: (what: string) => {
@@ -125,5 +132,5 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     metrics: o.metrics,
     viewReuseMs: o.viewReuseMs,
   });
-  return { controller, calls, statusWrites, fence: () => fence, maxInFlight: () => maxInFlight };
+  return { controller, calls, statusWrites, events: recorded, fence: () => fence, maxInFlight: () => maxInFlight };
 }
