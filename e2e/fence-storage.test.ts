@@ -11,12 +11,10 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
 import { Bed, NETWORK_FENCES, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
-import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
+import { SAN_STORAGE_CLASS } from "../lab/ledger.ts";
 import { NetworkFenceDouble } from "../lab/test-doubles/csi-addons-network-fence.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 import type { NetworkFence } from "../src/agents/types.ts";
@@ -73,37 +71,7 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
 
   test("crash: IPMI unreachable, NetworkFence Fenced → StorageFenced; the Deployment's claim moves with token + 1, the StatefulSet pod stays", async () => {
     // A pre-bound SAN volume and its claim, and a ledger writer Deployment at scale 1 evicted as soon as its node is unreachable.
-    const path = join(sanDir(bed.lab.dir), "pv-app-data");
-    mkdirSync(path, { recursive: true });
-    await bed.lab.core.createPersistentVolume({
-      body: {
-        metadata: { name: "pv-app-data" },
-        spec: {
-          capacity: { storage: "1Mi" },
-          accessModes: ["ReadWriteOnce"],
-          persistentVolumeReclaimPolicy: "Retain",
-          storageClassName: SAN_STORAGE_CLASS,
-          hostPath: { path, type: "DirectoryOrCreate" },
-          claimRef: { apiVersion: "v1", kind: "PersistentVolumeClaim", namespace: NS, name: "app-data" },
-        },
-      },
-    });
-    await bed.lab.core.createNamespacedPersistentVolumeClaim({
-      namespace: NS,
-      body: {
-        metadata: { name: "app-data" },
-        spec: { accessModes: ["ReadWriteOnce"], storageClassName: SAN_STORAGE_CLASS, resources: { requests: { storage: "1Mi" } } },
-      },
-    });
-    const t = ledgerManifests({
-      namespace: NS,
-      replicas: 1,
-      image: bed.lab.state.real!.images.ledger!,
-      san: sanDir(bed.lab.dir),
-      tokenAnnotation: TOKEN_ANNOTATION,
-      onePerNode: false,
-    }).statefulSet.spec!.template.spec!;
-    const c = t.containers[0]!;
+    await bed.sanClaim("app-data");
     const evictAtOnce = ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"].map((key) => ({
       key,
       operator: "Exists",
@@ -119,12 +87,7 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
           selector: { matchLabels: { app: "app" } },
           template: {
             metadata: { labels: { app: "app" } },
-            spec: {
-              ...t,
-              containers: [{ ...c, env: (c.env ?? []).map((e) => (e.name === "IDENTITY" ? { name: "IDENTITY", value: "app-data" } : e)) }],
-              volumes: [...(t.volumes ?? []), { name: "data", persistentVolumeClaim: { claimName: "app-data" } }],
-              tolerations: evictAtOnce,
-            },
+            spec: { ...bed.ledgerWriterSpec(["app-data"]), tolerations: evictAtOnce },
           },
         },
       },

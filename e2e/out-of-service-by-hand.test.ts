@@ -7,13 +7,10 @@
 // Writers are the lab's ledger (each record carries the writer's token): the ledger checker sees two writers at once.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
 import type { V1Pod } from "@kubernetes/client-node";
 import { auditEvents, type AuditEvent } from "../lab/audit.ts";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
-import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
 import { TOKEN_ANNOTATION, isGated } from "../src/decide/claim-lock.ts";
 
 const OUT_OF_SERVICE = "node.kubernetes.io/out-of-service";
@@ -34,41 +31,9 @@ describe("e2e: out-of-service taint added by hand to a partitioned node Stockade
   });
 
   test("the pod GC controller's Failed phase is no proof: claim not granted, its force delete refused until a fence confirms", async () => {
-    const images = bed.lab.state.real!.images;
     // A pre-bound SAN volume (no storage-side lock) and its ReadWriteOnce claim.
-    const path = join(sanDir(bed.lab.dir), "pv-hand");
-    mkdirSync(path, { recursive: true });
-    await bed.lab.core.createPersistentVolume({
-      body: {
-        metadata: { name: "pv-hand" },
-        spec: {
-          capacity: { storage: "1Mi" },
-          accessModes: ["ReadWriteOnce"],
-          persistentVolumeReclaimPolicy: "Retain",
-          storageClassName: SAN_STORAGE_CLASS,
-          hostPath: { path, type: "DirectoryOrCreate" },
-          claimRef: { apiVersion: "v1", kind: "PersistentVolumeClaim", namespace: NS, name: "hand" },
-        },
-      },
-    });
-    await bed.lab.core.createNamespacedPersistentVolumeClaim({
-      namespace: NS,
-      body: {
-        metadata: { name: "hand" },
-        spec: { accessModes: ["ReadWriteOnce"], storageClassName: SAN_STORAGE_CLASS, resources: { requests: { storage: "1Mi" } } },
-      },
-    });
+    await bed.sanClaim("hand");
     // A Deployment at scale 1: its ReplicaSet creates the replacement as soon as the old pod is terminating.
-    const t = ledgerManifests({
-      namespace: NS,
-      replicas: 1,
-      image: images.ledger!,
-      san: sanDir(bed.lab.dir),
-      tokenAnnotation: TOKEN_ANNOTATION,
-      onePerNode: false,
-    }).statefulSet.spec!.template.spec!;
-    const c = t.containers[0]!;
-    const env = (c.env ?? []).map((e) => (e.name === "IDENTITY" ? { name: "IDENTITY", value: "hand" } : e));
     await bed.apps.createNamespacedDeployment({
       namespace: NS,
       body: {
@@ -78,11 +43,7 @@ describe("e2e: out-of-service taint added by hand to a partitioned node Stockade
           selector: { matchLabels: { app: "hand" } },
           template: {
             metadata: { labels: { app: "hand" } },
-            spec: {
-              ...t,
-              containers: [{ ...c, env }],
-              volumes: [...(t.volumes ?? []), { name: "data", persistentVolumeClaim: { claimName: "hand" } }],
-            },
+            spec: bed.ledgerWriterSpec(["hand"]),
           },
         },
       },

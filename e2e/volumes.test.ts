@@ -3,14 +3,11 @@
 // ledger (each record carries the writer's token), so the ledger checker sees any two writers at once.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
 import { AdmissionregistrationV1Api, type V1Pod, type V1PodSpec } from "@kubernetes/client-node";
 import { auditEvents, type AuditEvent } from "../lab/audit.ts";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
 import { refusal } from "../lab/refusal.ts";
-import { SAN_STORAGE_CLASS, ledgerManifests, sanDir } from "../lab/ledger.ts";
 import { FORCE_DELETE_ANNOTATION } from "../src/admission/force-delete.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 import { LOCK_ANNOTATION, TOKEN_ANNOTATION, TOKENS_ANNOTATION, isGated, parseLock } from "../src/decide/claim-lock.ts";
@@ -34,53 +31,9 @@ describe("e2e: volume safety (claim lock, fencing token, force-delete guard)", (
   });
 
   /** A pre-bound SAN volume and its claim (no storage-side lock, like an iSCSI LUN). */
-  async function claim(name: string, accessModes = ["ReadWriteOnce"]): Promise<void> {
-    const path = join(sanDir(bed.lab.dir), `pv-${name}`);
-    mkdirSync(path, { recursive: true });
-    await bed.lab.core.createPersistentVolume({
-      body: {
-        metadata: { name: `pv-${name}` },
-        spec: {
-          capacity: { storage: "1Mi" },
-          accessModes,
-          persistentVolumeReclaimPolicy: "Retain",
-          storageClassName: SAN_STORAGE_CLASS,
-          hostPath: { path, type: "DirectoryOrCreate" },
-          claimRef: { apiVersion: "v1", kind: "PersistentVolumeClaim", namespace: NS, name },
-        },
-      },
-    });
-    await bed.lab.core.createNamespacedPersistentVolumeClaim({
-      namespace: NS,
-      body: { metadata: { name }, spec: { accessModes, storageClassName: SAN_STORAGE_CLASS, resources: { requests: { storage: "1Mi" } } } },
-    });
-  }
-
-  /**
-   * A ledger writer's pod spec on the given claims (the first one holds the ledger), recording its token. Its
-   * identity is the claim, not the pod: the ledger checker then sees every writer of one claim as instances of
-   * one identity (no interleaving, no overlap, tokens rising).
-   */
-  function writerSpec(claims: string[]): V1PodSpec {
-    const t = ledgerManifests({
-      namespace: NS,
-      replicas: 1,
-      image: images.ledger!,
-      san: sanDir(bed.lab.dir),
-      tokenAnnotation: TOKEN_ANNOTATION,
-      onePerNode: false,
-    }).statefulSet.spec!.template.spec!;
-    const c = t.containers[0]!;
-    const env = (c.env ?? []).map((e) => (e.name === "IDENTITY" ? { name: "IDENTITY", value: claims[0] } : e));
-    return {
-      ...t,
-      containers: [{ ...c, env }],
-      volumes: [
-        ...(t.volumes ?? []),
-        ...claims.map((c, i) => ({ name: i === 0 ? "data" : `extra-${i}`, persistentVolumeClaim: { claimName: c } })),
-      ],
-    };
-  }
+  const claim = (name: string, accessModes = ["ReadWriteOnce"]) => bed.sanClaim(name, accessModes);
+  /** A ledger writer's pod spec on the given claims; its identity is the first claim (Bed.ledgerWriterSpec). */
+  const writerSpec = (claims: string[]): V1PodSpec => bed.ledgerWriterSpec(claims);
 
   const pod = (name: string) => bed.lab.core.readNamespacedPod({ name, namespace: NS });
   const podsOf = async (app: string) => (await bed.lab.core.listNamespacedPod({ namespace: NS, labelSelector: `app=${app}` })).items;

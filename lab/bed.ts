@@ -2,13 +2,13 @@
 // IPMI and Debian's fence_ipmilan), the operator as a child process (so it can be killed), and a
 // recorder of everything that happened.
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { createWriteStream, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { AppsV1Api, CustomObjectsApi, loadAllYaml, type V1Pod, type V1Toleration } from "@kubernetes/client-node";
+import { AppsV1Api, CustomObjectsApi, loadAllYaml, type V1Pod, type V1PodSpec, type V1Toleration } from "@kubernetes/client-node";
 import { Lab } from "./lab.ts";
 import { KUBERNETES_NODE_LEASE_SECONDS, kubernetesTimings, type Timings } from "./control-plane.ts";
 import { Recorder } from "./recorder.ts";
@@ -17,7 +17,16 @@ import { repoRoot } from "./bins.ts";
 import { createPki, writeKubeconfig } from "./pki.ts";
 import { paths, type Runtime } from "./state.ts";
 import { realNodeImages } from "./images.ts";
-import { checkLedger, checkProcessTables, deployLedger, instanceStarts, readLedgers, sanDir } from "./ledger.ts";
+import {
+  SAN_STORAGE_CLASS,
+  checkLedger,
+  checkProcessTables,
+  deployLedger,
+  instanceStarts,
+  ledgerManifests,
+  readLedgers,
+  sanDir,
+} from "./ledger.ts";
 import { readSnapshots } from "./real/node.ts";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type FencingPolicySpec, type NodeFence } from "../src/api/v1alpha1.ts";
 import { checkInvariant } from "./invariant.ts";
@@ -376,6 +385,55 @@ export class Bed {
     const exited = once(c, "exit");
     c.kill(signal);
     await exited;
+  }
+
+  /** A pre-bound SAN volume `pv-<name>` and its claim `name` (no storage-side lock, like an iSCSI LUN). */
+  async sanClaim(name: string, accessModes = ["ReadWriteOnce"], namespace = NS): Promise<void> {
+    const path = join(sanDir(this.lab.dir), `pv-${name}`);
+    mkdirSync(path, { recursive: true });
+    await this.lab.core.createPersistentVolume({
+      body: {
+        metadata: { name: `pv-${name}` },
+        spec: {
+          capacity: { storage: "1Mi" },
+          accessModes,
+          persistentVolumeReclaimPolicy: "Retain",
+          storageClassName: SAN_STORAGE_CLASS,
+          hostPath: { path, type: "DirectoryOrCreate" },
+          claimRef: { apiVersion: "v1", kind: "PersistentVolumeClaim", namespace, name },
+        },
+      },
+    });
+    await this.lab.core.createNamespacedPersistentVolumeClaim({
+      namespace,
+      body: { metadata: { name }, spec: { accessModes, storageClassName: SAN_STORAGE_CLASS, resources: { requests: { storage: "1Mi" } } } },
+    });
+  }
+
+  /**
+   * A ledger writer's pod spec (real nodes) on the given claims (the first one holds the ledger), recording its token.
+   * Its identity is the first claim, not the pod: the ledger checker then sees every writer of one claim as instances
+   * of one identity (no interleaving, no overlap, tokens rising).
+   */
+  ledgerWriterSpec(claims: string[], namespace = NS): V1PodSpec {
+    const t = ledgerManifests({
+      namespace,
+      replicas: 1,
+      image: this.lab.state.real!.images.ledger!,
+      san: sanDir(this.lab.dir),
+      tokenAnnotation: TOKEN_ANNOTATION,
+      onePerNode: false,
+    }).statefulSet.spec!.template.spec!;
+    const c = t.containers[0]!;
+    const env = (c.env ?? []).map((e) => (e.name === "IDENTITY" ? { name: "IDENTITY", value: claims[0] } : e));
+    return {
+      ...t,
+      containers: [{ ...c, env }],
+      volumes: [
+        ...(t.volumes ?? []),
+        ...claims.map((claim, i) => ({ name: i === 0 ? "data" : `extra-${i}`, persistentVolumeClaim: { claimName: claim } })),
+      ],
+    };
   }
 
   /**
