@@ -30,7 +30,7 @@ export function cacheDir(): string {
 }
 
 export interface Bins {
-  kubeDir: string; // kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet
+  kubeDir: string; // kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy
   etcd: string;
   etcdctl: string; // next to etcd, same version (the etcd image carries both)
   kwok: string;
@@ -40,6 +40,8 @@ export interface Bins {
   kubeScheduler: string;
   kubectl: string;
   kubelet: string;
+  /** Service VIPs in each real node (nftables mode). */
+  kubeProxy: string;
   /** The lab's cluster DNS (lab/cluster-dns.ts). */
   coredns: string;
 }
@@ -60,6 +62,7 @@ export function binPaths(): Bins {
     kubeScheduler: join(kubeDir, "kube-scheduler"),
     kubectl: join(kubeDir, "kubectl"),
     kubelet: join(kubeDir, "kubelet"),
+    kubeProxy: join(kubeDir, "kube-proxy"),
     coredns: join(base, `coredns-v${v.COREDNS_VERSION}`, "coredns"),
   };
 }
@@ -67,7 +70,18 @@ export function binPaths(): Bins {
 /** Returns the binaries, building any that are missing (progress goes to stderr). */
 export function ensureBins(): Bins {
   const b = binPaths();
-  const all = [b.etcd, b.etcdctl, b.kwok, b.kubeApiserver, b.kubeControllerManager, b.kubeScheduler, b.kubectl, b.kubelet, b.coredns];
+  const all = [
+    b.etcd,
+    b.etcdctl,
+    b.kwok,
+    b.kubeApiserver,
+    b.kubeControllerManager,
+    b.kubeScheduler,
+    b.kubectl,
+    b.kubelet,
+    b.kubeProxy,
+    b.coredns,
+  ];
   if (!all.every((f) => existsSync(f))) {
     execFileSync("bash", [buildScript], { stdio: ["ignore", "inherit", "inherit"] });
   }

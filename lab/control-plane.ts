@@ -101,6 +101,17 @@ function args(s: LabState, c: Component, bins: Bins, t: Timings): { cmd: string;
           `--audit-log-path=${p.audit}`,
           "--audit-log-maxsize=200",
           "--profiling=false",
+          ...(s.runtime === "real"
+            ? [
+                // Webhooks and aggregated APIs at a ready pod's IP (the host routes every pod subnet; no kube-proxy there).
+                "--enable-aggregator-routing=true",
+                // kubectl logs/exec: the kubelets have no DNS names, and refuse a client without a lab-CA certificate
+                // (their serving certificates are self-signed, as kubeadm's are by default: not verified).
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                `--kubelet-client-certificate=${pki("apiserver-kubelet-client.crt")}`,
+                `--kubelet-client-key=${pki("apiserver-kubelet-client.key")}`,
+              ]
+            : []),
           ...(s.apiserverFeatureGates?.length ? [`--feature-gates=${s.apiserverFeatureGates.join(",")}`] : []),
         ],
       };

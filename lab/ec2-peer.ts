@@ -97,8 +97,11 @@ export class Ec2Peer {
     this.url = glue.url;
   }
 
-  /** Starts moto (logs in `dir`), bootstraps IAM with Debian's boto3, and the glue in front of it. */
-  static async start(dir: string): Promise<Ec2Peer> {
+  /**
+   * Starts moto (logs in `dir`), bootstraps IAM with Debian's boto3, and the glue in front of it: on loopback, or on
+   * `o.host` (e.g. lab.managementAddress, for agents in pods); moto itself stays on loopback behind the glue.
+   */
+  static async start(dir: string, o: { host?: string } = {}): Promise<Ec2Peer> {
     if (!existsSync(join(MOTO_PYTHONPATH, "moto/__init__.py")))
       throw new Error(`moto ${MOTO_VERSION} is not in ${MOTO_DIR}: run tools/setup.sh (tools/moto.sh)`);
     mkdirSync(dir, { recursive: true });
@@ -123,7 +126,7 @@ export class Ec2Peer {
       });
       const { stdout } = await run(PYTHON, ["-s", "-c", BOOTSTRAP, motoUrl, POLICY_FILE], { env: { ...env, PYTHONPATH: "" } });
       const keys = JSON.parse(stdout) as { admin: AwsKey; fencer: AwsKey };
-      const glue = await Ec2PowerGlue.start(motoUrl);
+      const glue = await Ec2PowerGlue.start(motoUrl, o.host);
       return new Ec2Peer(moto, motoUrl, keys, glue);
     } catch (e) {
       await stop(moto, 0);
@@ -212,10 +215,10 @@ export class Ec2PowerGlue {
     this.motoUrl = motoUrl;
   }
 
-  static async start(motoUrl: string): Promise<Ec2PowerGlue> {
+  static async start(motoUrl: string, host = "127.0.0.1"): Promise<Ec2PowerGlue> {
     const server = createServer();
-    await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
-    const glue = new Ec2PowerGlue(server, `http://127.0.0.1:${(server.address() as { port: number }).port}`, motoUrl);
+    await new Promise<void>((r) => server.listen(0, host, () => r()));
+    const glue = new Ec2PowerGlue(server, `http://${host}:${(server.address() as { port: number }).port}`, motoUrl);
     server.on("request", (req, res) => void glue.handle(req, res));
     return glue;
   }

@@ -8,6 +8,7 @@ import {
   CoordinationV1Api,
   CoreV1Api,
   CustomObjectsApi,
+  DiscoveryV1Api,
   KubeConfig,
   setHeaderOptions,
   type V1Node,
@@ -71,7 +72,7 @@ export interface UpOptions {
 }
 
 /** The programs a real-node lab runs besides the control plane's. */
-const REAL_NODE_TOOLS = ["containerd", "runc", "ctr", "iptables", "nsenter", "unshare", "ip"];
+const REAL_NODE_TOOLS = ["containerd", "runc", "ctr", "iptables", "nsenter", "unshare", "ip", "nft"];
 
 /** What a lab that died without `down` left in its slot: its BMCs and machines (its own stop), then anything in the slot's cgroups. */
 async function reclaimSlot(slot: number, owner: string): Promise<void> {
@@ -113,6 +114,13 @@ export class Lab implements FaultDriver {
   get kubeconfig(): string {
     return paths(this.state.dir).kubeconfig;
   }
+  /**
+   * Where pods reach the lab's BMCs and power/cloud peers (real nodes: the host's management address, which a
+   * partition does not cut; kwok: loopback). Peers started with `host: lab.managementAddress` listen there.
+   */
+  get managementAddress(): string {
+    return this.state.real?.managementIp ?? "127.0.0.1";
+  }
   /** PATH with the lab's kubectl first. */
   get env(): NodeJS.ProcessEnv {
     return { ...process.env, KUBECONFIG: this.kubeconfig, PATH: `${this.state.binDir}:${process.env.PATH ?? ""}` };
@@ -142,7 +150,7 @@ export class Lab implements FaultDriver {
       const m = REAL_NODE_TOOLS.filter((t) => !which(t));
       if (m.length || !existsSync("/usr/lib/cni/bridge"))
         throw new Error(
-          `real nodes need ${[...m, ...(existsSync("/usr/lib/cni/bridge") ? [] : ["/usr/lib/cni/bridge"])].join(", ")}: install the Debian packages containerd, runc, containernetworking-plugins, iptables (npm run setup does it)`,
+          `real nodes need ${[...m, ...(existsSync("/usr/lib/cni/bridge") ? [] : ["/usr/lib/cni/bridge"])].join(", ")}: install the Debian packages containerd, runc, containernetworking-plugins, iptables, nftables (npm run setup does it)`,
         );
       if (process.getuid?.() !== 0) throw new Error("real nodes need root (network namespaces, cgroups, mounts)");
       if (!o.images) throw new Error("real nodes need images (lab/images.ts builds them)");
@@ -165,7 +173,13 @@ export class Lab implements FaultDriver {
         index: i,
         zone: zones[i % zones.length]!,
         cidr: runtime === "real" ? podCidr(slot, i) : `10.244.${i + 1}.0/24`,
-        bmc: { address: "127.0.0.1", port: await freeUdpPort(), username: "admin", passwordFile: join(p.node(name).dir, "bmc-password") },
+        bmc: {
+          // Real nodes' pods reach the BMCs on the management address; kwok labs keep loopback.
+          address: runtime === "real" ? labNet(slot).managementIp : "127.0.0.1",
+          port: await freeUdpPort(),
+          username: "admin",
+          passwordFile: join(p.node(name).dir, "bmc-password"),
+        },
         ...(runtime === "real" ? { ip: nodeIp(slot, i) } : {}),
       });
       const providerID = o.providerID?.({ name, index: i, zone: nodes[i]!.zone });
@@ -198,7 +212,9 @@ export class Lab implements FaultDriver {
               slot,
               hostIp: labNet(slot).hostIp,
               forwardPort: 6443,
+              managementIp: labNet(slot).managementIp,
               kubelet: bins.kubelet,
+              kubeProxy: bins.kubeProxy,
               pauseImage: o.images!.pauseImage,
               imageTars: o.images!.tars,
               images: o.images!.refs,
@@ -217,7 +233,13 @@ export class Lab implements FaultDriver {
       { name: "kwok", cn: KWOK_USER, groups: ["system:masters"] },
       // A real kubelet is what the Node authorizer and NodeRestriction expect: one identity per node.
       ...(runtime === "real"
-        ? nodes.map((nd) => ({ name: `node-${nd.name}`, cn: `system:node:${nd.name}`, groups: ["system:nodes"] }))
+        ? [
+            ...nodes.map((nd) => ({ name: `node-${nd.name}`, cn: `system:node:${nd.name}`, groups: ["system:nodes"] })),
+            // Bound to system:node-proxier by default.
+            { name: "kube-proxy", cn: "system:kube-proxy", groups: [] },
+            // The apiserver's identity towards the kubelets (kubectl logs/exec).
+            { name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", groups: [] },
+          ]
         : []),
     ];
     const pki = createPki(p.pki, clients);
@@ -243,6 +265,14 @@ export class Lab implements FaultDriver {
           tlsServerName: "localhost",
         });
     }
+    if (runtime === "real")
+      writeKubeconfig(join(p.kubeconfigs, "kube-proxy.kubeconfig"), {
+        server: `https://${s.real!.hostIp}:${s.real!.forwardPort}`,
+        caCert: pki.caCert,
+        ...pki.client("kube-proxy"),
+        user: "system:kube-proxy",
+        tlsServerName: "localhost",
+      });
     apiserverClients();
 
     try {
@@ -298,6 +328,20 @@ export class Lab implements FaultDriver {
     );
     if (up === "exited")
       throw new Error(`the apiserver forwarder on ${r.hostIp}:${r.forwardPort} exited:\n${tail(join(p.logs, "forwarder.log"), 6)}`);
+    // The `kubernetes` Service's endpoint (the apiserver's own reconciler is off: its address is loopback): a
+    // pod's in-cluster config, https://10.96.0.1:443, goes through its node's kube-proxy to the forwarder.
+    await this.kc.makeApiClient(DiscoveryV1Api).createNamespacedEndpointSlice({
+      namespace: "default",
+      body: {
+        metadata: {
+          name: "kubernetes-lab",
+          labels: { "kubernetes.io/service-name": "kubernetes", "endpointslice.kubernetes.io/managed-by": "stockade-lab" },
+        },
+        addressType: "IPv4",
+        endpoints: [{ addresses: [r.hostIp], conditions: { ready: true } }],
+        ports: [{ name: "https", port: r.forwardPort, protocol: "TCP" }],
+      },
+    });
     // Cluster DNS on the host's lab address: StatefulSet members find each other by their stable names.
     await startClusterDns(s, { listen: { address: r.hostIp } });
     r.clusterDns = r.hostIp;

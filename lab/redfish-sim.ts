@@ -63,15 +63,21 @@ export class RedfishSimulator {
   private pendingOn = false;
   private chain: Promise<void> = Promise.resolve();
   port = 0;
+  /** Where it listens: loopback, or the lab's management address (reachable from pods). */
+  readonly address: string;
 
-  private constructor(s: LabState, node: string) {
+  private constructor(s: LabState, node: string, host: string) {
     this.s = s;
     this.node = node;
+    this.address = host;
     const pki = paths(s.dir).pki;
     this.caBundle = readFileSync(join(pki, "ca.crt"), "utf8");
+    // One certificate per address (each is made once): loopback's keeps its old name.
+    const stem = host === "127.0.0.1" ? `redfish-${node}` : `redfish-${node}-${host}`;
+    const san = `IP:127.0.0.1,DNS:localhost${host === "127.0.0.1" ? "" : `,IP:${host}`}`;
     this.certs = {
-      lab: signServerCert(pki, `redfish-${node}`, "IP:127.0.0.1,DNS:localhost"),
-      impostor: selfSignedCert(join(pki, "impostor"), `redfish-${node}`, "IP:127.0.0.1,DNS:localhost"),
+      lab: signServerCert(pki, stem, san),
+      impostor: selfSignedCert(join(pki, "impostor"), stem, san),
     };
     this.server = createServer(this.tlsOptions("lab"), (req, res) => void this.handle(req, res));
     // A hung BMC holds the request forever: no server-side timeout may answer for it.
@@ -83,19 +89,15 @@ export class RedfishSimulator {
     });
   }
 
-  /** Starts the simulator of `node` on a free loopback port. */
-  static async start(s: LabState, node: string): Promise<RedfishSimulator> {
-    const sim = new RedfishSimulator(s, node);
+  /** Starts the simulator of `node` on a free port of loopback, or of `o.host` (e.g. lab.managementAddress). */
+  static async start(s: LabState, node: string, o: { host?: string } = {}): Promise<RedfishSimulator> {
+    const sim = new RedfishSimulator(s, node, o.host ?? "127.0.0.1");
     await new Promise<void>((resolve, reject) => {
       sim.server.once("error", reject);
-      sim.server.listen(0, "127.0.0.1", () => resolve());
+      sim.server.listen(0, sim.address, () => resolve());
     });
     sim.port = (sim.server.address() as { port: number }).port;
     return sim;
-  }
-
-  get address(): string {
-    return "127.0.0.1";
   }
 
   /** Which certificate new connections get: the lab CA's, or an impostor's. */

@@ -27,7 +27,10 @@ export interface RealLabState {
   /** The host's address on the lab network: nodes reach the apiserver (a forwarder) and DNS here. */
   hostIp: string;
   forwardPort: number;
+  /** The host's management address on the lab network: BMCs and power/cloud peers (a partition leaves it). */
+  managementIp: string;
   kubelet: string;
+  kubeProxy: string;
   pauseImage: string;
   imageTars: string[];
   /** Image name (pause, busybox, etcd, ledger, ...) -> reference pods use, with imagePullPolicy: Never. */

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import { setPower } from "./machine.ts";
 import { paths, readState, readText } from "./state.ts";
-import { createPki } from "./pki.ts";
+import { createPki, signServerCert } from "./pki.ts";
 import { SECRETS_NS, type Bed } from "./bed.ts";
 
 export type Power = "on" | "off";
@@ -66,6 +66,7 @@ export class WebhookPowerService {
   private readonly now: () => number;
   private readonly backend: PowerBackend;
   private readonly scheme: string;
+  private host = "127.0.0.1";
 
   constructor(o: { keys: string[]; backend: PowerBackend; tls?: { cert: string; key: string }; now?: () => number }) {
     this.keys = o.keys;
@@ -76,14 +77,16 @@ export class WebhookPowerService {
     this.scheme = o.tls ? "https" : "http";
   }
 
+  /** `host`: loopback, or the lab's management address (lab.managementAddress) for agents running in pods. */
   async listen(port = 0, host = "127.0.0.1"): Promise<string> {
     await new Promise<void>((r) => this.server.listen(port, host, () => r()));
+    this.host = host;
     return this.url;
   }
 
   get url(): string {
     const a = this.server.address() as AddressInfo;
-    return `${this.scheme}://127.0.0.1:${a.port}/power`;
+    return `${this.scheme}://${this.host}:${a.port}/power`;
   }
 
   async close(): Promise<void> {
@@ -172,24 +175,29 @@ export function labPower(dir: string): PowerBackend {
   };
 }
 
-/** A CA and a serving certificate for 127.0.0.1, of the service's own (not the control plane's). */
-export function serviceTls(dir: string): { caBundle: string; cert: string; key: string } {
+/** A CA and a serving certificate for 127.0.0.1 (and `host`, when another), of the service's own (not the control plane's). */
+export function serviceTls(dir: string, host = "127.0.0.1"): { caBundle: string; cert: string; key: string } {
   const pki = createPki(join(dir, "webhook-pki"), []);
+  const server =
+    host === "127.0.0.1"
+      ? { cert: pki.serverCert, key: pki.serverKey }
+      : signServerCert(pki.dir, `power-service-${host}`, `IP:${host},IP:127.0.0.1,DNS:localhost`);
   return {
     caBundle: readFileSync(pki.caCert, "utf8"),
-    cert: readFileSync(pki.serverCert, "utf8"),
-    key: readFileSync(pki.serverKey, "utf8"),
+    cert: readFileSync(server.cert, "utf8"),
+    key: readFileSync(server.key, "utf8"),
   };
 }
 
 /**
- * The lab's power service for an e2e bed: listening on loopback with its own CA, the Secret power-service
- * (hmacKey, caBundle) and the FenceAgent lab-webhook pointing at it (machine = the node's name).
+ * The lab's power service for an e2e bed: listening on loopback (or `host`, e.g. lab.managementAddress) with its
+ * own CA, the Secret power-service (hmacKey, caBundle) and the FenceAgent lab-webhook pointing at it (machine =
+ * the node's name).
  */
-export async function installLabWebhook(bed: Bed, key: string, timeoutSeconds = 10): Promise<WebhookPowerService> {
-  const tls = serviceTls(bed.lab.dir);
+export async function installLabWebhook(bed: Bed, key: string, timeoutSeconds = 10, host = "127.0.0.1"): Promise<WebhookPowerService> {
+  const tls = serviceTls(bed.lab.dir, host);
   const service = new WebhookPowerService({ keys: [key], backend: labPower(bed.lab.dir), tls: { cert: tls.cert, key: tls.key } });
-  await service.listen();
+  await service.listen(0, host);
   await bed.lab.core.createNamespacedSecret({
     namespace: SECRETS_NS,
     body: { metadata: { name: "power-service" }, stringData: { hmacKey: key, caBundle: tls.caBundle } },

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the tests need that npm does not install: Debian packages (OpenIPMI's ipmi_sim, ipmitool,
 # ClusterLabs fence-agents, Redfish clients (redfishtool, python3-sushy), openssl, containerd, runc, CNI plugins,
-# busybox-static, iptables, the Python modules of the AWS peer), Debian trixie's moto (tools/moto.sh) and the Go-built
+# busybox-static, iptables, nftables, the Python modules of the AWS peer), Debian trixie's moto (tools/moto.sh) and the Go-built
 # Kubernetes components and Redfish emulator (version-keyed caches).
 # Idempotent: a machine that has everything pays a few stat() calls.
 set -euo pipefail
@@ -16,12 +16,14 @@ command -v ipmitool >/dev/null || need+=(ipmitool)
 command -v redfishtool >/dev/null || need+=(redfishtool)
 /usr/bin/python3 -c "import sushy" 2>/dev/null || need+=(python3-sushy)
 # Real-node lab mode: a containerd and a kubelet per node, runc, the CNI plugins, images without a registry
-# (busybox from busybox-static), packet filters for partitions (iptables), a node's own mount namespace (util-linux).
+# (busybox from busybox-static), packet filters for partitions (iptables), kube-proxy's nftables mode (nft),
+# a node's own mount namespace (util-linux).
 command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && { ldd /bin/busybox 2>&1 || true; } | grep -q "not a dynamic" || need+=(busybox-static)
 command -v iptables >/dev/null || need+=(iptables)
+command -v nft >/dev/null || need+=(nftables)
 # Network namespaces and links (ip), and a stale slot's leftover listeners (ss).
 { command -v ip && command -v ss; } >/dev/null || need+=(iproute2)
 # The AWS agent's test peer, trixie's moto (below), runs on bookworm's Python with these; boto3 also drives it in the tests.

@@ -37,6 +37,8 @@ export const nodePaths = (dir: string) => ({
   init: join(dir, "init.pid.json"),
   containerd: join(dir, "containerd.pid.json"),
   kubelet: join(dir, "kubelet.pid.json"),
+  kubeProxyConfig: join(dir, "kube-proxy.yaml"),
+  kubeProxy: join(dir, "kube-proxy.pid.json"),
   snapshots: join(dir, "process-snapshots.jsonl"),
 });
 
@@ -179,4 +181,26 @@ export function kubeletArgs(n: RealNodeLayout, o: { kubeconfig: string; zone: st
       .join(",")}`,
     "--v=1",
   ];
+}
+
+/**
+ * kube-proxy of one node, in nftables mode: its own table, so the lab's partition rules (iptables-nft in the
+ * filter hooks) still drop a pod's forwarded packets; iptables mode's KUBE-FORWARD accepts ESTABLISHED
+ * connections before them, and a partitioned pod kept talking to the apiserver. The conntrack settings at 0
+ * leave the machine-wide sysctls alone (every node and lab shares them).
+ */
+export function kubeProxyConfig(n: RealNodeLayout, o: { kubeconfig: string; clusterCidr: string }): string {
+  const cfg = {
+    apiVersion: "kubeproxy.config.k8s.io/v1alpha1",
+    kind: "KubeProxyConfiguration",
+    mode: "nftables",
+    clientConnection: { kubeconfig: o.kubeconfig },
+    hostnameOverride: n.name,
+    bindAddress: n.ip,
+    healthzBindAddress: `${n.ip}:10256`,
+    metricsBindAddress: `${n.ip}:10249`,
+    clusterCIDR: o.clusterCidr,
+    conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s" },
+  };
+  return JSON.stringify(cfg, null, 2);
 }

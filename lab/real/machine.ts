@@ -12,7 +12,7 @@ import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { appendEvent, nodeSpec, paths, readText, type LabState } from "../state.ts";
-import { addFaultRules, dropRules, labNet, podCidr, removeFaultRules } from "./net.ts";
+import { addFaultRules, dropRules, labNet, labPodRange, podCidr, removeFaultRules } from "./net.ts";
 import {
   bootNode,
   freezeNode,
@@ -45,6 +45,9 @@ export function realContext(s: LabState, name: string): RealNodeContext {
     caFile: join(paths(s.dir).pki, "ca.crt"),
     nodeLeaseSeconds: s.nodeLeaseSeconds,
     kubelet: r.kubelet,
+    kubeProxy: r.kubeProxy,
+    kubeProxyKubeconfig: join(paths(s.dir).kubeconfigs, "kube-proxy.kubeconfig"),
+    clusterCidr: labPodRange(r.slot),
     pauseImage: r.pauseImage,
     imageTars: r.imageTars,
     clusterDns: r.clusterDns,

@@ -3,13 +3,16 @@
 // Nothing is added to the host's own firewall or forwarding (forwarding stays off there, so nothing can
 // leave the machine), and a lab owns a numbered slot so several labs can run side by side.
 //
-//   host  stk<S>h 10.250.S.1 ──┐
+//   host  stk<S>h 10.250.S.1 ──┐  (apiserver forwarder, cluster DNS: what a partition cuts)
+//                 10.250.S.2   │  (management network: BMCs and power/cloud peers; a partition leaves it)
 //   node-1 eth0   10.250.S.11 ─┤ br0 (netns stockade-S-sw)
 //   node-2 eth0   10.250.S.12 ─┘
 //
 // Pod subnets are 10.<100+S>.<i>.0/24: every node routes the others' via their address, and the host
 // routes all of them (tests and checkers reach pods by IP). Faults are iptables rules in a node's own
 // namespace, in a chain of ours: a cut cable survives the node's power cycle, as it would.
+// Addresses nobody serves fail on the host itself (unreachable routes): the machine's egress proxy would
+// otherwise "answer" a ClusterIP (10.96.0.0/16) or an unused pod address.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { procStart } from "../processes.ts";
@@ -21,6 +24,8 @@ export const MAX_SLOTS = 60;
 export interface LabNet {
   slot: number;
   hostIp: string;
+  /** The host's second address on the lab link: the management network (not cut by a partition). */
+  managementIp: string;
   hostDev: string;
   switchNs: string;
 }
@@ -28,11 +33,16 @@ export interface LabNet {
 export const labNet = (slot: number): LabNet => ({
   slot,
   hostIp: `10.250.${slot}.1`,
+  managementIp: `10.250.${slot}.2`,
   hostDev: `stk${slot}h`,
   switchNs: `stockade-${slot}-sw`,
 });
 export const nodeIp = (slot: number, index: number) => `10.250.${slot}.${11 + index}`;
 export const podCidr = (slot: number, index: number) => `10.${100 + slot}.${index + 1}.0/24`;
+/** Every pod subnet of the slot (kube-proxy's clusterCIDR; unreachable on the host outside the nodes' /24s). */
+export const labPodRange = (slot: number) => `10.${100 + slot}.0.0/16`;
+/** The apiserver's --service-cluster-ip-range, the same in every lab. */
+export const SERVICE_CIDR = "10.96.0.0/16";
 export const nodeNetns = (slot: number, node: string) => `stockade-${slot}-${node}`;
 const nodeDev = (slot: number, index: number) => `stk${slot}n${index}`;
 export const FAULT_CHAIN = "STOCKADE-FAULTS";
@@ -113,7 +123,12 @@ export function setupSwitch(slot: number): LabNet {
   ip("link", "set", `${n.hostDev}s`, "netns", n.switchNs);
   inNs(n.switchNs, "ip", "link", "set", `${n.hostDev}s`, "master", "br0", "up");
   ip("addr", "add", `${n.hostIp}/24`, "dev", n.hostDev);
+  ip("addr", "add", `${n.managementIp}/24`, "dev", n.hostDev);
   ip("link", "set", n.hostDev, "up");
+  // Fail locally, within the machine: the nodes' /24 routes are more specific. The ClusterIP route is shared by
+  // every lab and never removed (harmless: nothing may send there from the host anyway).
+  ip("route", "replace", "unreachable", labPodRange(slot));
+  ip("route", "replace", "unreachable", SERVICE_CIDR);
   return n;
 }
 
@@ -156,12 +171,14 @@ export function listenerPids(ssOutput: string, ip: string): number[] {
 }
 
 /**
- * Kills what still listens on a slot's host address: the apiserver forwarder and cluster DNS of a lab whose
- * directory is gone (its pid files with it) keep the address bound after the bridge is deleted, and the next
+ * Kills what still listens on a slot's host addresses (BMCs on the management one too): the apiserver
+ * forwarder and cluster DNS of a lab whose directory is gone (its pid files with it) keep the address bound after the bridge is deleted, and the next
  * lab on the slot could not listen there (EADDRINUSE; its kubelets never registered).
  */
 export function killSlotListeners(slot: number): number[] {
-  const pids = listenerPids(run("ss", ["-Hlnptu"], { ignoreError: true }), labNet(slot).hostIp).filter((p) => p !== process.pid);
+  const ss = run("ss", ["-Hlnptu"], { ignoreError: true });
+  const n = labNet(slot);
+  const pids = [...new Set([...listenerPids(ss, n.hostIp), ...listenerPids(ss, n.managementIp)])].filter((p) => p !== process.pid);
   for (const pid of pids) {
     try {
       process.kill(pid, "SIGKILL");
@@ -181,6 +198,7 @@ export function teardownNet(slot: number): void {
     if (ns?.startsWith(prefix)) run("ip", ["netns", "del", ns], { ignoreError: true });
   }
   run("ip", ["link", "del", labNet(slot).hostDev], { ignoreError: true }); // takes its routes along
+  run("ip", ["route", "del", "unreachable", labPodRange(slot)], { ignoreError: true });
 }
 
 // ---- faults: rules in the node's own chain -------------------------------------------------------

@@ -1,4 +1,4 @@
-// A real lab machine: a containerd and a kubelet (v1.34, Go-built) in the node's own network namespace,
+// A real lab machine: a containerd, a kubelet and a kube-proxy (v1.34, Go-built) in the node's own network namespace,
 // mount namespace and cgroup subtree. Its power is that subtree: off freezes every process of the node
 // at once (kubelet, containerd, shims, pause, containers), records what was alive, kills them all and
 // thaws; nothing is left mounted because every mount the node made lives in its own mount namespace,
@@ -9,7 +9,7 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
-import { containerdConfig, cniConfig, kubeletArgs, kubeletConfig, nodePaths, type RealNodeLayout } from "./config.ts";
+import { containerdConfig, cniConfig, kubeletArgs, kubeletConfig, kubeProxyConfig, nodePaths, type RealNodeLayout } from "./config.ts";
 import { nodeNetns } from "./net.ts";
 import { clearRef, isAlive, readRef, startDetached, stop, writeRef, type ProcRef } from "../processes.ts";
 import { importImages } from "../images.ts";
@@ -25,6 +25,11 @@ export interface RealNodeContext extends RealNodeLayout {
   caFile: string;
   nodeLeaseSeconds: number;
   kubelet: string;
+  /** kube-proxy's binary and its kubeconfig (CN=system:kube-proxy); the Service VIPs of the node's pods. */
+  kubeProxy: string;
+  kubeProxyKubeconfig: string;
+  /** Every pod subnet of the lab (kube-proxy's clusterCIDR). */
+  clusterCidr: string;
   pauseImage: string;
   /** OCI image tars imported into the node's containerd on its first boot. */
   imageTars: string[];
@@ -191,6 +196,7 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
       providerID: ctx.providerID,
     }),
   );
+  writeFileSync(p.kubeProxyConfig, kubeProxyConfig(ctx, { kubeconfig: ctx.kubeProxyKubeconfig, clusterCidr: ctx.clusterCidr }));
   for (const d of ["/run/containerd", "/var/lib/cni"]) mkdirSync(d, { recursive: true });
 
   // The machine's "PID 1": holds the node's mount namespace for as long as the node is powered.
@@ -234,6 +240,7 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
   writeFileSync(join(ctx.dir, "images-imported"), JSON.stringify(ctx.imageTars));
 
   writeRef(p.kubelet, startKubelet(ctx, init.pid));
+  writeRef(p.kubeProxy, startSupervised(ctx, init.pid, "kube-proxy", [ctx.kubeProxy, `--config=${p.kubeProxyConfig}`, "--v=1"]));
 }
 
 /**
@@ -242,8 +249,12 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
  * kill-kubelet fault kills the supervisor with it (one process group).
  */
 function startKubelet(ctx: RealNodeContext, initPid: number): ProcRef {
-  const args = [ctx.kubelet, ...kubeletArgs(ctx, { kubeconfig: ctx.kubeconfig, zone: ctx.zone })];
-  return startInNode(ctx, ["sh", "-c", 'while :; do "$@"; sleep 1; done', "kubelet-supervisor", ...args], "kubelet", { initPid });
+  return startSupervised(ctx, initPid, "kubelet", [ctx.kubelet, ...kubeletArgs(ctx, { kubeconfig: ctx.kubeconfig, zone: ctx.zone })]);
+}
+
+/** `cmd` in the node, started again a second after it exits (kube-proxy too: a DaemonSet pod would be restarted). */
+function startSupervised(ctx: RealNodeContext, initPid: number, name: string, cmd: string[]): ProcRef {
+  return startInNode(ctx, ["sh", "-c", 'while :; do "$@"; sleep 1; done', `${name}-supervisor`, ...cmd], name, { initPid });
 }
 
 /** Images already on the node's disk (they survive power cycles, as a real node's would). */
@@ -273,7 +284,7 @@ export async function powerOffNode(ctx: RealNodeContext, reason: string): Promis
   await waitUntil(`every process of node ${ctx.name} to exit`, () => nodePids(ctx.cgroup).length === 0, 10_000);
   snapshot(ctx, `${reason}: after kill`); // the evidence that nothing of the node outlived the power-off
   const p = nodePaths(ctx.dir);
-  for (const f of [p.init, p.containerd, p.kubelet]) clearRef(f);
+  for (const f of [p.init, p.containerd, p.kubelet, p.kubeProxy]) clearRef(f);
   removePodCgroups(ctx.cgroup);
   return snap;
 }

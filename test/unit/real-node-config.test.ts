@@ -3,8 +3,16 @@
 // records), the settings this machine needs are there, and nothing can pull an image.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { cniConfig, containerdConfig, kubeletArgs, kubeletConfig, nodePaths, type RealNodeLayout } from "../../lab/real/config.ts";
-import { dropRules, labNet, listenerPids, nodeIp, podCidr } from "../../lab/real/net.ts";
+import {
+  cniConfig,
+  containerdConfig,
+  kubeletArgs,
+  kubeletConfig,
+  kubeProxyConfig,
+  nodePaths,
+  type RealNodeLayout,
+} from "../../lab/real/config.ts";
+import { dropRules, labNet, labPodRange, listenerPids, nodeIp, podCidr } from "../../lab/real/net.ts";
 
 const node = (name: string, i: number): RealNodeLayout => ({
   dir: `/labs/x/nodes/${name}/machine`,
@@ -55,6 +63,19 @@ test("kubelet: pods under the node's cgroup, its own address, no unauthenticated
   assert.ok(!args.some((x) => x.includes("node-restriction.kubernetes.io")), "a kubelet may not set those labels");
 });
 
+test("kube-proxy: nftables mode (partitions hold), the node's identity and address, machine-wide conntrack sysctls untouched", () => {
+  const k = JSON.parse(kubeProxyConfig(a, { kubeconfig: "/kp", clusterCidr: labPodRange(3) })) as Record<string, unknown>;
+  assert.equal(k.mode, "nftables");
+  assert.equal(k.hostnameOverride, "node-1");
+  assert.equal(k.bindAddress, "10.250.3.11");
+  assert.equal(k.healthzBindAddress, "10.250.3.11:10256");
+  assert.equal(k.metricsBindAddress, "10.250.3.11:10249");
+  assert.equal(k.clusterCIDR, "10.103.0.0/16");
+  assert.deepEqual(k.clientConnection, { kubeconfig: "/kp" });
+  assert.deepEqual(k.conntrack, { maxPerCore: 0, min: 0, tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s" });
+  assert.notEqual(nodePaths(a.dir).kubeProxyConfig, nodePaths(b.dir).kubeProxyConfig);
+});
+
 test("CNI: the node's own subnet, no masquerade", () => {
   const c = JSON.parse(cniConfig(b)) as { plugins: { type: string; ipMasq?: boolean; ipam?: { ranges: { subnet: string }[][] } }[] };
   const bridge = c.plugins.find((p) => p.type === "bridge")!;
@@ -68,6 +89,18 @@ test("addresses: one lab network per slot, node and pod subnets never overlap ac
   assert.notEqual(labNet(3).hostDev, labNet(4).hostDev);
   assert.ok(labNet(60).hostDev.length <= 15, "Linux interface names are at most 15 bytes");
   assert.ok(`stk60n49s`.length <= 15);
+  // The management address shares the host's link but is not the address a partition cuts.
+  assert.equal(labNet(3).managementIp, "10.250.3.2");
+  assert.notEqual(labNet(3).managementIp, labNet(3).hostIp);
+  assert.deepEqual(
+    dropRules([labNet(3).hostIp])
+      .flat()
+      .includes(labNet(3).managementIp),
+    false,
+  );
+  // Every node's pod subnet lies in the slot's range, and no other slot's.
+  for (const i of [0, 49]) assert.ok(podCidr(3, i).startsWith("10.103."), podCidr(3, i));
+  assert.notEqual(labPodRange(3), labPodRange(4));
 });
 
 test("a cut drops both directions for every peer", () => {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the lab's Kubernetes components from the official Go modules with the machine's Go toolchain:
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet (one wrapper module, because
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy (one wrapper module, because
 # k8s.io/kubernetes requires its staging modules at v0.0.0), etcd and etcdctl (wrapper modules: their
 # go.mod files have replace directives), kwok and CoreDNS (plain `go install`), and the lab's own
 # programs (lab/programs/<name>/, the images' pause and workloads). Nothing prebuilt is downloaded.
@@ -26,10 +26,10 @@ log() { printf '[k8s-bins] %s\n' "$*" >&2; }
 have() { for f in "$@"; do [ -x "$f" ] || return 1; done; }
 elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
 
-K8S_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+K8S_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
 build_kubernetes() {
-  # Only what is missing: a cache from before kubelet joined the list keeps its four binaries.
+  # Only what is missing: a cache from before kubelet or kube-proxy joined the list keeps its binaries.
   local missing=() c
   for c in "${K8S_COMPONENTS[@]}"; do have "$K8S_DIR/$c" || missing+=("$c"); done
   [ ${#missing[@]} -eq 0 ] && return 0
