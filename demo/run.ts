@@ -97,11 +97,12 @@ try {
   step(
     "deploying StatefulSet db (2 replicas, one per node): each pod appends records to its own volume on a shared SAN, with no storage-side lock",
   );
-  const pods = await bed.statefulSet("db", 2);
-  // In-cluster, a replica whose node is not the leader's: cutting the leader off is another story (failover of the operator first).
+  // In-cluster, db stays off the leader's node: cutting the leader off is another story (the operator's own failover first).
   const leaderNode = mode === "in-cluster" ? await bed.leaderNode() : undefined;
-  const victim = pods.find((p) => p.spec?.nodeName !== leaderNode) ?? pods[0]!;
-  const victimName = victim.metadata!.name!;
+  for (const n of bed.lab.nodes().filter((x) => x !== leaderNode)) await bed.kubectl("label", "node", n, "demo.stockade.io/workload=true");
+  const pods = await bed.statefulSet("db", 2, { nodeSelector: { "demo.stockade.io/workload": "true" } });
+  const victimName = "db-0";
+  const victim = pods.find((p) => p.metadata?.name === victimName)!;
   const node = victim.spec!.nodeName!;
   const oldUid = victim.metadata!.uid!;
   for (const p of pods) console.log(`    ${p.metadata?.name} Running on ${p.spec?.nodeName}`);
