@@ -3,11 +3,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import { loadAllYaml } from "@kubernetes/client-node";
 import { ensureBins, repoRoot } from "../../lab/bins.ts";
+import { deploymentImage, overlayKustomization, splitImage } from "../../lab/operator-install.ts";
 
 const run = promisify(execFile);
 const manifests = join(repoRoot, "manifests");
@@ -48,4 +50,24 @@ test("`kubectl … -f manifests/` does not read Kustomization (it has apiVersion
   assert.ok(!objs.some((o) => o.kind === "Kustomization"), "kubectl -f read manifests/Kustomization");
   const files = appliedFiles().flatMap((f) => (loadAllYaml(readFileSync(join(manifests, f), "utf8")) as Obj[]).filter(Boolean));
   assert.deepEqual(objs.map(key).sort(), files.map(key).sort());
+});
+
+test("a user's overlay of manifests/ (lab/operator-install.ts writes the lab's) changes the Deployment's image and nothing else", async () => {
+  const dir = join(mkdtempSync(join(tmpdir(), "stockade-overlay-")), "overlay");
+  mkdirSync(dir);
+  const image = deploymentImage();
+  assert.deepEqual(splitImage("registry.example:5000/team/stockade:1.2"), { name: "registry.example:5000/team/stockade", tag: "1.2" });
+  assert.deepEqual(splitImage("registry.example:5000/stockade"), { name: "registry.example:5000/stockade", tag: undefined });
+  writeFileSync(
+    join(dir, "kustomization.yaml"),
+    overlayKustomization({ resources: relative(dir, manifests), image, ref: "stockade.lab/stockade:0123abcd" }),
+  );
+  const kubectl = ensureBins().kubectl;
+  const [base, over] = await Promise.all(
+    [manifests, dir].map(async (d) => (await run(kubectl, ["kustomize", d], { env: offline, maxBuffer: 64 << 20 })).stdout),
+  );
+  const images = (text: string) => [...text.matchAll(/^\s+image: (\S+)$/gm)].map((m) => m[1]);
+  assert.deepEqual(images(base!), [image]);
+  assert.deepEqual(images(over!), ["stockade.lab/stockade:0123abcd"]);
+  assert.equal(over, base!.replace(`image: ${image}`, "image: stockade.lab/stockade:0123abcd"));
 });
