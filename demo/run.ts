@@ -94,13 +94,15 @@ try {
       `operator leader: ${leader?.metadata?.name} on ${leader?.spec?.nodeName} (logs: kubectl -n stockade-system logs ${leader?.metadata?.name})`,
     );
   }
-  step(
-    "deploying StatefulSet db (2 replicas, one per node): each pod appends records to its own volume on a shared SAN, with no storage-side lock",
-  );
   // In-cluster, db stays off the leader's node: cutting the leader off is another story (the operator's own failover first).
   const leaderNode = mode === "in-cluster" ? await bed.leaderNode() : undefined;
   for (const n of bed.lab.nodes().filter((x) => x !== leaderNode)) await bed.kubectl("label", "node", n, "demo.stockade.io/workload=true");
-  const pods = await bed.statefulSet("db", 2, { nodeSelector: { "demo.stockade.io/workload": "true" } });
+  // One pod per node (required anti-affinity), and a free node left for db-0's replacement.
+  const replicas = Math.min(2, nodes - (leaderNode ? 2 : 1));
+  step(
+    `deploying StatefulSet db (${replicas} replica${replicas > 1 ? "s, one per node" : ""}${leaderNode ? `, not on the leader's node ${leaderNode}` : ""}): each pod appends records to its own volume on a shared SAN, with no storage-side lock`,
+  );
+  const pods = await bed.statefulSet("db", replicas, { nodeSelector: { "demo.stockade.io/workload": "true" } });
   const victimName = "db-0";
   const victim = pods.find((p) => p.metadata?.name === victimName)!;
   const node = victim.spec!.nodeName!;

@@ -43,6 +43,7 @@ import { OPERATOR_NODE_FLAGS } from "../src/runtime/node-flags.ts";
 import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
 import {
   OPERATOR_NS,
+  imageFromTar,
   installOperator,
   leaderPod,
   operatorPods,
@@ -69,10 +70,13 @@ function parseLogLines(text: string): { time: number; msg: string; [k: string]: 
     .map((l) => JSON.parse(l) as { time: number; msg: string });
 }
 
-/** The operator image built from the Dockerfile (lab/operator-image.ts, cached by its inputs). */
+/** The operator image: $STOCKADE_OPERATOR_IMAGE (a `docker save` tar) if set, else built from the Dockerfile
+ * (lab/operator-image.ts, cached by its inputs). */
 async function buildOperatorImage(log?: (m: string) => void): Promise<OperatorImage> {
+  const tar = process.env.STOCKADE_OPERATOR_IMAGE;
+  if (tar) return await imageFromTar(tar);
   void log;
-  throw new Error("Bed: pass operatorImage (building it needs lab/operator-image.ts)");
+  throw new Error("Bed: pass operatorImage or set STOCKADE_OPERATOR_IMAGE (building it needs lab/operator-image.ts)");
 }
 
 export class Bed {
