@@ -65,6 +65,13 @@ describe("e2e: the operator installed in-cluster from manifests/", () => {
     );
     assert.equal(p.metadata?.annotations?.[TOKEN_ANNOTATION], "1", "the operator lifted the gate and wrote token 1");
     await bed.lab.core.deleteNamespacedPod({ name: "solo-a", namespace: NS });
+    // Gone before the next test cuts a node off: a pod still terminating there would be released by that fence too.
+    await waitFor(
+      "solo-a gone",
+      async () =>
+        (await bed.lab.core.listNamespacedPod({ namespace: NS, fieldSelector: "metadata.name=solo-a" })).items.length === 0 || undefined,
+      { timeoutMs: 60_000 },
+    );
   });
 
   test("a node that is not the leader's is cut off: the installed operator fences it, the guarded pod is replaced", async () => {
