@@ -1,8 +1,16 @@
 // An end-to-end bed: the lab, Stockade's CRDs, FenceAgents for every node's simulated BMC (native
-// IPMI and Debian's fence_ipmilan), the operator as a child process (so it can be killed), and a
-// recorder of everything that happened.
+// IPMI and Debian's fence_ipmilan), the operator, and a recorder of everything that happened.
+//
+// Two operator modes:
+// - "host" (the default): replicas are child processes started by startOperator (so a test can kill them);
+//   the bed applies the CRDs, the admission policy and, with `webhooks`, the webhooks pointed at loopback.
+// - "in-cluster": the operator installed as a user installs it (lab/operator-install.ts: image imported into
+//   every node, `kubectl apply -k` an overlay of manifests/), real nodes only, webhooks through their Service.
+//   Helpers: operatorPods(), leaderPod() / leaderNode() (from the Lease holder `<pod>_<suffix>`),
+//   podLogs() (the replicas' on-disk container logs, readable even from a dead node), webhookRefusal(),
+//   and `installed` (the install's figures and kubectl's warnings). startOperator is for host mode only.
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
@@ -33,6 +41,17 @@ import { checkInvariant } from "./invariant.ts";
 import { execInCgroup, type MemoryCgroup } from "./memory-cgroup.ts";
 import { OPERATOR_NODE_FLAGS } from "../src/runtime/node-flags.ts";
 import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
+import {
+  OPERATOR_NS,
+  imageFromTar,
+  installOperator,
+  leaderPod,
+  operatorPods,
+  webhookRefusal,
+  type Installed,
+  type OperatorImage,
+} from "./operator-install.ts";
+import { nodePaths } from "./real/config.ts";
 
 const run = promisify(execFile);
 export const NS = "default";
@@ -40,6 +59,25 @@ export const SECRETS_NS = "stockade-system";
 
 /** The csi-addons NetworkFence resource, for CustomObjectsApi calls. */
 export const NETWORK_FENCES = { group: "csiaddons.openshift.io", version: "v1alpha1", plural: "networkfences" };
+
+export type OperatorMode = "host" | "in-cluster";
+
+/** pino's JSON lines out of a log, other lines skipped. */
+function parseLogLines(text: string): { time: number; msg: string; [k: string]: unknown }[] {
+  return text
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l) as { time: number; msg: string });
+}
+
+/** The operator image: $STOCKADE_OPERATOR_IMAGE (a `docker save` tar) if set, else built from the Dockerfile
+ * (lab/operator-image.ts, cached by its inputs). */
+async function buildOperatorImage(log?: (m: string) => void): Promise<OperatorImage> {
+  const tar = process.env.STOCKADE_OPERATOR_IMAGE;
+  if (tar) return await imageFromTar(tar);
+  void log;
+  throw new Error("Bed: pass operatorImage or set STOCKADE_OPERATOR_IMAGE (building it needs lab/operator-image.ts)");
+}
 
 export class Bed {
   readonly lab: Lab;
@@ -52,10 +90,15 @@ export class Bed {
   private opRuns = 0;
   /** Where every replica serves the admission webhooks (SO_REUSEPORT: the kernel spreads connections over the live ones), when on. */
   webhookPort: number | undefined;
+  /** Where the operator runs: child processes of the test ("host") or pods installed from manifests/ ("in-cluster"). */
+  readonly mode: OperatorMode;
+  /** In-cluster: what installOperator reported (step times, kubectl's `Warning:` lines). */
+  installed: Installed | undefined;
 
-  private constructor(lab: Lab, rec: Recorder) {
+  private constructor(lab: Lab, rec: Recorder, mode: OperatorMode) {
     this.lab = lab;
     this.rec = rec;
+    this.mode = mode;
     this.custom = lab.kc.makeApiClient(CustomObjectsApi);
     this.apps = lab.kc.makeApiClient(AppsV1Api);
   }
@@ -79,9 +122,17 @@ export class Bed {
     kubernetesTimings?: boolean;
     /** The providerID each node registers with (Lab.up's option of that name). */
     providerID?: (node: { name: string; index: number; zone: string }) => string | undefined;
+    /** "host" (default): startOperator runs replicas as child processes. "in-cluster": installed from manifests/
+     * (real nodes; the bundle's webhooks are always on). */
+    operator?: OperatorMode;
+    /** In-cluster: the operator image (default: built from the Dockerfile by lab/operator-image.ts, cached). */
+    operatorImage?: OperatorImage;
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
     const runtime = o.runtime ?? "real";
+    const mode = o.operator ?? "host";
+    if (mode === "in-cluster" && runtime !== "real") throw new Error("Bed: the in-cluster operator needs real nodes (runtime: real)");
+    const operatorImage = mode === "in-cluster" ? (o.operatorImage ?? (await buildOperatorImage(o.log))) : undefined;
     const images = runtime === "real" ? await realNodeImages(o.log) : undefined;
     const lab = await Lab.up({
       dir,
@@ -95,17 +146,18 @@ export class Bed {
       providerID: o.providerID,
     });
     try {
-      return await Bed.setUp(lab, o.webhooks ?? false);
+      return await Bed.setUp(lab, o.webhooks ?? false, operatorImage, o.log);
     } catch (err) {
       await lab.down();
       throw err;
     }
   }
 
-  private static async setUp(lab: Lab, webhooks: boolean): Promise<Bed> {
-    const bed = new Bed(lab, await new Recorder(lab).start());
+  private static async setUp(lab: Lab, webhooks: boolean, image: OperatorImage | undefined, log?: (m: string) => void): Promise<Bed> {
+    const bed = new Bed(lab, await new Recorder(lab).start(), image ? "in-cluster" : "host");
     try {
-      if (webhooks) await bed.installWebhooks();
+      if (image) bed.installed = await installOperator(lab, { image, log });
+      else if (webhooks) await bed.installWebhooks();
       return await bed.install();
     } catch (err) {
       bed.rec.stop(); // its watches would keep the test process alive
@@ -135,11 +187,13 @@ export class Bed {
 
   private async install(): Promise<Bed> {
     const lab = this.lab;
-    await this.kubectl("apply", "-f", join(repoRoot, "crds"));
+    if (this.mode === "host") {
+      await this.kubectl("apply", "-f", join(repoRoot, "crds"));
+      // Who may write a NodeFence's status or confirm a manual fence: every bed runs with the bundle's policy.
+      await this.kubectl("apply", "-f", join(repoRoot, "manifests/06-admission-policy.yaml"));
+      await this.kubectl("create", "namespace", SECRETS_NS);
+    } // in-cluster: the bundle made all three
     await lab.waitForCrds();
-    // Who may write a NodeFence's status or confirm a manual fence: every bed runs with the bundle's policy.
-    await this.kubectl("apply", "-f", join(repoRoot, "manifests/06-admission-policy.yaml"));
-    await this.kubectl("create", "namespace", SECRETS_NS);
     await lab.waitForDefaultServiceAccount(NS);
     for (const n of lab.nodes()) {
       const ep = lab.bmcEndpoint(n);
@@ -167,6 +221,8 @@ export class Bed {
         retries: 1,
       },
     });
+    // The default image has no ClusterLabs agents (they come in its -fence-agents variant): in-cluster, native IPMI only.
+    if (this.mode === "in-cluster") return this;
     await this.create("fenceagents", {
       metadata: { name: "lab-fence-ipmilan" },
       spec: {
@@ -366,10 +422,61 @@ export class Bed {
   operatorLog(c: ChildProcess): { time: number; msg: string; [k: string]: unknown }[] {
     const file = this.opLogs.get(c);
     if (!file) return [];
-    return readFileSync(file, "utf8")
-      .split("\n")
-      .filter((l) => l.startsWith("{"))
-      .map((l) => JSON.parse(l) as { time: number; msg: string });
+    return parseLogLines(readFileSync(file, "utf8"));
+  }
+
+  /** Whether the claim-lock and force-delete webhooks are installed. */
+  get webhooksOn(): boolean {
+    return this.mode === "in-cluster" || this.webhookPort !== undefined;
+  }
+
+  /** In-cluster: the operator's pods, oldest first. */
+  async operatorPods(): Promise<V1Pod[]> {
+    return await operatorPods(this.lab);
+  }
+
+  /** In-cluster: the pod whose identity holds the Lease (undefined while none does). */
+  async leaderPod(): Promise<V1Pod | undefined> {
+    return await leaderPod(this.lab);
+  }
+
+  /** In-cluster: the leader's node. */
+  async leaderNode(): Promise<string> {
+    const p = await waitFor("a leader", () => this.leaderPod(), { timeoutMs: 60_000 });
+    return p.spec!.nodeName!;
+  }
+
+  /** In-cluster: undefined when the webhooks answer through their Service, else kubectl's error (lab/operator-install.ts). */
+  async webhookRefusal(): Promise<string | undefined> {
+    return await webhookRefusal(this.lab);
+  }
+
+  /**
+   * In-cluster: the replicas' container logs as the kubelets wrote them (every node, every pod and restart of
+   * stockade-system; `pod` narrows to one pod name), from disk: a powered-off or partitioned node's stay readable.
+   */
+  podLogs(pod?: string): string {
+    let s = "";
+    for (const n of this.lab.nodes()) {
+      const root = nodePaths(this.lab.machineDir(n)).podLogs;
+      if (!existsSync(root)) continue;
+      for (const d of readdirSync(root)
+        .filter((x) => x.startsWith(`${OPERATOR_NS}_${pod ? `${pod}_` : ""}`))
+        .sort())
+        for (const c of readdirSync(join(root, d)).sort())
+          for (const f of readdirSync(join(root, d, c)).sort()) s += readFileSync(join(root, d, c, f), "utf8");
+    }
+    return s;
+  }
+
+  /** In-cluster: one pod's pino lines, parsed (the CRI log prefix `<time> <stream> <F|P> ` stripped). */
+  podLog(pod: string): { time: number; msg: string; [k: string]: unknown }[] {
+    return parseLogLines(
+      this.podLogs(pod)
+        .split("\n")
+        .map((l) => l.replace(/^\S+ (stdout|stderr) [FP] /, ""))
+        .join("\n"),
+    );
   }
 
   operatorLogs(): string {
@@ -455,7 +562,7 @@ export class Bed {
         image: real.images.ledger!,
         san: sanDir(this.lab.dir),
         // With the claim lock on, every record carries the writer's fencing token (the checker wants them rising).
-        ...(this.webhookPort ? { tokenAnnotation: TOKEN_ANNOTATION } : {}),
+        ...(this.webhooksOn ? { tokenAnnotation: TOKEN_ANNOTATION } : {}),
         ...extra,
       });
     } else
@@ -567,7 +674,7 @@ export class Bed {
 
   /** BMC passwords (every node's, plus any given) that appear in the operator's logs. */
   leakedSecrets(extra: string[] = []): string[] {
-    const logs = this.opRuns ? this.operatorLogs() : "";
+    const logs = (this.opRuns ? this.operatorLogs() : "") + (this.mode === "in-cluster" ? this.podLogs() : "");
     const secrets = [...this.lab.nodes().map((n) => readFileSync(this.lab.bmcEndpoint(n).passwordFile, "utf8").trim()), ...extra];
     return secrets.filter((s) => s && logs.includes(s));
   }

@@ -20,7 +20,7 @@ test("the README's first command is the demo, and `npm run demo -- --once` ends 
   const r = await run(npm, ["run", "demo", "--", "--once"], {
     cwd: repoRoot,
     env: { ...process.env, STOCKADE_LAB_DIR: dir },
-    timeout: 300_000,
+    timeout: 600_000, // the operator in-cluster: its image built (cached by inputs) and imported into every node
     maxBuffer: 16 * 1024 * 1024,
   });
   const lines = r.stdout.trim().split("\n");
