@@ -136,6 +136,22 @@ export function ensureLabPrograms(): Record<string, string> {
   return Object.fromEntries(labProgramNames().map((n) => [n, join(dir, n)]));
 }
 
+/** The build.sh targets of a real-node lab: everything but kwok (tools/setup.sh demo builds the same list). */
+export const REAL_NODE_BUILD_TARGETS = ["etcd", "etcdctl", "kubernetes", "coredns", "lab-programs"] as const;
+
+/**
+ * ensureBins for a lab of real nodes, which never run kwok: builds only those of REAL_NODE_BUILD_TARGETS whose
+ * binaries are missing, so that the demo's first run does not build kwok.
+ */
+export function ensureRealNodeBins(): Bins {
+  const b = binPaths();
+  const notForRealNodes = new Set(["kubeDir", "kwok", "kwokStages"]);
+  const needed = Object.entries(b).filter(([k]) => !notForRealNodes.has(k));
+  if (!needed.every(([, f]) => existsSync(f)))
+    execFileSync("bash", [buildScript, ...REAL_NODE_BUILD_TARGETS], { stdio: ["ignore", "inherit", "inherit"] });
+  return b;
+}
+
 /** External programs the lab needs from Debian packages. */
 export const systemTools = {
   openssl: "openssl",

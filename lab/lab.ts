@@ -13,7 +13,7 @@ import {
   setHeaderOptions,
   type V1Node,
 } from "@kubernetes/client-node";
-import { binPaths, ensureBins, repoRoot, which } from "./bins.ts";
+import { binPaths, ensureBins, ensureRealNodeBins, repoRoot, which } from "./bins.ts";
 import { newBmcPassword, startBmc, stopBmc, writeBmcConfig, ipmitool, setBmcReachable, bmcReachable } from "./bmc.ts";
 import {
   components,
@@ -157,7 +157,7 @@ export class Lab implements FaultDriver {
     }
     const t0 = Date.now();
     log("checking Kubernetes binaries (the first run builds them from the Go modules)");
-    const bins = ensureBins();
+    const bins = runtime === "real" ? ensureRealNodeBins() : ensureBins();
     rmSync(o.dir, { recursive: true, force: true });
     const p = paths(o.dir);
     for (const d of [o.dir, p.logs, p.pids, p.kubeconfigs]) mkdirSync(d, { recursive: true });

@@ -31,8 +31,8 @@ export interface Config {
 
 export const USAGE = `Usage: npm start -- [flags]   (or: node dist/main.js [flags])
 
-Runs the Stockade fencing operator against the cluster in --kubeconfig / $KUBECONFIG, or the in-cluster
-service account when neither is set.
+Runs the Stockade fencing operator against the cluster in --kubeconfig / $KUBECONFIG, else the in-cluster
+service account (in a pod), else ~/.kube/config. No cluster at hand? npm run demo starts a local one.
 
 Flags (environment variable in brackets):
   --kubeconfig PATH               kubeconfig file [KUBECONFIG]

@@ -1,11 +1,13 @@
 // Entry point: validate configuration, check the cluster is reachable and has our CRDs, then run until
 // SIGTERM/SIGINT.
+import { existsSync } from "node:fs";
 import { KubeConfig } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { GROUP, VERSION } from "./api/v1alpha1.ts";
 import { ConfigError, parseConfig, USAGE } from "./config.ts";
 import { errorMessage, isNotFound, Kube } from "./kube/api.ts";
 import { withRequestTimeout } from "./kube/deadline.ts";
+import { kubeconfigSource } from "./kube/kubeconfig-source.ts";
 import { Operator } from "./operator.ts";
 
 async function main(): Promise<number> {
@@ -24,14 +26,19 @@ async function main(): Promise<number> {
     return 0;
   }
   const log = pino({ level: cfg.logLevel, base: { instance: cfg.instanceId } });
+  const source = kubeconfigSource({ kubeconfig: cfg.kubeconfig, env: process.env, home: process.env.HOME, exists: existsSync });
+  if (source.kind === "none") {
+    process.stderr.write(`stockade: ${source.message}\n`);
+    return 2;
+  }
   const kc = new KubeConfig();
   try {
-    if (cfg.kubeconfig) kc.loadFromFile(cfg.kubeconfig);
+    if (source.kind === "file") kc.loadFromFile(source.path);
     else kc.loadFromCluster();
     if (!kc.getCurrentCluster()) throw new Error("no cluster in the configuration");
   } catch (err) {
     process.stderr.write(
-      `stockade: cannot load ${cfg.kubeconfig ? `kubeconfig ${cfg.kubeconfig}` : "in-cluster configuration (set KUBECONFIG or --kubeconfig when running outside a cluster)"}: ${(err as Error).message}\n`,
+      `stockade: cannot load ${source.kind === "file" ? `kubeconfig ${source.path}` : "in-cluster configuration"}: ${(err as Error).message}\n`,
     );
     return 2;
   }

@@ -1,7 +1,27 @@
 // Prometheus metrics (prom-client). Counters and histograms are fed where things happen; gauges of
 // state are computed at scrape time from the caches, so they can never drift from what we see.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { NodeFence } from "./api/v1alpha1.ts";
 import type { QueueMetric } from "./runtime/work-queue.ts";
+
+/** A NodeFence in one of these phases is still working: one that stays in them is stuck. */
+export const IN_PROGRESS_PHASES = ["Pending", "Fencing", "Fenced", "Releasing", "Unfencing"] as const;
+
+/**
+ * NodeFences by phase (a fence without a status yet counts as Pending): how many, and the age of the oldest in seconds
+ * (from its creation, at `nowMs`).
+ */
+export function nodeFencePhases(fences: readonly NodeFence[], nowMs: number): Map<string, { count: number; oldestSeconds: number }> {
+  const out = new Map<string, { count: number; oldestSeconds: number }>();
+  for (const f of fences) {
+    const phase = f.status?.phase ?? "Pending";
+    const created = Date.parse(String(f.metadata?.creationTimestamp ?? ""));
+    const age = Number.isFinite(created) ? Math.max(0, (nowMs - created) / 1000) : 0;
+    const p = out.get(phase) ?? { count: 0, oldestSeconds: 0 };
+    out.set(phase, { count: p.count + 1, oldestSeconds: Math.max(p.oldestSeconds, age) });
+  }
+  return out;
+}
 
 export class Metrics {
   readonly registry = new Registry();
@@ -75,6 +95,24 @@ export class Metrics {
   readonly admissionPolicy = new Gauge({
     name: "stockade_admission_policy_in_force",
     help: "1 when the admission policy that guards NodeFence status and confirmations is installed and bound (checked every 10 min)",
+    registers: [this.registry],
+  });
+  readonly webhookCertificateExpiry = new Gauge({
+    name: "stockade_webhook_certificate_expiry_timestamp_seconds",
+    help: "When the webhooks' certificate this replica serves (certificate=serving) and its CA (certificate=ca) expire, in seconds since the epoch; renewed 30 days (serving) and 365 days (CA) before",
+    labelNames: ["certificate"] as const,
+    registers: [this.registry],
+  });
+  readonly nodeFences = new Gauge({
+    name: "stockade_nodefences",
+    help: "NodeFences by phase",
+    labelNames: ["phase"] as const,
+    registers: [this.registry],
+  });
+  readonly nodeFenceOldest = new Gauge({
+    name: "stockade_nodefence_oldest_seconds",
+    help: "Age of the oldest NodeFence in each phase, from its creation",
+    labelNames: ["phase"] as const,
     registers: [this.registry],
   });
   readonly watchRestarts = new Gauge({

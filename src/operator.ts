@@ -22,7 +22,7 @@ import { ADMISSION_POLICY, checkAdmissionPolicy } from "./kube/admission-check.t
 import { Kube } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
 import { withRequestDeadline, withRequestTimeout } from "./kube/deadline.ts";
-import { Metrics } from "./metrics.ts";
+import { Metrics, nodeFencePhases } from "./metrics.ts";
 import { Controller, changedBeyondStatus, enqueueFrom } from "./runtime/controller.ts";
 import { LoopStallWatch } from "./runtime/loop-stall.ts";
 import { EventRecorder } from "./runtime/events.ts";
@@ -451,7 +451,19 @@ export class Operator {
     const m = this.metrics;
     m.leader.set(this.leading ? 1 : 0);
     m.watchRestarts.set(this.caches.restarts());
+    const expiry = this.tls?.expiry ?? {};
+    for (const certificate of ["ca", "serving"] as const) {
+      const at = expiry[certificate];
+      if (at === undefined) m.webhookCertificateExpiry.remove({ certificate });
+      else m.webhookCertificateExpiry.set({ certificate }, at / 1000);
+    }
     if (!this.caches.synced) return;
+    m.nodeFences.reset();
+    m.nodeFenceOldest.reset();
+    for (const [phase, p] of nodeFencePhases(this.caches.fences.list(), Date.now())) {
+      m.nodeFences.set({ phase }, p.count);
+      m.nodeFenceOldest.set({ phase }, p.oldestSeconds);
+    }
     const d = this.health.decide();
     const partitioned = new Set(d.decisions.filter((x) => x.health.state === "Partitioned").map((x) => x.node));
     m.partitioned.set(partitioned.size);

@@ -4,8 +4,22 @@
 # busybox-static, iptables, nftables, the Python modules of the AWS peer), Debian trixie's moto (tools/moto.sh) and the Go-built
 # Kubernetes components and Redfish emulator (version-keyed caches).
 # Idempotent: a machine that has everything pays a few stat() calls.
+# Usage: tools/setup.sh [all|demo] [--print]
+#   demo: only what `npm run demo` uses (a real-node lab and the operator image): no ClusterLabs agents, Redfish
+#         clients or emulator, AWS peer (moto) or kwok, which only the tests use.
+#   --print: say what would be installed and built, change nothing.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+profile=all print=0
+for a in "$@"; do
+  case "$a" in
+    all | demo) profile="$a" ;;
+    --print) print=1 ;;
+    *) echo "setup: unknown argument '$a' (usage: tools/setup.sh [all|demo] [--print])" >&2; exit 2 ;;
+  esac
+done
+# Runs a step, or only names it with --print.
+step() { if [ "$print" = 1 ]; then echo "setup: would run: $*"; else "$@"; fi; }
 
 need=()
 command -v openssl >/dev/null || need+=(openssl)
@@ -31,7 +45,15 @@ for p in python3-boto3 python3-botocore python3-flask python3-flask-cors python3
   python3-xmltodict python3-antlr4 python3-dateutil python3-cryptography python3-requests python3-yaml; do
   [ -e "/var/lib/dpkg/info/$p.list" ] || need+=("$p")
 done
-if [ ${#need[@]} -gt 0 ]; then
+if [ "$profile" = demo ]; then
+  # Only the tests use these: ClusterLabs' agents, the Redfish clients, the AWS peer's Python modules.
+  kept=()
+  for p in ${need[@]+"${need[@]}"}; do case "$p" in fence-agents | redfishtool | python3-*) ;; *) kept+=("$p") ;; esac; done
+  need=(${kept[@]+"${kept[@]}"})
+fi
+if [ "$print" = 1 ]; then
+  echo "setup ($profile): would install Debian packages: ${need[*]:-none}"
+elif [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing Debian packages: ${need[*]} — run: sudo apt-get install -y ${need[*]}" >&2
     exit 1
@@ -42,12 +64,17 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-bash "$HERE/moto.sh"
+[ "$profile" = demo ] || step bash "$HERE/moto.sh"
 
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || {
   echo "setup: the Go toolchain (>= 1.25) is needed to build the lab's Kubernetes components; install it and put go on PATH" >&2
   exit 1
 }
 export PATH="$PATH:/usr/local/go/bin"
-bash "$HERE/k8s-bins/build.sh"
-bash "$HERE/redfish-mock/build.sh"
+if [ "$profile" = demo ]; then
+  # A real-node lab's binaries, no kwok: the list lab/bins.ts REAL_NODE_BUILD_TARGETS builds.
+  step bash "$HERE/k8s-bins/build.sh" etcd etcdctl kubernetes coredns lab-programs
+else
+  step bash "$HERE/k8s-bins/build.sh"
+  step bash "$HERE/redfish-mock/build.sh"
+fi

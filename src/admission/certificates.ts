@@ -147,6 +147,22 @@ export function renew(data: ReturnType<typeof readTlsSecret>, what: "ca" | "serv
   return { "ca.crt": ca.cert, "ca.key": ca.key, "tls.crt": serving.cert, "tls.key": serving.key, "ca-previous.crt": previous };
 }
 
+/** When the Secret's CA and serving certificate expire (ms since the epoch); a certificate that is missing or does not parse is left out. */
+export function certificateExpiries(data: ReturnType<typeof readTlsSecret>): { ca?: number; serving?: number } {
+  const out: { ca?: number; serving?: number } = {};
+  for (const [what, key] of [
+    ["ca", "ca.crt"],
+    ["serving", "tls.crt"],
+  ] as const) {
+    try {
+      if (data[key]) out[what] = Date.parse(new X509Certificate(data[key]).validTo);
+    } catch {
+      // Not a certificate: renewalNeeded says so and replaces it.
+    }
+  }
+  return out;
+}
+
 export function caBundleOf(data: Record<string, string | undefined>): string {
   return `${data["ca.crt"] ?? ""}${data["ca-previous.crt"] ?? ""}`;
 }

@@ -25,7 +25,7 @@ import {
 import type { Logger } from "pino";
 import { isConflict, isNotFound, statusCode, type Kube } from "../kube/api.ts";
 import { Informer } from "../runtime/informer.ts";
-import { caBundleOf, readTlsSecret, renew, renewalNeeded } from "./certificates.ts";
+import { caBundleOf, certificateExpiries, readTlsSecret, renew, renewalNeeded } from "./certificates.ts";
 
 export const MUTATING_WEBHOOK = "stockade-claim-lock";
 export const VALIDATING_WEBHOOK = "stockade-force-delete";
@@ -66,6 +66,7 @@ export class TlsKeeper {
   /** Why the apiserver cannot trust this replica's certificate now (as last seen), or undefined when it can. */
   private problem: string | undefined = "the webhook certificate is not loaded yet";
   private missing = "";
+  private expiries: { ca?: number; serving?: number } = {};
   private informers: Informer<KubernetesObject>[] = [];
 
   constructor(o: TlsKeeperOptions) {
@@ -80,6 +81,11 @@ export class TlsKeeper {
    */
   get unanswerable(): string | undefined {
     return this.problem;
+  }
+
+  /** When the CA and the serving certificate handed out last expire (ms since the epoch): exported for alerts. */
+  get expiry(): { ca?: number; serving?: number } {
+    return this.expiries;
   }
 
   /**
@@ -147,6 +153,7 @@ export class TlsKeeper {
       if (raced) continue;
       this.reportMissing(CONFIGURATIONS.filter((_, i) => !configs[i]).map(([kind, name]) => `${kind} ${name}`));
       this.served = b64;
+      this.expiries = certificateExpiries(data);
       this.problem = undefined;
       return { cert: data["tls.crt"]!, key: data["tls.key"]!, caBundle: bundle };
     }

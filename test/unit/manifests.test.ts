@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { loadAllYaml, type V1Deployment, type V1Role } from "@kubernetes/client-node";
+import { loadAllYaml, type V1Deployment, type V1NetworkPolicy, type V1Role } from "@kubernetes/client-node";
 import { crdFiles, generate, OUTPUT } from "../../tools/gen-manifests.ts";
 import { parseConfig } from "../../src/config.ts";
 import { LEADER_LEASE } from "../../src/operator.ts";
@@ -49,4 +49,28 @@ test("the Deployment's flags parse, and its ports, probes and Lease are the oper
   const role = load<V1Role>("02-rbac.yaml").find((o) => o.kind === "Role" && o.metadata?.namespace === cfg.leaderElectionNamespace);
   const named = role?.rules?.find((r) => r.resources?.includes("leases") && r.resourceNames);
   assert.deepEqual(named?.resourceNames, [LEADER_LEASE], "the Role names the Lease the operator elects on");
+});
+
+test("the NetworkPolicy selects the operator's pods, admits its webhook and metrics ports, and never restricts egress", () => {
+  const [dep] = load<V1Deployment>("03-deployment.yaml");
+  const [np] = load<V1NetworkPolicy>("09-network-policy.yaml");
+  assert.ok(dep && np);
+  assert.equal(np.metadata?.namespace, dep.metadata?.namespace);
+  const podLabels = dep.spec?.template.metadata?.labels ?? {};
+  for (const [k, v] of Object.entries(np.spec?.podSelector?.matchLabels ?? {})) assert.equal(podLabels[k], v, `the pods carry ${k}=${v}`);
+  // Egress open: a policy that misses one BMC turns a fence into a failure (manifests/README.md, "Network policy").
+  assert.deepEqual(np.spec?.policyTypes, ["Ingress"]);
+  assert.equal(np.spec?.egress, undefined);
+  const containerPorts = new Set(dep.spec?.template.spec?.containers[0]?.ports?.map((p) => p.name));
+  const rules = np.spec?.ingress ?? [];
+  const ports = rules.flatMap((r) => (r.ports ?? []).map((p) => p.port));
+  for (const p of ports) assert.ok(containerPorts.has(String(p)), `port ${p} is a named port of the operator's container`);
+  assert.deepEqual([...ports].sort(), ["metrics", "webhook"]);
+  // The apiserver calls the webhooks from outside the pod network: no `from` may narrow that rule.
+  // (loadAllYaml gives the client's models, which name the YAML's `from` `_from`.)
+  const from = (r: (typeof rules)[number] | undefined) => r?._from;
+  const webhook = rules.find((r) => r.ports?.some((p) => p.port === "webhook"));
+  assert.ok(webhook);
+  assert.equal(from(webhook), undefined);
+  assert.ok(from(rules.find((r) => r.ports?.some((p) => p.port === "metrics")))?.length, "metrics only from the monitoring namespace");
 });

@@ -177,3 +177,13 @@ test("a missing configuration is skipped (nothing sends the apiserver to this re
   assert.equal(keeper.unanswerable, undefined);
   assert.deepEqual(api.bundles(), [b64(pair.caBundle)]);
 });
+
+test("the keeper reports when the CA and the serving certificate it hands out expire (for the expiry alert)", async () => {
+  const api = apiserver();
+  const t0 = new Date("2026-01-01T00:00:00Z");
+  const { keeper } = api.replica(() => t0);
+  assert.deepEqual(keeper.expiry, {}, "nothing handed out yet");
+  await keeper.ensure();
+  const day = 86_400_000;
+  assert.deepEqual(keeper.expiry, { ca: t0.getTime() + 3650 * day, serving: t0.getTime() + 365 * day });
+});
