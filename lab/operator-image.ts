@@ -115,7 +115,7 @@ export async function docker(host: string, args: string[], opts: { env?: NodeJS.
   } catch (e) {
     const err = e as { stderr?: string; stdout?: string; message: string };
     const tail = `${err.stdout ?? ""}${err.stderr ?? ""}`.trim().split("\n").slice(-25).join("\n");
-    throw new Error(`docker ${args.slice(0, 2).join(" ")} failed:\n${tail || err.message}`);
+    throw new Error(`docker ${args.slice(0, 2).join(" ")} failed:\n${tail || err.message}`, { cause: e });
   }
 }
 
@@ -159,7 +159,7 @@ export async function operatorImage(o: { log?: (m: string) => void; rebuild?: bo
       ],
       { maxBuffer: 16 << 20 },
     ).catch((e: { stderr?: string; message: string }) => {
-      throw new Error(`making the base image ${base} failed: ${e.stderr?.trim() || e.message}`);
+      throw new Error(`making the base image ${base} failed: ${e.stderr?.trim() || e.message}`, { cause: e });
     });
   }
   log(`building ${refs.join(", ")}`);
