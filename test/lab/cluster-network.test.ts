@@ -115,7 +115,7 @@ describe("the real-node lab as a cluster for pods", () => {
     }
   });
 
-  test("a pod's in-cluster config reaches the apiserver at 10.96.0.1 with its ServiceAccount token (kubectl exec)", async () => {
+  test("a pod's in-cluster config reaches the apiserver at 10.96.0.1 with its ServiceAccount token; an unallocated ClusterIP fails in its node", async () => {
     const review = JSON.stringify({ apiVersion: "authentication.k8s.io/v1", kind: "SelfSubjectReview" });
     for (const host of ["$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT", "kubernetes.default.svc"]) {
       const r = await exec(
@@ -129,6 +129,10 @@ describe("the real-node lab as a cluster for pods", () => {
     }
     const env = await exec("client", "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT");
     assert.equal(env.stdout.trim(), "10.96.0.1:443");
+    // An unallocated ClusterIP fails in the pod's node too (no default route there: nothing leaks to the host).
+    const unserved = await exec("client", "timeout 3 wget -qO- http://10.96.213.7/");
+    assert.notEqual(unserved.code, 0);
+    assert.match(unserved.stderr, /unreachable|refused/i, "a fast failure, not the 3 s timeout");
   });
 
   test("kubectl logs and kubectl exec reach the kubelets of real nodes", async () => {
