@@ -7,6 +7,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, readdirSync } from "node:fs";
+import { get as httpsGet } from "node:https";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,6 +16,9 @@ import { Lab } from "../../lab/lab.ts";
 import { waitFor } from "../../lab/health.ts";
 import { realNodeImages } from "../../lab/images.ts";
 import { signServerCert } from "../../lab/pki.ts";
+import { RedfishSimulator } from "../../lab/redfish-sim.ts";
+import { Ec2Peer } from "../../lab/ec2-peer.ts";
+import { WebhookPowerService, labPower, serviceTls } from "../../lab/webhook-power-service.ts";
 import { paths } from "../../lab/state.ts";
 import { labPodRange } from "../../lab/real/net.ts";
 import { nodePaths } from "../../lab/real/config.ts";
@@ -111,7 +115,7 @@ describe("the real-node lab as a cluster for pods", () => {
     }
   });
 
-  test("a pod's in-cluster config reaches the apiserver at 10.96.0.1 with its ServiceAccount token (kubectl exec)", async () => {
+  test("a pod's in-cluster config reaches the apiserver at 10.96.0.1 with its ServiceAccount token; an unallocated ClusterIP fails in its node", async () => {
     const review = JSON.stringify({ apiVersion: "authentication.k8s.io/v1", kind: "SelfSubjectReview" });
     for (const host of ["$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT", "kubernetes.default.svc"]) {
       const r = await exec(
@@ -125,6 +129,10 @@ describe("the real-node lab as a cluster for pods", () => {
     }
     const env = await exec("client", "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT");
     assert.equal(env.stdout.trim(), "10.96.0.1:443");
+    // An unallocated ClusterIP fails in the pod's node too (no default route there: nothing leaks to the host).
+    const unserved = await exec("client", "timeout 3 wget -qO- http://10.96.213.7/");
+    assert.notEqual(unserved.code, 0);
+    assert.match(unserved.stderr, /unreachable|refused/i, "a fast failure, not the 3 s timeout");
   });
 
   test("kubectl logs and kubectl exec reach the kubelets of real nodes", async () => {
@@ -239,6 +247,50 @@ describe("the real-node lab as a cluster for pods", () => {
       await lab.setBmcReachable("node-2", true);
     }
     assert.equal((await probe()).code, 0);
+  });
+
+  test("the Redfish simulator, the EC2 peer and the webhook power service on the management address answer pods", async () => {
+    const host = lab.managementAddress;
+    const redfish = await RedfishSimulator.start(lab.state, "node-2", { host });
+    const ec2 = await Ec2Peer.start(join(lab.dir, "ec2"), { host });
+    const tls = serviceTls(lab.dir, host);
+    const power = new WebhookPowerService({ keys: ["k".repeat(32)], backend: labPower(lab.dir), tls: { cert: tls.cert, key: tls.key } });
+    try {
+      const powerUrl = await power.listen(0, host);
+      assert.equal(redfish.address, host);
+      assert.ok(ec2.url.startsWith(`http://${host}:`), ec2.url);
+      assert.ok(powerUrl.startsWith(`https://${host}:`), powerUrl);
+      // From the host, each certificate verifies for that address against its CA.
+      const root = await new Promise<string>((resolve, reject) => {
+        const req = httpsGet({ host, port: redfish.port, path: "/redfish/v1", ca: redfish.caBundle }, (res) => {
+          let body = "";
+          res.on("data", (c: Buffer) => (body += c.toString()));
+          res.on("end", () => resolve(body));
+        });
+        req.on("error", reject);
+      });
+      assert.match(root, /"RedfishVersion"/);
+      // From a pod on node-1: the Redfish service root, a request moto answers through the glue, a GET the power
+      // service refuses (POST only) — each logged by the peer, so each was reached.
+      const r = await exec("client", `netprobe get https://${host}:${redfish.port}/redfish/v1`);
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stdout, /^200\n.*"RedfishVersion"/s);
+      const calls = ec2.glue.calls.length;
+      const e = await exec("client", `netprobe get "${ec2.url}/?Action=DescribeRegions&Version=2016-11-15"`);
+      assert.equal(e.code, 0, e.stderr);
+      assert.equal(ec2.glue.calls.length, calls + 1, "the EC2 glue saw the pod's request");
+      const w = await exec("client", `netprobe get ${powerUrl}`);
+      assert.equal(w.code, 0, w.stderr);
+      assert.match(w.stdout, /^405\n/);
+      assert.deepEqual(
+        power.requests.map((x) => [x.status, x.note]),
+        [[405, "POST only"]],
+      );
+    } finally {
+      await power.close();
+      await ec2.stop();
+      await redfish.stop();
+    }
   });
 
   test("a partitioned node's pod loses the apiserver (Service VIP, established watch included) but still reaches its BMC", async () => {

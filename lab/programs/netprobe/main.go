@@ -3,9 +3,14 @@
 //	netprobe udp HOST:PORT HEX [TIMEOUT_MS]  sends the bytes, prints the first reply (hex); exit 1 without one
 //	netprobe webhook ADDR CERT KEY          an admission webhook (HTTPS, POST any path) that denies every request
 //	                                        with "denied by netprobe on $POD_NAME": proof the apiserver called it
+//	netprobe get URL [CAFILE]               prints the HTTP status and body; exit 0 on any HTTP answer. Without
+//	                                        CAFILE an https server is not verified (busybox's TLS client fails
+//	                                        the handshake with Node.js servers)
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -19,7 +24,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: netprobe udp HOST:PORT HEX [TIMEOUT_MS] | netprobe webhook ADDR CERT KEY")
+		fail("usage: netprobe udp HOST:PORT HEX [TIMEOUT_MS] | netprobe webhook ADDR CERT KEY | netprobe get URL [CAFILE]")
 	}
 	switch os.Args[1] {
 	case "udp":
@@ -40,6 +45,15 @@ func main() {
 			fail("usage: netprobe webhook ADDR CERT KEY")
 		}
 		webhook(os.Args[2], os.Args[3], os.Args[4])
+	case "get":
+		if len(os.Args) < 3 {
+			fail("usage: netprobe get URL [CAFILE]")
+		}
+		ca := ""
+		if len(os.Args) > 3 {
+			ca = os.Args[3]
+		}
+		get(os.Args[2], ca)
 	default:
 		fail("unknown mode " + os.Args[1])
 	}
@@ -73,6 +87,27 @@ func udp(addr, payloadHex string, timeout time.Duration) {
 		os.Exit(1)
 	}
 	fmt.Println(hex.EncodeToString(buf[:n]))
+}
+
+func get(url, caFile string) {
+	cfg := &tls.Config{InsecureSkipVerify: caFile == ""}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			fail(err.Error())
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		cfg.RootCAs.AppendCertsFromPEM(pem)
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	res, err := client.Get(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "netprobe:", err)
+		os.Exit(1)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	fmt.Printf("%d\n%s\n", res.StatusCode, body)
 }
 
 type review struct {
