@@ -201,7 +201,9 @@ export async function uninstallOperator(lab: Lab, o: { log?: (m: string) => void
     }
     for (const f of fences.items)
       await kubectl("wait", `nodefence/${f.metadata.name}`, "--for=jsonpath={.status.phase}=Unfenced", `--timeout=${timeout}`).catch(
-        () => undefined, // already gone
+        (err: { stderr?: string }) => {
+          if (!/NotFound|not found/.test(err.stderr ?? "")) throw new Error(`NodeFence ${f.metadata.name} not Unfenced: ${err.stderr}`);
+        },
       );
     log("deleting NodeFences (the operator drops their finalizers)");
     await kubectl("delete", "nodefences", "--all", "--wait", `--timeout=${timeout}`);
