@@ -52,6 +52,7 @@ import {
   type OperatorImage,
 } from "./operator-install.ts";
 import { nodePaths } from "./real/config.ts";
+import { operatorImage } from "./operator-image.ts";
 
 const run = promisify(execFile);
 export const NS = "default";
@@ -74,9 +75,7 @@ function parseLogLines(text: string): { time: number; msg: string; [k: string]: 
  * (lab/operator-image.ts, cached by its inputs). */
 async function buildOperatorImage(log?: (m: string) => void): Promise<OperatorImage> {
   const tar = process.env.STOCKADE_OPERATOR_IMAGE;
-  if (tar) return await imageFromTar(tar);
-  void log;
-  throw new Error("Bed: pass operatorImage or set STOCKADE_OPERATOR_IMAGE (building it needs lab/operator-image.ts)");
+  return tar ? await imageFromTar(tar) : await operatorImage({ log });
 }
 
 export class Bed {

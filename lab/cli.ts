@@ -7,6 +7,7 @@ import { KUBERNETES_NODE_LEASE_SECONDS, kubernetesTimings } from "./control-plan
 import { realNodeImages } from "./images.ts";
 import { readState, readEvents } from "./state.ts";
 import { imageFromTar, installOperator, uninstallOperator, type OperatorImage } from "./operator-install.ts";
+import { operatorImage } from "./operator-image.ts";
 
 const usage = `usage: npm run lab -- <command>
 
@@ -148,10 +149,7 @@ async function main(argv: string[]): Promise<number> {
 
 class UsageError extends Error {}
 
-async function buildOperatorImage(log: (m: string) => void): Promise<OperatorImage> {
-  void log;
-  throw new UsageError("building the operator image is not available yet: pass --image <tar>");
-}
+const buildOperatorImage = (log: (m: string) => void): Promise<OperatorImage> => operatorImage({ log });
 
 function describe(m: ReturnType<Lab["machine"]>): string {
   return `power ${m.power}, kubelet ${m.kubelet}${m.pid ? ` (pid ${m.pid})` : ""}, bootID ${m.bootID ?? "-"}`;

@@ -8,7 +8,8 @@ import { promisify } from "node:util";
 import { AppsV1Api, CoordinationV1Api, loadAllYaml, type V1Deployment, type V1Pod } from "@kubernetes/client-node";
 import { repoRoot } from "./bins.ts";
 import { waitFor } from "./health.ts";
-import { importImages } from "./images.ts";
+import { importImages, registryHost } from "./images.ts";
+import type { OperatorImage } from "./operator-image.ts";
 import { nodePaths } from "./real/config.ts";
 import type { Lab } from "./lab.ts";
 import { LEADER_LEASE } from "../src/operator.ts";
@@ -20,12 +21,11 @@ export const OPERATOR_NS = "stockade-system";
 export const DEPLOYMENT = "stockade";
 export const manifestsDir = join(repoRoot, "manifests");
 
-/** The operator image as lab/operator-image.ts builds it: a Docker-archive tar holding `refs` (`ref` among them). */
-export interface OperatorImage {
-  ref: string;
-  refs: string[];
-  tar: string;
-}
+export type { OperatorImage } from "./operator-image.ts";
+
+/** The name the overlay gives the Deployment's image: the build's own tag under the lab's registry host (a new build is
+ * a new pod spec, so a rollout), else `ref`. */
+export const overlayRef = (image: OperatorImage) => image.refs.find((r) => r.startsWith(`${registryHost}/`)) ?? image.ref;
 
 export interface Installed {
   /** The overlay applied (its directory holds kustomization.yaml). */
@@ -146,7 +146,7 @@ export async function installOperator(lab: Lab, o: { image: OperatorImage; log?:
   const log = o.log ?? (() => {});
   if (!lab.state.real) throw new Error("installing the operator in-cluster needs real nodes (npm run lab -- up --runtime real)");
   let t = Date.now();
-  log(`importing ${o.image.ref} into ${lab.nodes().length} nodes' containerd`);
+  log(`importing ${overlayRef(o.image)} into ${lab.nodes().length} nodes' containerd`);
   await Promise.all(
     lab.nodes().map((n) => importImages("ctr", nodePaths(lab.machineDir(n)).containerdSocket, [o.image.tar], { timeoutMs: 300_000 })),
   );
@@ -156,7 +156,7 @@ export async function installOperator(lab: Lab, o: { image: OperatorImage; log?:
   mkdirSync(overlay, { recursive: true });
   writeFileSync(
     join(overlay, "kustomization.yaml"),
-    overlayKustomization({ resources: relative(overlay, manifestsDir), image: deploymentImage(), ref: o.image.ref }),
+    overlayKustomization({ resources: relative(overlay, manifestsDir), image: deploymentImage(), ref: overlayRef(o.image) }),
   );
   log(`kubectl apply -k ${overlay}`);
   t = Date.now();
