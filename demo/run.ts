@@ -13,7 +13,7 @@ import { GROUP, VERSION, type NodeFence } from "../src/api/v1alpha1.ts";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
 import { checkLedger, readLedgers, sanDir } from "../lab/ledger.ts";
-import { operatorImage as buildOperatorImage, type OperatorImage } from "../lab/operator-image.ts";
+import { labOperatorImage, type OperatorImage } from "../lab/operator-install.ts";
 
 const { values } = parseArgs({
   options: {
@@ -46,7 +46,7 @@ let operatorImage: OperatorImage | undefined;
 if (mode === "in-cluster") {
   step("building the operator image from the Dockerfile (cached by its inputs; the first build takes minutes)");
   const t = Date.now();
-  operatorImage = await buildOperatorImage({ log: (m) => console.log(`    ${m}`) });
+  operatorImage = await labOperatorImage((m) => console.log(`    ${m}`));
   console.log(`    ${operatorImage.refs.join(", ")} in ${((Date.now() - t) / 1000).toFixed(1)} s`);
 }
 const bed = await Bed.up({ nodes, name: "demo", dir, log: (m) => console.log(`    ${m}`), operator: mode, operatorImage });

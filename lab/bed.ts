@@ -43,8 +43,8 @@ import { OPERATOR_NODE_FLAGS } from "../src/runtime/node-flags.ts";
 import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
 import {
   OPERATOR_NS,
-  imageFromTar,
   installOperator,
+  labOperatorImage,
   leaderPod,
   operatorPods,
   webhookRefusal,
@@ -52,7 +52,6 @@ import {
   type OperatorImage,
 } from "./operator-install.ts";
 import { nodePaths } from "./real/config.ts";
-import { operatorImage } from "./operator-image.ts";
 
 const run = promisify(execFile);
 export const NS = "default";
@@ -69,13 +68,6 @@ function parseLogLines(text: string): { time: number; msg: string; [k: string]: 
     .split("\n")
     .filter((l) => l.startsWith("{"))
     .map((l) => JSON.parse(l) as { time: number; msg: string });
-}
-
-/** The operator image: $STOCKADE_OPERATOR_IMAGE (a `docker save` tar) if set, else built from the Dockerfile
- * (lab/operator-image.ts, cached by its inputs). */
-async function buildOperatorImage(log?: (m: string) => void): Promise<OperatorImage> {
-  const tar = process.env.STOCKADE_OPERATOR_IMAGE;
-  return tar ? await imageFromTar(tar) : await operatorImage({ log });
 }
 
 export class Bed {
@@ -124,14 +116,15 @@ export class Bed {
     /** "host" (default): startOperator runs replicas as child processes. "in-cluster": installed from manifests/
      * (real nodes; the bundle's webhooks are always on). */
     operator?: OperatorMode;
-    /** In-cluster: the operator image (default: built from the Dockerfile by lab/operator-image.ts, cached). */
+    /** In-cluster: the operator image (default: $STOCKADE_OPERATOR_IMAGE, a `docker save` tar, else built from the
+     * Dockerfile by lab/operator-image.ts, cached by its inputs). */
     operatorImage?: OperatorImage;
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
     const runtime = o.runtime ?? "real";
     const mode = o.operator ?? "host";
     if (mode === "in-cluster" && runtime !== "real") throw new Error("Bed: the in-cluster operator needs real nodes (runtime: real)");
-    const operatorImage = mode === "in-cluster" ? (o.operatorImage ?? (await buildOperatorImage(o.log))) : undefined;
+    const operatorImage = mode === "in-cluster" ? (o.operatorImage ?? (await labOperatorImage(o.log))) : undefined;
     const images = runtime === "real" ? await realNodeImages(o.log) : undefined;
     const lab = await Lab.up({
       dir,

@@ -6,8 +6,7 @@ import { Lab } from "./lab.ts";
 import { KUBERNETES_NODE_LEASE_SECONDS, kubernetesTimings } from "./control-plane.ts";
 import { realNodeImages } from "./images.ts";
 import { readState, readEvents } from "./state.ts";
-import { imageFromTar, installOperator, uninstallOperator, type OperatorImage } from "./operator-install.ts";
-import { operatorImage } from "./operator-image.ts";
+import { imageFromTar, installOperator, labOperatorImage, uninstallOperator } from "./operator-install.ts";
 
 const usage = `usage: npm run lab -- <command>
 
@@ -123,7 +122,7 @@ async function main(argv: string[]): Promise<number> {
     case "install": {
       const lab = Lab.attach(dir);
       const log = (m: string) => console.error(`[lab] ${m}`);
-      const image = values.image ? await imageFromTar(values.image) : await buildOperatorImage(log);
+      const image = values.image ? await imageFromTar(values.image) : await labOperatorImage(log);
       const done = await installOperator(lab, { image, log });
       console.log(
         `operator ${image.ref} installed (overlay ${done.overlay}): import ${(done.ms.import / 1000).toFixed(1)} s, apply ${(done.ms.apply / 1000).toFixed(1)} s, Ready ${(done.ms.ready / 1000).toFixed(1)} s`,
@@ -148,8 +147,6 @@ async function main(argv: string[]): Promise<number> {
 }
 
 class UsageError extends Error {}
-
-const buildOperatorImage = (log: (m: string) => void): Promise<OperatorImage> => operatorImage({ log });
 
 function describe(m: ReturnType<Lab["machine"]>): string {
   return `power ${m.power}, kubelet ${m.kubelet}${m.pid ? ` (pid ${m.pid})` : ""}, bootID ${m.bootID ?? "-"}`;

@@ -9,7 +9,7 @@ import { AppsV1Api, CoordinationV1Api, loadAllYaml, type V1Deployment, type V1Po
 import { repoRoot } from "./bins.ts";
 import { waitFor } from "./health.ts";
 import { importImages, registryHost } from "./images.ts";
-import type { OperatorImage } from "./operator-image.ts";
+import { operatorImage, type OperatorImage } from "./operator-image.ts";
 import { nodePaths } from "./real/config.ts";
 import type { Lab } from "./lab.ts";
 import { LEADER_LEASE } from "../src/operator.ts";
@@ -45,6 +45,13 @@ export async function imageFromTar(tar: string): Promise<OperatorImage> {
   const ref = refs.find((r) => r.startsWith("stockade.lab/")) ?? refs[0];
   if (!ref) throw new Error(`${tar} holds no tagged image (docker save <name:tag>)`);
   return { ref, refs, tar };
+}
+
+/** The operator image for the lab: $STOCKADE_OPERATOR_IMAGE (a `docker save` tar) if set, else built from the
+ * Dockerfile (lab/operator-image.ts, cached by its inputs). */
+export async function labOperatorImage(log?: (m: string) => void): Promise<OperatorImage> {
+  const tar = process.env.STOCKADE_OPERATOR_IMAGE;
+  return tar ? await imageFromTar(tar) : await operatorImage({ log });
 }
 
 /** The image the Deployment names, split as kustomize's `images:` does: name, and tag (after the last ':' past the last '/'). */
