@@ -10,7 +10,7 @@
 //   podLogs() (the replicas' on-disk container logs, readable even from a dead node), webhookRefusal(),
 //   and `installed` (the install's figures and kubectl's warnings). startOperator is for host mode only.
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
@@ -78,6 +78,8 @@ export class Bed {
   readonly operators: ChildProcess[] = [];
   private readonly opLogs = new Map<ChildProcess, string>();
   private opRuns = 0;
+  /** The bed made its directory (a temporary one): its nodes' image stores go on down. */
+  private scratchDir = false;
   /** Where every replica serves the admission webhooks (SO_REUSEPORT: the kernel spreads connections over the live ones), when on. */
   webhookPort: number | undefined;
   /** Where the operator runs: child processes of the test ("host") or pods installed from manifests/ ("in-cluster"). */
@@ -136,7 +138,9 @@ export class Bed {
       providerID: o.providerID,
     });
     try {
-      return await Bed.setUp(lab, o.webhooks ?? false, mode === "in-cluster" ? { image: o.operatorImage } : undefined, o.log);
+      const bed = await Bed.setUp(lab, o.webhooks ?? false, mode === "in-cluster" ? { image: o.operatorImage } : undefined, o.log);
+      bed.scratchDir = o.dir === undefined;
+      return bed;
     } catch (err) {
       await lab.down();
       throw err;
@@ -681,6 +685,10 @@ export class Bed {
     this.rec.stop();
     const leaked = this.leakedSecrets().length;
     await this.lab.down();
+    // A bed's own directory is kept for its logs, but not its nodes' image stores: with the operator image in
+    // every node's containerd that is ~2 GB a bed, and a suite's beds filled the disk.
+    if (this.scratchDir && this.lab.runtime === "real")
+      for (const n of this.lab.nodes()) rmSync(nodePaths(this.lab.machineDir(n)).containerdRoot, { recursive: true, force: true });
     if (leaked) throw new Error(`${leaked} BMC password(s) appear in the operator's logs in ${this.lab.dir}/logs`);
   }
 }
