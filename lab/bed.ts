@@ -425,6 +425,13 @@ export class Bed {
     return parseLogLines(readFileSync(file, "utf8"));
   }
 
+  /** In-cluster, after an uninstall: installs the operator again and what every bed has (BMC Secrets, FenceAgents). */
+  async reinstall(image: OperatorImage): Promise<void> {
+    if (this.mode !== "in-cluster") throw new Error("Bed.reinstall is for the in-cluster operator");
+    this.installed = await installOperator(this.lab, { image });
+    await this.install();
+  }
+
   /** Whether the claim-lock and force-delete webhooks are installed. */
   get webhooksOn(): boolean {
     return this.mode === "in-cluster" || this.webhookPort !== undefined;

@@ -12,6 +12,7 @@ import { importImages } from "./images.ts";
 import { nodePaths } from "./real/config.ts";
 import type { Lab } from "./lab.ts";
 import { LEADER_LEASE } from "../src/operator.ts";
+import { CLAIM_GATE, isGated } from "../src/decide/claim-lock.ts";
 
 const run = promisify(execFile);
 
@@ -182,16 +183,27 @@ export async function installOperator(lab: Lab, o: { image: OperatorImage; log?:
 /**
  * manifests/README.md's uninstall, step by step, so that the cluster never refuses pods and nothing hangs: no new
  * automatic fence (FencingPolicies deleted), fenced nodes unfenced and their NodeFences deleted while the operator
- * still runs to drop their finalizers, then the webhooks (failurePolicy Fail) before the operator stops, then the rest.
+ * still runs to drop their finalizers, then the webhooks (failurePolicy Fail) before the operator stops, then the rest;
+ * last, the claim-lock gate of pods still waiting for a claim is lifted (nothing else would).
  */
-export async function uninstallOperator(lab: Lab, o: { log?: (m: string) => void; timeoutMs?: number } = {}): Promise<void> {
+export async function uninstallOperator(
+  lab: Lab,
+  o: {
+    log?: (m: string) => void;
+    timeoutMs?: number;
+    /** Awaited after each step, named (tests create pods there: the cluster must admit them at every step). */
+    after?: (step: string) => Promise<void>;
+  } = {},
+): Promise<void> {
   const log = o.log ?? (() => {});
+  const after = o.after ?? (async () => {});
   const timeout = `${Math.round((o.timeoutMs ?? 180_000) / 1000)}s`;
   const kubectl = async (...args: string[]) => (await run("kubectl", args, { env: lab.env, maxBuffer: 16 << 20 })).stdout;
   const crdsServed = await kubectl("get", "crd", "nodefences.stockade.io", "--ignore-not-found", "-o", "name");
   if (crdsServed.trim()) {
     log("deleting FencingPolicies (no new automatic fence)");
     await kubectl("delete", "fencingpolicies", "--all", "--wait", `--timeout=${timeout}`);
+    await after("fencingpolicies deleted");
     const fences = JSON.parse(await kubectl("get", "nodefences", "-o", "json")) as {
       items: { metadata: { name: string }; status?: { phase?: string } }[];
     };
@@ -205,10 +217,24 @@ export async function uninstallOperator(lab: Lab, o: { log?: (m: string) => void
           if (!/NotFound|not found/.test(err.stderr ?? "")) throw new Error(`NodeFence ${f.metadata.name} not Unfenced: ${err.stderr}`);
         },
       );
+    await after("nodes unfenced");
     log("deleting NodeFences (the operator drops their finalizers)");
     await kubectl("delete", "nodefences", "--all", "--wait", `--timeout=${timeout}`);
+    await after("nodefences deleted");
   }
   log("deleting the webhooks, then the bundle");
   await kubectl("delete", "-f", join(manifestsDir, "08-webhooks.yaml"), "--ignore-not-found");
+  await after("webhooks deleted");
   await kubectl("delete", "-f", manifestsDir, "--ignore-not-found", "--wait", `--timeout=${timeout}`);
+  await after("bundle deleted");
+  // A pod still waiting for a claim another pod holds keeps the claim-lock gate, and nothing lifts it once the
+  // operator is gone: as without Stockade, it is scheduled now (its gate could not be lifted while the admission
+  // policies were installed).
+  const gated = (JSON.parse(await kubectl("get", "pods", "-A", "-o", "json")) as { items: V1Pod[] }).items.filter(isGated);
+  for (const p of gated) {
+    log(`lifting the claim-lock gate of ${p.metadata?.namespace}/${p.metadata?.name}`);
+    const patch = { spec: { schedulingGates: [{ $patch: "delete", name: CLAIM_GATE }] } };
+    await kubectl("patch", "pod", "-n", p.metadata!.namespace!, p.metadata!.name!, "--type=strategic", "-p", JSON.stringify(patch));
+  }
+  await after("gates lifted");
 }
