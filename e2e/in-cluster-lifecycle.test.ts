@@ -206,20 +206,7 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
       JSON.stringify({ spec: { escalation: [{ agents: [{ name: "lab-ipmi" }, { name: "by-hand" }] }] } }),
     );
 
-    const t0 = Date.now();
-    await bed.lab.partition(victim);
-    const offs = (f: NodeFence) => (f.status?.attempts ?? []).filter((a) => a.agent === "lab-ipmi" && a.operation === "off");
-    await bed.waitForFence(
-      victim,
-      (f) =>
-        offs(f).some((a) => a.outcome === "Succeeded") &&
-        (f.status?.attempts ?? []).some((a) => a.agent === "by-hand" && a.outcome === "InProgress"),
-      "powered off, waiting for the manual agent",
-      120_000,
-    );
-    assert.equal(bed.lab.machine(victim).power, "off");
-
-    // The upgrade: the same image under another tag in every node's containerd, the overlay re-applied with it.
+    // The new version imported beforehand, as a user does (the same image under another tag, in every node's containerd).
     const newRef = `${splitImage(image.refs.find((r) => r.startsWith("stockade.lab/")) ?? "stockade.lab/stockade:x").name}:upgrade-${Date.now()}`;
     await Promise.all(
       bed.lab
@@ -237,6 +224,20 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
           ]),
         ),
     );
+    const t0 = Date.now();
+    await bed.lab.partition(victim);
+    const offs = (f: NodeFence) => (f.status?.attempts ?? []).filter((a) => a.agent === "lab-ipmi" && a.operation === "off");
+    await bed.waitForFence(
+      victim,
+      (f) =>
+        offs(f).some((a) => a.outcome === "Succeeded") &&
+        (f.status?.attempts ?? []).some((a) => a.agent === "by-hand" && a.outcome === "InProgress"),
+      "powered off, waiting for the manual agent",
+      120_000,
+    );
+    assert.equal(bed.lab.machine(victim).power, "off");
+
+    // The upgrade: the overlay re-applied with the new tag.
     const overlay = bed.installed!.overlay;
     writeFileSync(
       join(overlay, "kustomization.yaml"),
@@ -296,7 +297,8 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
   test("uninstall by manifests/README.md with a node fenced and guarded pods present, then reinstall: never refusing pods, nothing left, fences again", async () => {
     assert.ok(held, "the upgrade test left a node fenced");
     await bed.lab.reconnect(held); // mended before the unfence powers it back on
-    // Guarded pods: db-0 (Running, holds data-db-0) and a second pod on that claim, gated while db-0 holds it.
+    // Guarded pods: db-0 (Running, holds data-db-0) and a second pod on that claim, gated while db-0 holds it (once no
+    // FencingPolicy guards RWO claims, the operator lifts its gate: the first uninstall step unguards every claim).
     const [db0] = await bed.pods("db");
     await bed.lab.core.createNamespacedPod({
       namespace: NS,
@@ -335,7 +337,8 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
         })
         .catch((err: Error) => assert.fail(`a pod with a claim was refused after "${step}": ${err.message}`));
       probes.push(name);
-      console.log(`[uninstall] ${step}: ${name} admitted`);
+      const waiter = await bed.lab.core.readNamespacedPod({ name: "waiter", namespace: NS });
+      console.log(`[uninstall] ${step}: ${name} admitted; waiter ${isGated(waiter) ? "gated" : "not gated"}`);
     };
     await probe("before");
     const t0 = Date.now();
@@ -361,9 +364,9 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
       "name",
     );
     assert.deepEqual(
-      left.split("\n").filter((l) => /stockade/.test(l)),
+      left.split("\n").filter((l) => /stockade/.test(l) && !/\/stockade-lab[:-]/.test(l)),
       [],
-      "nothing named for Stockade is left",
+      "nothing named for Stockade is left (stockade-lab:* are the lab's own)",
     );
     for (const n of bed.lab.nodes()) {
       const taints = (await bed.lab.node(n)).spec?.taints ?? [];
@@ -392,6 +395,6 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
       "the reinstalled operator fenced the node and released its guarded pod",
     );
     assert.deepEqual((await bed.invariant()).violations, []);
-    console.log(`reinstall: ${s(reinstallMs)} to Ready (image already on the nodes); fenced ${node} again`);
+    console.log(`reinstall: ${s(reinstallMs)} to Ready (import ${s(bed.installed!.ms.import)} of it, the same tar again); fenced ${node} again`);
   });
 });

@@ -12,7 +12,6 @@ import { importImages } from "./images.ts";
 import { nodePaths } from "./real/config.ts";
 import type { Lab } from "./lab.ts";
 import { LEADER_LEASE } from "../src/operator.ts";
-import { CLAIM_GATE, isGated } from "../src/decide/claim-lock.ts";
 
 const run = promisify(execFile);
 
@@ -183,8 +182,7 @@ export async function installOperator(lab: Lab, o: { image: OperatorImage; log?:
 /**
  * manifests/README.md's uninstall, step by step, so that the cluster never refuses pods and nothing hangs: no new
  * automatic fence (FencingPolicies deleted), fenced nodes unfenced and their NodeFences deleted while the operator
- * still runs to drop their finalizers, then the webhooks (failurePolicy Fail) before the operator stops, then the rest;
- * last, the claim-lock gate of pods still waiting for a claim is lifted (nothing else would).
+ * still runs to drop their finalizers, then the webhooks (failurePolicy Fail) before the operator stops, then the rest.
  */
 export async function uninstallOperator(
   lab: Lab,
@@ -227,14 +225,4 @@ export async function uninstallOperator(
   await after("webhooks deleted");
   await kubectl("delete", "-f", manifestsDir, "--ignore-not-found", "--wait", `--timeout=${timeout}`);
   await after("bundle deleted");
-  // A pod still waiting for a claim another pod holds keeps the claim-lock gate, and nothing lifts it once the
-  // operator is gone: as without Stockade, it is scheduled now (its gate could not be lifted while the admission
-  // policies were installed).
-  const gated = (JSON.parse(await kubectl("get", "pods", "-A", "-o", "json")) as { items: V1Pod[] }).items.filter(isGated);
-  for (const p of gated) {
-    log(`lifting the claim-lock gate of ${p.metadata?.namespace}/${p.metadata?.name}`);
-    const patch = { spec: { schedulingGates: [{ $patch: "delete", name: CLAIM_GATE }] } };
-    await kubectl("patch", "pod", "-n", p.metadata!.namespace!, p.metadata!.name!, "--type=strategic", "-p", JSON.stringify(patch));
-  }
-  await after("gates lifted");
 }
