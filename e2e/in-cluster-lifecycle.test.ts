@@ -395,6 +395,8 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
       "the reinstalled operator fenced the node and released its guarded pod",
     );
     assert.deepEqual((await bed.invariant()).violations, []);
-    console.log(`reinstall: ${s(reinstallMs)} to Ready (import ${s(bed.installed!.ms.import)} of it, the same tar again); fenced ${node} again`);
+    console.log(
+      `reinstall: ${s(reinstallMs)} to Ready (import ${s(bed.installed!.ms.import)} of it, the same tar again); fenced ${node} again`,
+    );
   });
 });
