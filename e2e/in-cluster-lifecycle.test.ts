@@ -16,12 +16,11 @@ import type { V1Pod } from "@kubernetes/client-node";
 import { auditEvents } from "../lab/audit.ts";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
-import { operatorImage } from "../lab/operator-image.ts";
 import {
   deploymentImage,
-  imageFromTar,
   manifestsDir,
   overlayKustomization,
+  overlayRef,
   splitImage,
   uninstallOperator,
   waitForOperator,
@@ -47,15 +46,9 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
   let held: string | undefined;
 
   before(async () => {
-    const tar = process.env.STOCKADE_OPERATOR_IMAGE;
-    image = tar ? await imageFromTar(tar) : await operatorImage({ log: (m) => console.log(`[image] ${m}`) });
-    bed = await Bed.up({
-      nodes: 3,
-      name: "in-cluster-lifecycle",
-      operator: "in-cluster",
-      operatorImage: image,
-      log: (m) => console.log(`[bed] ${m}`),
-    });
+    // The image: $STOCKADE_OPERATOR_IMAGE, else built from the Dockerfile (lab/operator-install.ts).
+    bed = await Bed.up({ nodes: 3, name: "in-cluster-lifecycle", operator: "in-cluster", log: (m) => console.log(`[bed] ${m}`) });
+    image = bed.installed!.image;
     await bed.policy("default", { guards: { maxUnhealthyNodes: 1, maxConcurrentFences: 1 } });
   });
   after(async () => {
@@ -207,7 +200,7 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
     );
 
     // The new version imported beforehand, as a user does (the same image under another tag, in every node's containerd).
-    const newRef = `${splitImage(image.refs.find((r) => r.startsWith("stockade.lab/")) ?? "stockade.lab/stockade:x").name}:upgrade-${Date.now()}`;
+    const newRef = `${splitImage(overlayRef(image)).name}:upgrade-${Date.now()}`;
     await Promise.all(
       bed.lab
         .nodes()
@@ -219,7 +212,7 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
             "k8s.io",
             "images",
             "tag",
-            image.ref,
+            overlayRef(image),
             newRef,
           ]),
         ),
@@ -382,7 +375,7 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
 
     // Reinstall: Ready, and it fences again.
     const t1 = Date.now();
-    await bed.reinstall(image);
+    await bed.reinstall();
     const reinstallMs = Date.now() - t1;
     await bed.policy("default", { guards: { maxUnhealthyNodes: 1, maxConcurrentFences: 1 } });
     const node = await freeNode();
