@@ -8,9 +8,10 @@
 //   every node, `kubectl apply -k` an overlay of manifests/), real nodes only, webhooks through their Service.
 //   Helpers: operatorPods(), leaderPod() / leaderNode() (from the Lease holder `<pod>_<suffix>`),
 //   podLogs() (the replicas' on-disk container logs, readable even from a dead node), webhookRefusal(),
-//   and `installed` (the install's figures and kubectl's warnings). startOperator is for host mode only.
+//   `installed` (the install's figures and kubectl's warnings), and reinstall() after uninstallOperator. startOperator is
+//   for host mode only.
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createWriteStream, existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
@@ -423,6 +424,19 @@ export class Bed {
     const file = this.opLogs.get(c);
     if (!file) return [];
     return parseLogLines(readFileSync(file, "utf8"));
+  }
+
+  /**
+   * In-cluster, after an uninstall: installs the same image again (from the first install's link in the lab
+   * directory: the build cache may hold another one by now) and what every bed has (BMC Secrets, FenceAgents).
+   */
+  async reinstall(): Promise<void> {
+    if (!this.installed) throw new Error("Bed.reinstall is for the in-cluster operator, once installed");
+    const tar = join(this.lab.dir, "operator-image-reinstall.tar");
+    rmSync(tar, { force: true });
+    linkSync(join(this.lab.dir, "operator-image.tar"), tar);
+    this.installed = await installOperator(this.lab, { image: { ...this.installed.image, tar } });
+    await this.install();
   }
 
   /** Whether the claim-lock and force-delete webhooks are installed. */

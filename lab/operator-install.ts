@@ -213,14 +213,24 @@ export async function installOperator(lab: Lab, o: { image?: OperatorImage; log?
  * automatic fence (FencingPolicies deleted), fenced nodes unfenced and their NodeFences deleted while the operator
  * still runs to drop their finalizers, then the webhooks (failurePolicy Fail) before the operator stops, then the rest.
  */
-export async function uninstallOperator(lab: Lab, o: { log?: (m: string) => void; timeoutMs?: number } = {}): Promise<void> {
+export async function uninstallOperator(
+  lab: Lab,
+  o: {
+    log?: (m: string) => void;
+    timeoutMs?: number;
+    /** Awaited after each step, named (tests create pods there: the cluster must admit them at every step). */
+    after?: (step: string) => Promise<void>;
+  } = {},
+): Promise<void> {
   const log = o.log ?? (() => {});
+  const after = o.after ?? (async () => {});
   const timeout = `${Math.round((o.timeoutMs ?? 180_000) / 1000)}s`;
   const kubectl = async (...args: string[]) => (await run("kubectl", args, { env: lab.env, maxBuffer: 16 << 20 })).stdout;
   const crdsServed = await kubectl("get", "crd", "nodefences.stockade.io", "--ignore-not-found", "-o", "name");
   if (crdsServed.trim()) {
     log("deleting FencingPolicies (no new automatic fence)");
     await kubectl("delete", "fencingpolicies", "--all", "--wait", `--timeout=${timeout}`);
+    await after("fencingpolicies deleted");
     const fences = JSON.parse(await kubectl("get", "nodefences", "-o", "json")) as {
       items: { metadata: { name: string }; status?: { phase?: string } }[];
     };
@@ -234,10 +244,14 @@ export async function uninstallOperator(lab: Lab, o: { log?: (m: string) => void
           if (!/NotFound|not found/.test(err.stderr ?? "")) throw new Error(`NodeFence ${f.metadata.name} not Unfenced: ${err.stderr}`);
         },
       );
+    await after("nodes unfenced");
     log("deleting NodeFences (the operator drops their finalizers)");
     await kubectl("delete", "nodefences", "--all", "--wait", `--timeout=${timeout}`);
+    await after("nodefences deleted");
   }
   log("deleting the webhooks, then the bundle");
   await kubectl("delete", "-f", join(manifestsDir, "08-webhooks.yaml"), "--ignore-not-found");
+  await after("webhooks deleted");
   await kubectl("delete", "-f", manifestsDir, "--ignore-not-found", "--wait", `--timeout=${timeout}`);
+  await after("bundle deleted");
 }
