@@ -13,12 +13,7 @@ import { GROUP, VERSION, type NodeFence } from "../src/api/v1alpha1.ts";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
 import { checkLedger, readLedgers, sanDir } from "../lab/ledger.ts";
-import type { OperatorImage } from "../lab/operator-install.ts";
-
-async function buildOperatorImage(o: { log: (m: string) => void }): Promise<OperatorImage> {
-  void o;
-  throw new Error("lab/operator-image.ts not merged yet");
-}
+import { labOperatorImage, type OperatorImage } from "../lab/operator-install.ts";
 
 const { values } = parseArgs({
   options: {
@@ -51,8 +46,8 @@ let operatorImage: OperatorImage | undefined;
 if (mode === "in-cluster") {
   step("building the operator image from the Dockerfile (cached by its inputs; the first build takes minutes)");
   const t = Date.now();
-  operatorImage = await buildOperatorImage({ log: (m) => console.log(`    ${m}`) });
-  console.log(`    ${operatorImage.ref} in ${((Date.now() - t) / 1000).toFixed(1)} s`);
+  operatorImage = await labOperatorImage((m) => console.log(`    ${m}`));
+  console.log(`    ${operatorImage.refs.join(", ")} in ${((Date.now() - t) / 1000).toFixed(1)} s`);
 }
 const bed = await Bed.up({ nodes, name: "demo", dir, log: (m) => console.log(`    ${m}`), operator: mode, operatorImage });
 let stopping = false;
@@ -94,13 +89,15 @@ try {
       `operator leader: ${leader?.metadata?.name} on ${leader?.spec?.nodeName} (logs: kubectl -n stockade-system logs ${leader?.metadata?.name})`,
     );
   }
-  step(
-    "deploying StatefulSet db (2 replicas, one per node): each pod appends records to its own volume on a shared SAN, with no storage-side lock",
-  );
   // In-cluster, db stays off the leader's node: cutting the leader off is another story (the operator's own failover first).
   const leaderNode = mode === "in-cluster" ? await bed.leaderNode() : undefined;
   for (const n of bed.lab.nodes().filter((x) => x !== leaderNode)) await bed.kubectl("label", "node", n, "demo.stockade.io/workload=true");
-  const pods = await bed.statefulSet("db", 2, { nodeSelector: { "demo.stockade.io/workload": "true" } });
+  // One pod per node (required anti-affinity), and a free node left for db-0's replacement.
+  const replicas = Math.min(2, nodes - (leaderNode ? 2 : 1));
+  step(
+    `deploying StatefulSet db (${replicas} replica${replicas > 1 ? "s, one per node" : ""}${leaderNode ? `, not on the leader's node ${leaderNode}` : ""}): each pod appends records to its own volume on a shared SAN, with no storage-side lock`,
+  );
+  const pods = await bed.statefulSet("db", replicas, { nodeSelector: { "demo.stockade.io/workload": "true" } });
   const victimName = "db-0";
   const victim = pods.find((p) => p.metadata?.name === victimName)!;
   const node = victim.spec!.nodeName!;

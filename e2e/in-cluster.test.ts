@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { CoordinationV1Api, type V1Pod } from "@kubernetes/client-node";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
-import { OPERATOR_NS } from "../lab/operator-install.ts";
+import { OPERATOR_NS, uninstallOperator } from "../lab/operator-install.ts";
 import { LEADER_LEASE } from "../src/operator.ts";
 import { TOKEN_ANNOTATION, isGated } from "../src/decide/claim-lock.ts";
 
@@ -17,6 +17,8 @@ const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
 describe("e2e: the operator installed in-cluster from manifests/", () => {
   let bed: Bed;
+  /** The node the failover test fenced. */
+  let fenced: string | undefined;
   before(async () => {
     bed = await Bed.up({ nodes: 3, name: "in-cluster", operator: "in-cluster", log: (m) => console.log(`[bed] ${m}`) });
     await bed.policy("default", { guards: { maxUnhealthyNodes: 1, maxConcurrentFences: 1 } });
@@ -63,15 +65,23 @@ describe("e2e: the operator installed in-cluster from manifests/", () => {
     );
     assert.equal(p.metadata?.annotations?.[TOKEN_ANNOTATION], "1", "the operator lifted the gate and wrote token 1");
     await bed.lab.core.deleteNamespacedPod({ name: "solo-a", namespace: NS });
+    // Gone before the next test cuts a node off: a pod still terminating there would be released by that fence too.
+    await waitFor(
+      "solo-a gone",
+      async () =>
+        (await bed.lab.core.listNamespacedPod({ namespace: NS, fieldSelector: "metadata.name=solo-a" })).items.length === 0 || undefined,
+      { timeoutMs: 60_000 },
+    );
   });
 
   test("a node that is not the leader's is cut off: the installed operator fences it, the guarded pod is replaced", async () => {
     const leaderNode = await bed.leaderNode();
     for (const n of bed.lab.nodes().filter((x) => x !== leaderNode)) await bed.kubectl("label", "node", n, "e2e.stockade.io/workload=true");
-    const pods = await bed.statefulSet("db", 2, { nodeSelector: { "e2e.stockade.io/workload": "true" } });
+    // One replica (the StatefulSet's anti-affinity is required): the other labelled node is where its replacement goes.
+    const pods = await bed.statefulSet("db", 1, { nodeSelector: { "e2e.stockade.io/workload": "true" } });
     assert.ok(
       pods.every((p) => p.metadata?.annotations?.[TOKEN_ANNOTATION]),
-      "guarded StatefulSet pods ran with their token (gated, then ungated by the operator)",
+      "the guarded StatefulSet pod ran with its token (gated, then ungated by the operator)",
     );
     const victim = pods.find((p) => p.metadata?.name === "db-0")!;
     const node = victim.spec!.nodeName!;
@@ -94,8 +104,47 @@ describe("e2e: the operator installed in-cluster from manifests/", () => {
     const running = bed.when((e) => e.source === "pod" && e.uid === replacement.metadata?.uid && e.phase === "Running");
     assert.ok(powerOff && gone && running && powerOff < gone && gone <= running, bed.rec.format(t0));
     assert.deepEqual((await bed.invariant()).violations, []);
+    fenced = node;
     console.log(
       `in-cluster failover: cut → replacement Running ${s(running! - t0)}, NodeFence created → replacement Running ~${s(running! - fenceCreated)}, power off → Running ${s(running! - powerOff!)}`,
     );
+  });
+
+  test("uninstall by manifests/README.md's steps, a node still fenced: the fence is lifted, nothing is left, pods are never refused", async () => {
+    assert.ok(fenced, "the failover test fenced a node");
+    await bed.lab.reconnect(fenced); // the cut cable mended before the unfence powers the machine back on
+    assert.deepEqual((await bed.invariant()).violations, []);
+    let probing = true;
+    const refusals: string[] = [];
+    const probes = (async () => {
+      let n = 0;
+      for (; probing; n++) {
+        const r = await bed.webhookRefusal();
+        if (r) refusals.push(r);
+      }
+      return n;
+    })();
+    const t0 = Date.now();
+    await uninstallOperator(bed.lab, { log: (m) => console.log(`[uninstall] ${m}`) });
+    const ms = Date.now() - t0;
+    probing = false;
+    const n = await probes;
+    assert.deepEqual(refusals, [], "no pod with a claim was refused while uninstalling");
+    assert.ok(n > 1, "pods were probed throughout");
+    assert.equal(bed.lab.machine(fenced).power, "on", "unfenced: powered back on");
+    const node = await bed.lab.node(fenced);
+    assert.ok(!(node.spec?.taints ?? []).some((t) => t.key.startsWith("stockade.io/")), "no stockade.io taint left on the fenced node");
+    const left = await bed.kubectl(
+      "get",
+      "crd,namespace,clusterrole,clusterrolebinding,mutatingwebhookconfiguration,validatingwebhookconfiguration,validatingadmissionpolicy",
+      "-o",
+      "name",
+    );
+    assert.deepEqual(
+      left.split("\n").filter((l) => /stockade\.io|\/stockade($|-(system|fence-|nodefence-|claim-|node-leases))/.test(l)),
+      [],
+      "nothing of the bundle is left",
+    );
+    console.log(`uninstall with one fenced node: ${s(ms)} (${n} server-side dry-runs of a pod with a claim, all admitted)`);
   });
 });

@@ -44,6 +44,7 @@ import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
 import {
   OPERATOR_NS,
   installOperator,
+  labOperatorImage,
   leaderPod,
   operatorPods,
   webhookRefusal,
@@ -67,12 +68,6 @@ function parseLogLines(text: string): { time: number; msg: string; [k: string]: 
     .split("\n")
     .filter((l) => l.startsWith("{"))
     .map((l) => JSON.parse(l) as { time: number; msg: string });
-}
-
-/** The operator image built from the Dockerfile (lab/operator-image.ts, cached by its inputs). */
-async function buildOperatorImage(log?: (m: string) => void): Promise<OperatorImage> {
-  void log;
-  throw new Error("Bed: pass operatorImage (building it needs lab/operator-image.ts)");
 }
 
 export class Bed {
@@ -121,14 +116,15 @@ export class Bed {
     /** "host" (default): startOperator runs replicas as child processes. "in-cluster": installed from manifests/
      * (real nodes; the bundle's webhooks are always on). */
     operator?: OperatorMode;
-    /** In-cluster: the operator image (default: built from the Dockerfile by lab/operator-image.ts, cached). */
+    /** In-cluster: the operator image (default: $STOCKADE_OPERATOR_IMAGE, a `docker save` tar, else built from the
+     * Dockerfile by lab/operator-image.ts, cached by its inputs). */
     operatorImage?: OperatorImage;
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
     const runtime = o.runtime ?? "real";
     const mode = o.operator ?? "host";
     if (mode === "in-cluster" && runtime !== "real") throw new Error("Bed: the in-cluster operator needs real nodes (runtime: real)");
-    const operatorImage = mode === "in-cluster" ? (o.operatorImage ?? (await buildOperatorImage(o.log))) : undefined;
+    const operatorImage = mode === "in-cluster" ? (o.operatorImage ?? (await labOperatorImage(o.log))) : undefined;
     const images = runtime === "real" ? await realNodeImages(o.log) : undefined;
     const lab = await Lab.up({
       dir,

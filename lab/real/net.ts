@@ -172,8 +172,9 @@ export function listenerPids(ssOutput: string, ip: string): number[] {
 
 /**
  * Kills what still listens on a slot's host addresses (BMCs on the management one too): the apiserver
- * forwarder and cluster DNS of a lab whose directory is gone (its pid files with it) keep the address bound after the bridge is deleted, and the next
- * lab on the slot could not listen there (EADDRINUSE; its kubelets never registered).
+ * forwarder and cluster DNS of a lab whose directory is gone (its pid files with it) keep the address bound
+ * after the bridge is deleted, and the next lab on the slot could not listen there (EADDRINUSE; its kubelets
+ * never registered).
  */
 export function killSlotListeners(slot: number): number[] {
   const ss = run("ss", ["-Hlnptu"], { ignoreError: true });

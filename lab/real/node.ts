@@ -1,5 +1,5 @@
-// A real lab machine: a containerd, a kubelet and a kube-proxy (v1.34, Go-built) in the node's own network namespace,
-// mount namespace and cgroup subtree. Its power is that subtree: off freezes every process of the node
+// A real lab machine: a containerd, a kubelet and a kube-proxy (v1.34, Go-built) in the node's own network
+// namespace, mount namespace and cgroup subtree. Its power is that subtree: off freezes every process of the node
 // at once (kubelet, containerd, shims, pause, containers), records what was alive, kills them all and
 // thaws; nothing is left mounted because every mount the node made lives in its own mount namespace,
 // which dies with its last process. On boots it fresh with a new boot ID (bind-mounted over the
