@@ -44,7 +44,6 @@ import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
 import {
   OPERATOR_NS,
   installOperator,
-  labOperatorImage,
   leaderPod,
   operatorPods,
   webhookRefusal,
@@ -124,7 +123,6 @@ export class Bed {
     const runtime = o.runtime ?? "real";
     const mode = o.operator ?? "host";
     if (mode === "in-cluster" && runtime !== "real") throw new Error("Bed: the in-cluster operator needs real nodes (runtime: real)");
-    const operatorImage = mode === "in-cluster" ? (o.operatorImage ?? (await labOperatorImage(o.log))) : undefined;
     const images = runtime === "real" ? await realNodeImages(o.log) : undefined;
     const lab = await Lab.up({
       dir,
@@ -138,17 +136,23 @@ export class Bed {
       providerID: o.providerID,
     });
     try {
-      return await Bed.setUp(lab, o.webhooks ?? false, operatorImage, o.log);
+      return await Bed.setUp(lab, o.webhooks ?? false, mode === "in-cluster" ? { image: o.operatorImage } : undefined, o.log);
     } catch (err) {
       await lab.down();
       throw err;
     }
   }
 
-  private static async setUp(lab: Lab, webhooks: boolean, image: OperatorImage | undefined, log?: (m: string) => void): Promise<Bed> {
-    const bed = new Bed(lab, await new Recorder(lab).start(), image ? "in-cluster" : "host");
+  private static async setUp(
+    lab: Lab,
+    webhooks: boolean,
+    inCluster: { image?: OperatorImage } | undefined,
+    log?: (m: string) => void,
+  ): Promise<Bed> {
+    const bed = new Bed(lab, await new Recorder(lab).start(), inCluster ? "in-cluster" : "host");
     try {
-      if (image) bed.installed = await installOperator(lab, { image, log });
+      // The image is built (or taken from $STOCKADE_OPERATOR_IMAGE) by installOperator unless given.
+      if (inCluster) bed.installed = await installOperator(lab, { image: inCluster.image, log });
       else if (webhooks) await bed.installWebhooks();
       return await bed.install();
     } catch (err) {

@@ -2,7 +2,7 @@
 // containerd (no registry), a kustomize overlay of manifests/ that only sets the image, `kubectl apply -k`; and
 // removed by manifests/README.md's uninstall steps. Tests and `npm run lab -- install` use these.
 import { execFile } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import { AppsV1Api, CoordinationV1Api, loadAllYaml, type V1Deployment, type V1Pod } from "@kubernetes/client-node";
@@ -28,6 +28,8 @@ export type { OperatorImage } from "./operator-image.ts";
 export const overlayRef = (image: OperatorImage) => image.refs.find((r) => r.startsWith(`${registryHost}/`)) ?? image.ref;
 
 export interface Installed {
+  /** The image installed (the overlay names overlayRef(image)). */
+  image: OperatorImage;
   /** The overlay applied (its directory holds kustomization.yaml). */
   overlay: string;
   /** `Warning:` lines kubectl printed while applying (Pod Security, deprecations): a clean bundle has none. */
@@ -149,13 +151,33 @@ export async function webhookRefusal(lab: Lab, namespace = "default"): Promise<s
  * overlay of manifests/ naming it, and waits until both replicas are Ready, the Lease is held and the webhooks
  * answer. Real nodes only (the pods run there).
  */
-export async function installOperator(lab: Lab, o: { image: OperatorImage; log?: (m: string) => void }): Promise<Installed> {
+export async function installOperator(lab: Lab, o: { image?: OperatorImage; log?: (m: string) => void }): Promise<Installed> {
   const log = o.log ?? (() => {});
   if (!lab.state.real) throw new Error("installing the operator in-cluster needs real nodes (npm run lab -- up --runtime real)");
+  let image = o.image ?? (await labOperatorImage(log));
+  // The build cache keeps one tar (a build for other inputs, e.g. another worktree's, deletes it): the lab holds its own link.
+  const tar = join(lab.dir, "operator-image.tar");
+  const pin = () => {
+    rmSync(tar, { force: true });
+    try {
+      linkSync(image.tar, tar);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EXDEV") throw err;
+      copyFileSync(image.tar, tar);
+    }
+  };
+  try {
+    pin();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT" || process.env.STOCKADE_OPERATOR_IMAGE) throw err;
+    log(`${image.tar} is gone (a build for other inputs replaced it): building again`);
+    image = await operatorImage({ log });
+    pin();
+  }
   let t = Date.now();
-  log(`importing ${overlayRef(o.image)} into ${lab.nodes().length} nodes' containerd`);
+  log(`importing ${overlayRef(image)} into ${lab.nodes().length} nodes' containerd`);
   await Promise.all(
-    lab.nodes().map((n) => importImages("ctr", nodePaths(lab.machineDir(n)).containerdSocket, [o.image.tar], { timeoutMs: 300_000 })),
+    lab.nodes().map((n) => importImages("ctr", nodePaths(lab.machineDir(n)).containerdSocket, [tar], { timeoutMs: 300_000 })),
   );
   const ms = { import: Date.now() - t, apply: 0, ready: 0 };
 
@@ -163,7 +185,7 @@ export async function installOperator(lab: Lab, o: { image: OperatorImage; log?:
   mkdirSync(overlay, { recursive: true });
   writeFileSync(
     join(overlay, "kustomization.yaml"),
-    overlayKustomization({ resources: relative(overlay, manifestsDir), image: deploymentImage(), ref: overlayRef(o.image) }),
+    overlayKustomization({ resources: relative(overlay, manifestsDir), image: deploymentImage(), ref: overlayRef(image) }),
   );
   log(`kubectl apply -k ${overlay}`);
   t = Date.now();
@@ -183,7 +205,7 @@ export async function installOperator(lab: Lab, o: { image: OperatorImage; log?:
   log(
     `operator Ready in ${(ms.ready / 1000).toFixed(1)} s (leader ${leader.metadata?.name} on ${leader.spec?.nodeName}); import ${(ms.import / 1000).toFixed(1)} s`,
   );
-  return { overlay, warnings, ms };
+  return { image, overlay, warnings, ms };
 }
 
 /**
