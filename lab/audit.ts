@@ -9,7 +9,9 @@ import { paths } from "./state.ts";
 export interface AuditEvent {
   stage: string;
   verb: string;
-  user: { username: string };
+  /** `extra` carries, for a pod's bound ServiceAccount token, authentication.kubernetes.io/pod-name (and -uid, node-name). */
+  user: { username: string; extra?: Record<string, string[]> };
+  sourceIPs?: string[];
   userAgent?: string;
   objectRef?: { resource?: string; namespace?: string; name?: string; subresource?: string };
   responseStatus?: { code?: number };

@@ -1,9 +1,9 @@
 // Simulated BMCs: one OpenIPMI ipmi_sim per node, on its own loopback UDP port with its own credentials.
 // Its chassis_control hook is the node's real power (see machine.ts); "unreachable" freezes the BMC
 // process, so requests get no answer at all, like a BMC whose network is gone.
-import { execFile } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, writeFileSync, chmodSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { repoRoot } from "./bins.ts";
@@ -36,6 +36,8 @@ export function writeBmcConfig(s: LabState, node: NodeSpec, password: string): v
       "# held by the change under way (descriptor 9, inherited by it).",
       `POWER=${sh(p.power)}`,
       `ON=${sh(p.bmcOnRequested)}`,
+      "# Who asked is in the BMC's own log (ipmi_sim -d: each datagram's source); when, here (lab/bmc-log.ts).",
+      `echo "$(date +%s.%N) $*" >>${sh(p.bmcChassisLog)}`,
       'case "$1" in',
       '  get) shift; for q in "$@"; do case "$q" in',
       '         power) if [ -e "$ON" ] || [ "$(cat "$POWER" 2>/dev/null)" != 0 ]; then echo power:1; else echo power:0; fi ;;',
@@ -79,10 +81,22 @@ set_working_mc 0x20
 
 export function startBmc(s: LabState, node: NodeSpec): void {
   const p = paths(s.dir).node(node.name);
+  // -d logs every datagram received with its source address and time (the BMC's side of who asked for what,
+  // lab/bmc-log.ts). It logs to its consoles only: stdin is a FIFO opened read-write, which never ends (a
+  // /dev/null stdin ends at once and ipmi_sim shuts down; -n would leave no console to log to).
+  // --nopersist: the config is the truth.
+  if (!existsSync(p.bmcConsole)) execFileSync("mkfifo", ["-m", "600", p.bmcConsole]);
   const ref = startDetached({
-    cmd: "ipmi_sim",
-    // -n: no console on stdin (ipmi_sim aborts on a /dev/null stdin otherwise); --nopersist: config is the truth.
-    args: ["-c", join(p.bmcDir, "lan.conf"), "-f", join(p.bmcDir, "bmc.emu"), "-s", join(p.bmcDir, "state"), "-n", "--nopersist"],
+    cmd: "sh",
+    args: [
+      "-c",
+      'exec ipmi_sim -c "$1" -f "$2" -s "$3" --nopersist -d 0<>"$4"',
+      "ipmi_sim",
+      join(p.bmcDir, "lan.conf"),
+      join(p.bmcDir, "bmc.emu"),
+      join(p.bmcDir, "state"),
+      p.bmcConsole,
+    ],
     logFile: p.bmcLog,
     cwd: p.bmcDir,
   });

@@ -14,6 +14,7 @@ import {
   type V1Node,
 } from "@kubernetes/client-node";
 import { binPaths, ensureBins, ensureRealNodeBins, repoRoot, which } from "./bins.ts";
+import { attributeChassisRequests, parseBmcDatagrams, parseChassisLog, type BmcDatagram, type ChassisRequest } from "./bmc-log.ts";
 import { newBmcPassword, startBmc, stopBmc, writeBmcConfig, ipmitool, setBmcReachable, bmcReachable } from "./bmc.ts";
 import {
   components,
@@ -34,7 +35,18 @@ import { stopScaleKwok } from "./scale.ts";
 import { boot, crash, heal, machineStatus, partition, shutdownMachine, type MachineStatus } from "./machine.ts";
 import { createPki, writeKubeconfig } from "./pki.ts";
 import { freeTcpPorts, freeUdpPort } from "./ports.ts";
-import { appendEvent, nodeSpec, paths, readState, withNodeLock, writeState, type LabState, type NodeSpec, type Runtime } from "./state.ts";
+import {
+  appendEvent,
+  nodeSpec,
+  paths,
+  readState,
+  readText,
+  withNodeLock,
+  writeState,
+  type LabState,
+  type NodeSpec,
+  type Runtime,
+} from "./state.ts";
 import {
   claimSlot,
   killSlotListeners,
@@ -588,6 +600,16 @@ export class Lab implements FaultDriver {
   bmcReachable(node: string): boolean {
     return bmcReachable(this.state, nodeSpec(this.state, node).name);
   }
+  /**
+   * What the node's BMC received, from its own logs: every datagram (time, source address) and every chassis
+   * request (get/set power...) with the datagram that carried it (lab/bmc-log.ts).
+   */
+  bmcRequests(node: string): { datagrams: BmcDatagram[]; chassis: ChassisRequest[] } {
+    const p = paths(this.state.dir).node(nodeSpec(this.state, node).name);
+    const datagrams = parseBmcDatagrams(readText(p.bmcLog) ?? "");
+    return { datagrams, chassis: attributeChassisRequests(datagrams, parseChassisLog(readText(p.bmcChassisLog) ?? "")) };
+  }
+
   /** Drives the node's BMC over IPMI with ipmitool, exactly as an operator would. */
   async bmc(node: string, action: "on" | "off" | "status"): Promise<"on" | "off"> {
     const spec = nodeSpec(this.state, node);

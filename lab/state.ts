@@ -88,6 +88,10 @@ export const paths = (dir: string) => ({
       /** Present from a BMC's "power on" until the machine's power change is done: its status says on meanwhile. */
       bmcOnRequested: join(d, "bmc", "power-on-requested"),
       bmcHookLog: join(dir, "logs", `bmc-hook-${name}.log`),
+      /** Every chassis request the BMC's hook ran (`<s>.<ns> get|set <args>`); lab/bmc-log.ts reads it with the BMC's log. */
+      bmcChassisLog: join(dir, "logs", `bmc-chassis-${name}.log`),
+      /** ipmi_sim's console: a FIFO it holds open (read and write), so its stdin never ends and its debug log has a console. */
+      bmcConsole: join(d, "bmc", "console"),
       faults: join(d, "faults.json"),
     };
   },

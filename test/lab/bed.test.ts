@@ -167,6 +167,13 @@ describe("lab: a real control plane with simulated nodes and BMCs", () => {
     await lab.waitForNodeReadyStatus("node-1", "Unknown", 30_000);
     const off = rec.first((e) => e.source === "lab" && e.kind === "power" && e.node === "node-1" && e.detail.power === "off");
     assert.ok(off && off.t >= t0, "the power-off is on the timeline");
+    // The BMC's own record of it: one power-off request, sent from where ipmitool ran (loopback here).
+    const sets = lab.bmcRequests("node-1").chassis.filter((r) => r.op === "set" && r.t >= t0);
+    assert.deepEqual(
+      sets.map((r) => [r.args, r.from?.address]),
+      [["power 0", "127.0.0.1"]],
+      "the BMC logged the power-off and who sent it",
+    );
 
     await ipmi("chassis", "power", "on");
     assert.match((await ipmi("chassis", "power", "status")).stdout, /Chassis Power is on/);
