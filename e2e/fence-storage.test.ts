@@ -269,8 +269,14 @@ describe("e2e: a NetworkFence as the second escalation level releases volumes on
     assert.equal(cond?.status, "True", JSON.stringify(held.status?.conditions));
     assert.match(cond?.message ?? "", new RegExp(b));
     assert.equal((await getNf(b))?.spec.fenceState, "Unfenced", "asked to unfence, not deleted before csi-addons confirmed");
-    const ev = await bed.lab.core.listEventForAllNamespaces({ fieldSelector: `involvedObject.name=${node},reason=StorageFenceNotLifted` });
-    assert.ok(ev.items.length > 0, "a Warning Event says the storage fence is not lifted");
+    // The Event is written after the status that says the same (seen late on a loaded machine): wait for it.
+    await waitFor(
+      "a Warning Event that says the storage fence is not lifted",
+      async () =>
+        (await bed.lab.core.listEventForAllNamespaces({ fieldSelector: `involvedObject.name=${node},reason=StorageFenceNotLifted` })).items
+          .length > 0 || undefined,
+      { timeoutMs: 15_000 },
+    );
     // B's backend answers again: the retry lifts it, then the NodeFence goes.
     double.classModes.set("lab-san-b", "succeed");
     await waitFor(`NodeFence ${node} gone`, async () => ((await bed.getFence(node)) ? undefined : true), { timeoutMs: 60_000 });
