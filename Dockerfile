@@ -26,12 +26,13 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 # Production dependencies only: no TypeScript, ESLint, Prettier or the `node` package in the image.
 RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
-COPY tools/image/prune-node-modules.sh /usr/local/bin/
-RUN prune-node-modules.sh node_modules
+COPY tools/image/prune-node-modules.mjs /usr/local/lib/
+RUN node /usr/local/lib/prune-node-modules.mjs node_modules
 
+# The runtime's root filesystem, assembled here: binutils only to strip node.
 FROM ${NODE_IMAGE} AS rootfs
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates ipmitool \
+    && apt-get install -y --no-install-recommends ca-certificates ipmitool binutils \
     && rm -rf /var/lib/apt/lists/*
 COPY tools/image/lean-rootfs.sh /usr/local/bin/
 RUN lean-rootfs.sh /rootfs

@@ -13,12 +13,7 @@ import { GROUP, VERSION, type NodeFence } from "../src/api/v1alpha1.ts";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
 import { checkLedger, readLedgers, sanDir } from "../lab/ledger.ts";
-import type { OperatorImage } from "../lab/operator-install.ts";
-
-async function buildOperatorImage(o: { log: (m: string) => void }): Promise<OperatorImage> {
-  void o;
-  throw new Error("lab/operator-image.ts not merged yet");
-}
+import { labOperatorImage, type OperatorImage } from "../lab/operator-install.ts";
 
 const { values } = parseArgs({
   options: {
@@ -51,8 +46,8 @@ let operatorImage: OperatorImage | undefined;
 if (mode === "in-cluster") {
   step("building the operator image from the Dockerfile (cached by its inputs; the first build takes minutes)");
   const t = Date.now();
-  operatorImage = await buildOperatorImage({ log: (m) => console.log(`    ${m}`) });
-  console.log(`    ${operatorImage.ref} in ${((Date.now() - t) / 1000).toFixed(1)} s`);
+  operatorImage = await labOperatorImage((m) => console.log(`    ${m}`));
+  console.log(`    ${operatorImage.refs.join(", ")} in ${((Date.now() - t) / 1000).toFixed(1)} s`);
 }
 const bed = await Bed.up({ nodes, name: "demo", dir, log: (m) => console.log(`    ${m}`), operator: mode, operatorImage });
 let stopping = false;

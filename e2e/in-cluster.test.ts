@@ -131,6 +131,7 @@ describe("e2e: the operator installed in-cluster from manifests/", () => {
     const n = await probes;
     assert.deepEqual(refusals, [], "no pod with a claim was refused while uninstalling");
     assert.ok(n > 1, "pods were probed throughout");
+    assert.equal(bed.lab.machine(fenced).power, "on", "unfenced: powered back on");
     const node = await bed.lab.node(fenced);
     assert.ok(!(node.spec?.taints ?? []).some((t) => t.key.startsWith("stockade.io/")), "no stockade.io taint left on the fenced node");
     const left = await bed.kubectl(

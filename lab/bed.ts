@@ -43,7 +43,6 @@ import { OPERATOR_NODE_FLAGS } from "../src/runtime/node-flags.ts";
 import { TOKEN_ANNOTATION } from "../src/decide/claim-lock.ts";
 import {
   OPERATOR_NS,
-  imageFromTar,
   installOperator,
   leaderPod,
   operatorPods,
@@ -68,15 +67,6 @@ function parseLogLines(text: string): { time: number; msg: string; [k: string]: 
     .split("\n")
     .filter((l) => l.startsWith("{"))
     .map((l) => JSON.parse(l) as { time: number; msg: string });
-}
-
-/** The operator image: $STOCKADE_OPERATOR_IMAGE (a `docker save` tar) if set, else built from the Dockerfile
- * (lab/operator-image.ts, cached by its inputs). */
-async function buildOperatorImage(log?: (m: string) => void): Promise<OperatorImage> {
-  const tar = process.env.STOCKADE_OPERATOR_IMAGE;
-  if (tar) return await imageFromTar(tar);
-  void log;
-  throw new Error("Bed: pass operatorImage or set STOCKADE_OPERATOR_IMAGE (building it needs lab/operator-image.ts)");
 }
 
 export class Bed {
@@ -125,14 +115,14 @@ export class Bed {
     /** "host" (default): startOperator runs replicas as child processes. "in-cluster": installed from manifests/
      * (real nodes; the bundle's webhooks are always on). */
     operator?: OperatorMode;
-    /** In-cluster: the operator image (default: built from the Dockerfile by lab/operator-image.ts, cached). */
+    /** In-cluster: the operator image (default: $STOCKADE_OPERATOR_IMAGE, a `docker save` tar, else built from the
+     * Dockerfile by lab/operator-image.ts, cached by its inputs). */
     operatorImage?: OperatorImage;
   }): Promise<Bed> {
     const dir = o.dir ?? mkdtempSync(join(tmpdir(), `stockade-e2e-${o.name}-`));
     const runtime = o.runtime ?? "real";
     const mode = o.operator ?? "host";
     if (mode === "in-cluster" && runtime !== "real") throw new Error("Bed: the in-cluster operator needs real nodes (runtime: real)");
-    const operatorImage = mode === "in-cluster" ? (o.operatorImage ?? (await buildOperatorImage(o.log))) : undefined;
     const images = runtime === "real" ? await realNodeImages(o.log) : undefined;
     const lab = await Lab.up({
       dir,
@@ -146,17 +136,23 @@ export class Bed {
       providerID: o.providerID,
     });
     try {
-      return await Bed.setUp(lab, o.webhooks ?? false, operatorImage, o.log);
+      return await Bed.setUp(lab, o.webhooks ?? false, mode === "in-cluster" ? { image: o.operatorImage } : undefined, o.log);
     } catch (err) {
       await lab.down();
       throw err;
     }
   }
 
-  private static async setUp(lab: Lab, webhooks: boolean, image: OperatorImage | undefined, log?: (m: string) => void): Promise<Bed> {
-    const bed = new Bed(lab, await new Recorder(lab).start(), image ? "in-cluster" : "host");
+  private static async setUp(
+    lab: Lab,
+    webhooks: boolean,
+    inCluster: { image?: OperatorImage } | undefined,
+    log?: (m: string) => void,
+  ): Promise<Bed> {
+    const bed = new Bed(lab, await new Recorder(lab).start(), inCluster ? "in-cluster" : "host");
     try {
-      if (image) bed.installed = await installOperator(lab, { image, log });
+      // The image is built (or taken from $STOCKADE_OPERATOR_IMAGE) by installOperator unless given.
+      if (inCluster) bed.installed = await installOperator(lab, { image: inCluster.image, log });
       else if (webhooks) await bed.installWebhooks();
       return await bed.install();
     } catch (err) {

@@ -6,7 +6,7 @@ import { Lab } from "./lab.ts";
 import { KUBERNETES_NODE_LEASE_SECONDS, kubernetesTimings } from "./control-plane.ts";
 import { realNodeImages } from "./images.ts";
 import { readState, readEvents } from "./state.ts";
-import { imageFromTar, installOperator, uninstallOperator, type OperatorImage } from "./operator-install.ts";
+import { imageFromTar, installOperator, overlayRef, uninstallOperator } from "./operator-install.ts";
 
 const usage = `usage: npm run lab -- <command>
 
@@ -122,10 +122,9 @@ async function main(argv: string[]): Promise<number> {
     case "install": {
       const lab = Lab.attach(dir);
       const log = (m: string) => console.error(`[lab] ${m}`);
-      const image = values.image ? await imageFromTar(values.image) : await buildOperatorImage(log);
-      const done = await installOperator(lab, { image, log });
+      const done = await installOperator(lab, { image: values.image ? await imageFromTar(values.image) : undefined, log });
       console.log(
-        `operator ${image.ref} installed (overlay ${done.overlay}): import ${(done.ms.import / 1000).toFixed(1)} s, apply ${(done.ms.apply / 1000).toFixed(1)} s, Ready ${(done.ms.ready / 1000).toFixed(1)} s`,
+        `operator ${overlayRef(done.image)} installed (overlay ${done.overlay}): import ${(done.ms.import / 1000).toFixed(1)} s, apply ${(done.ms.apply / 1000).toFixed(1)} s, Ready ${(done.ms.ready / 1000).toFixed(1)} s`,
       );
       return 0;
     }
@@ -147,11 +146,6 @@ async function main(argv: string[]): Promise<number> {
 }
 
 class UsageError extends Error {}
-
-async function buildOperatorImage(log: (m: string) => void): Promise<OperatorImage> {
-  void log;
-  throw new UsageError("building the operator image is not available yet: pass --image <tar>");
-}
 
 function describe(m: ReturnType<Lab["machine"]>): string {
   return `power ${m.power}, kubelet ${m.kubelet}${m.pid ? ` (pid ${m.pid})` : ""}, bootID ${m.bootID ?? "-"}`;

@@ -7,7 +7,7 @@
 // Functional core: the cache key, the Deployment's image name and the Dockerfile's NODE_IMAGE default are pure.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import { cacheDir, repoRoot } from "./bins.ts";
@@ -170,6 +170,7 @@ export async function operatorImage(o: { log?: (m: string) => void; rebuild?: bo
   mkdirSync(dir, { recursive: true });
   const tmp = `${tar}.tmp-${process.pid}`;
   await docker(host, ["save", "-o", tmp, ...refs]);
+  chmodSync(tmp, 0o644);
   renameSync(tmp, tar);
   // Older keys' tags pin layers nothing will use again; the build cache keeps what a next build can reuse.
   const old = (await docker(host, ["images", "--format", "{{.Repository}}:{{.Tag}}", `${registryHost}/stockade`]))
@@ -178,6 +179,6 @@ export async function operatorImage(o: { log?: (m: string) => void; rebuild?: bo
   if (old.length > 0) await docker(host, ["rmi", ...old]).catch(() => {});
   // One tar per build is enough: the older ones are other inputs' images.
   for (const f of readdirSync(dir))
-    if (/^stockade-[0-9a-f]{16}\.tar(\.tmp-\d+)?$/.test(f) && join(dir, f) !== tar) rmSync(join(dir, f), { force: true });
+    if (/^stockade-[0-9a-f]{16}\.tar$/.test(f) && join(dir, f) !== tar) rmSync(join(dir, f), { force: true });
   return { ref: refs[0]!, refs, tar };
 }

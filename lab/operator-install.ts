@@ -2,13 +2,14 @@
 // containerd (no registry), a kustomize overlay of manifests/ that only sets the image, `kubectl apply -k`; and
 // removed by manifests/README.md's uninstall steps. Tests and `npm run lab -- install` use these.
 import { execFile } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import { AppsV1Api, CoordinationV1Api, loadAllYaml, type V1Deployment, type V1Pod } from "@kubernetes/client-node";
 import { repoRoot } from "./bins.ts";
 import { waitFor } from "./health.ts";
-import { importImages } from "./images.ts";
+import { importImages, registryHost } from "./images.ts";
+import { operatorImage, type OperatorImage } from "./operator-image.ts";
 import { nodePaths } from "./real/config.ts";
 import type { Lab } from "./lab.ts";
 import { LEADER_LEASE } from "../src/operator.ts";
@@ -20,14 +21,15 @@ export const OPERATOR_NS = "stockade-system";
 export const DEPLOYMENT = "stockade";
 export const manifestsDir = join(repoRoot, "manifests");
 
-/** The operator image as lab/operator-image.ts builds it: a Docker-archive tar holding `refs` (`ref` among them). */
-export interface OperatorImage {
-  ref: string;
-  refs: string[];
-  tar: string;
-}
+export type { OperatorImage } from "./operator-image.ts";
+
+/** The name the overlay gives the Deployment's image: the build's own tag under the lab's registry host (a new build is
+ * a new pod spec, so a rollout), else `ref`. */
+export const overlayRef = (image: OperatorImage) => image.refs.find((r) => r.startsWith(`${registryHost}/`)) ?? image.ref;
 
 export interface Installed {
+  /** The image installed (the overlay names overlayRef(image)). */
+  image: OperatorImage;
   /** The overlay applied (its directory holds kustomization.yaml). */
   overlay: string;
   /** `Warning:` lines kubectl printed while applying (Pod Security, deprecations): a clean bundle has none. */
@@ -45,6 +47,13 @@ export async function imageFromTar(tar: string): Promise<OperatorImage> {
   const ref = refs.find((r) => r.startsWith("stockade.lab/")) ?? refs[0];
   if (!ref) throw new Error(`${tar} holds no tagged image (docker save <name:tag>)`);
   return { ref, refs, tar };
+}
+
+/** The operator image for the lab: $STOCKADE_OPERATOR_IMAGE (a `docker save` tar) if set, else built from the
+ * Dockerfile (lab/operator-image.ts, cached by its inputs). */
+export async function labOperatorImage(log?: (m: string) => void): Promise<OperatorImage> {
+  const tar = process.env.STOCKADE_OPERATOR_IMAGE;
+  return tar ? await imageFromTar(tar) : await operatorImage({ log });
 }
 
 /** The image the Deployment names, split as kustomize's `images:` does: name, and tag (after the last ':' past the last '/'). */
@@ -142,13 +151,33 @@ export async function webhookRefusal(lab: Lab, namespace = "default"): Promise<s
  * overlay of manifests/ naming it, and waits until both replicas are Ready, the Lease is held and the webhooks
  * answer. Real nodes only (the pods run there).
  */
-export async function installOperator(lab: Lab, o: { image: OperatorImage; log?: (m: string) => void }): Promise<Installed> {
+export async function installOperator(lab: Lab, o: { image?: OperatorImage; log?: (m: string) => void }): Promise<Installed> {
   const log = o.log ?? (() => {});
   if (!lab.state.real) throw new Error("installing the operator in-cluster needs real nodes (npm run lab -- up --runtime real)");
+  let image = o.image ?? (await labOperatorImage(log));
+  // The build cache keeps one tar (a build for other inputs, e.g. another worktree's, deletes it): the lab holds its own link.
+  const tar = join(lab.dir, "operator-image.tar");
+  const pin = () => {
+    rmSync(tar, { force: true });
+    try {
+      linkSync(image.tar, tar);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EXDEV") throw err;
+      copyFileSync(image.tar, tar);
+    }
+  };
+  try {
+    pin();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT" || process.env.STOCKADE_OPERATOR_IMAGE) throw err;
+    log(`${image.tar} is gone (a build for other inputs replaced it): building again`);
+    image = await operatorImage({ log });
+    pin();
+  }
   let t = Date.now();
-  log(`importing ${o.image.ref} into ${lab.nodes().length} nodes' containerd`);
+  log(`importing ${overlayRef(image)} into ${lab.nodes().length} nodes' containerd`);
   await Promise.all(
-    lab.nodes().map((n) => importImages("ctr", nodePaths(lab.machineDir(n)).containerdSocket, [o.image.tar], { timeoutMs: 300_000 })),
+    lab.nodes().map((n) => importImages("ctr", nodePaths(lab.machineDir(n)).containerdSocket, [tar], { timeoutMs: 300_000 })),
   );
   const ms = { import: Date.now() - t, apply: 0, ready: 0 };
 
@@ -156,7 +185,7 @@ export async function installOperator(lab: Lab, o: { image: OperatorImage; log?:
   mkdirSync(overlay, { recursive: true });
   writeFileSync(
     join(overlay, "kustomization.yaml"),
-    overlayKustomization({ resources: relative(overlay, manifestsDir), image: deploymentImage(), ref: o.image.ref }),
+    overlayKustomization({ resources: relative(overlay, manifestsDir), image: deploymentImage(), ref: overlayRef(image) }),
   );
   log(`kubectl apply -k ${overlay}`);
   t = Date.now();
@@ -176,7 +205,7 @@ export async function installOperator(lab: Lab, o: { image: OperatorImage; log?:
   log(
     `operator Ready in ${(ms.ready / 1000).toFixed(1)} s (leader ${leader.metadata?.name} on ${leader.spec?.nodeName}); import ${(ms.import / 1000).toFixed(1)} s`,
   );
-  return { overlay, warnings, ms };
+  return { image, overlay, warnings, ms };
 }
 
 /**
@@ -201,7 +230,9 @@ export async function uninstallOperator(lab: Lab, o: { log?: (m: string) => void
     }
     for (const f of fences.items)
       await kubectl("wait", `nodefence/${f.metadata.name}`, "--for=jsonpath={.status.phase}=Unfenced", `--timeout=${timeout}`).catch(
-        () => undefined, // already gone
+        (err: { stderr?: string }) => {
+          if (!/NotFound|not found/.test(err.stderr ?? "")) throw new Error(`NodeFence ${f.metadata.name} not Unfenced: ${err.stderr}`);
+        },
       );
     log("deleting NodeFences (the operator drops their finalizers)");
     await kubectl("delete", "nodefences", "--all", "--wait", `--timeout=${timeout}`);

@@ -38,6 +38,9 @@ command -v runc >/dev/null || need+=(runc)
 [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && { ldd /bin/busybox 2>&1 || true; } | grep -q "not a dynamic" || need+=(busybox-static)
 command -v iptables >/dev/null || need+=(iptables)
 command -v nft >/dev/null || need+=(nftables)
+# The operator image (npm run image): Debian's Docker engine and client, and debootstrap for its Node.js base.
+[ -x /usr/bin/docker ] && command -v dockerd >/dev/null || need+=(docker.io)
+command -v debootstrap >/dev/null || need+=(debootstrap)
 # Network namespaces and links (ip), and a stale slot's leftover listeners (ss).
 { command -v ip && command -v ss; } >/dev/null || need+=(iproute2)
 # The AWS agent's test peer, trixie's moto (below), runs on bookworm's Python with these; boto3 also drives it in the tests.

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Assembles the operator image's root filesystem in DEST from the build stage it runs in (the NODE_IMAGE with
 # ipmitool installed): node and ipmitool with exactly the shared libraries they link, CA certificates, and
-# passwd/group naming uid 65532. No shell, no package manager, no npm: the operator spawns only ipmitool.
+# passwd/group naming uid 65532. The node binary is stripped when binutils is there (the Dockerfile installs it). No shell, no package manager, no npm: the operator spawns only ipmitool.
 #
 #   lean-rootfs.sh DEST
 set -eu
@@ -26,6 +26,9 @@ for b in $bins; do
     copy "$lib"
   done
 done
+# Node.js's symbol table (18 MB) serves native stack traces and profilers, not the operator: strip it if we can.
+node="$dest$(readlink -f "$(command -v node)")"
+if command -v strip >/dev/null; then strip "$node"; fi
 # PATH inside the image: node and ipmitool where the agents look (PATH), whatever the base put them in.
 mkdir -p "$dest/usr/local/bin"
 [ -e "$dest/usr/local/bin/node" ] || ln -s "$(readlink -f "$(command -v node)")" "$dest/usr/local/bin/node"
