@@ -89,6 +89,18 @@ export interface OperatorImage {
   tar: string;
 }
 
+/** Tars kept: the newest few, as worktrees with different sources build side by side. */
+const keepTars = 3;
+
+/** Deletes all but the `keep` newest operator image tars (by mtime), never `current`. */
+function pruneOld(dir: string, keep: number, current: string): void {
+  const tars = readdirSync(dir)
+    .filter((f) => /^stockade-[0-9a-f]{16}\.tar$/.test(f))
+    .map((f) => ({ p: join(dir, f), t: statSync(join(dir, f)).mtimeMs }))
+    .sort((a, b) => b.t - a.t);
+  for (const { p } of tars.slice(keep)) if (p !== current) rmSync(p, { force: true });
+}
+
 export function imagesDir(): string {
   return join(cacheDir(), "images");
 }
@@ -164,21 +176,34 @@ export async function operatorImage(o: { log?: (m: string) => void; rebuild?: bo
   }
   log(`building ${refs.join(", ")}`);
   // --network host: our dockerd has no bridge, so a RUN step (npm ci, apt-get) has no other network.
-  await docker(host, ["build", "--network", "host", ...refs.flatMap((r) => ["-t", r]), repoRoot], {
-    env: { ...process.env, DOCKER_BUILDKIT: "1" },
-  });
+  await docker(host, ["build", "--network", "host", "-t", refs[1]!, repoRoot], { env: { ...process.env, DOCKER_BUILDKIT: "1" } });
   mkdirSync(dir, { recursive: true });
   const tmp = `${tar}.tmp-${process.pid}`;
-  await docker(host, ["save", "-o", tmp, ...refs]);
+  // Other worktrees share this dockerd and directory: the Deployment's name is tagged and saved under a lock, so a
+  // tar never holds another build's image under that name.
+  const d = (args: string) => `${dockerClient} -H '${host}' ${args}`;
+  await run(
+    "flock",
+    [join(dir, ".operator-image.lock"), "sh", "-c", `${d(`tag ${refs[1]} ${refs[0]}`)} && ${d(`save -o '${tmp}' ${refs.join(" ")}`)}`],
+    {
+      maxBuffer: 16 << 20,
+    },
+  ).catch((e: { stderr?: string; message: string }) => {
+    throw new Error(`saving ${refs.join(", ")} failed: ${e.stderr?.trim() || e.message}`, { cause: e });
+  });
   chmodSync(tmp, 0o644);
   renameSync(tmp, tar);
-  // Older keys' tags pin layers nothing will use again; the build cache keeps what a next build can reuse.
-  const old = (await docker(host, ["images", "--format", "{{.Repository}}:{{.Tag}}", `${registryHost}/stockade`]))
+  pruneOld(dir, keepTars, tar);
+  // Images whose tar is gone pin layers nothing uses; an hour's grace spares one another build is still saving.
+  const kept = new Set(readdirSync(dir).map((f) => /^stockade-([0-9a-f]{16})\.tar$/.exec(f)?.[1]));
+  const listed = await docker(host, ["images", "--format", "{{.Repository}}:{{.Tag}}\t{{.CreatedAt}}", `${registryHost}/stockade`]);
+  const stale = listed
     .split("\n")
-    .filter((r) => r && r !== refs[1]);
-  if (old.length > 0) await docker(host, ["rmi", ...old]).catch(() => {});
-  // One tar per build is enough: the older ones are other inputs' images.
-  for (const f of readdirSync(dir))
-    if (/^stockade-[0-9a-f]{16}\.tar$/.test(f) && join(dir, f) !== tar) rmSync(join(dir, f), { force: true });
+    .map((l) => l.split("\t"))
+    .filter(
+      ([r, at]) => r && at && !kept.has(r.split(":")[1]) && Date.now() - Date.parse(at.split(" ").slice(0, 2).join("T") + "Z") > 3600_000,
+    )
+    .map(([r]) => r!);
+  if (stale.length > 0) await docker(host, ["rmi", ...stale]).catch(() => {});
   return { ref: refs[0]!, refs, tar };
 }

@@ -5,7 +5,7 @@ import { operatorImage } from "../../lab/operator-image.ts";
 const rebuild = process.argv.includes("--rebuild");
 const started = Date.now();
 try {
-  const img = await operatorImage({ rebuild, log: (m) => console.error(`image: ${m}`) });
+  const img = await operatorImage({ rebuild, log: (m) => console.error(`image: [${((Date.now() - started) / 1000).toFixed(1)} s] ${m}`) });
   const mb = (statSync(img.tar).size / 1e6).toFixed(0);
   for (const r of img.refs) console.log(r);
   console.log(`${img.tar} (${mb} MB) in ${((Date.now() - started) / 1000).toFixed(1)} s`);

@@ -21,6 +21,14 @@ start)
     echo "unix://$sock"
     exit 0
   fi
+  # Two builds starting at once: one starts it, the other waits and finds it answering.
+  mkdir -p "$dir"
+  exec 9>"$dir/start.lock"
+  flock 9
+  if "${docker[@]}" version >/dev/null 2>&1; then
+    echo "unix://$sock"
+    exit 0
+  fi
   command -v dockerd >/dev/null || {
     echo "dockerd.sh: dockerd is missing: install Debian's docker.io (npm run setup does)" >&2
     exit 1
@@ -34,7 +42,7 @@ start)
   # setsid: it outlives the build that started it and is reused by the next one.
   setsid -f dockerd --iptables=false --ip-forward=false --ip-masq=false --bridge=none \
     --data-root "$dir/root" --exec-root "$dir/exec" --pidfile "$pidfile" -H "unix://$sock" \
-    </dev/null >"$dir/dockerd.log" 2>&1
+    </dev/null >"$dir/dockerd.log" 2>&1 9>&-
   for _ in $(seq 1 120); do
     if "${docker[@]}" version >/dev/null 2>&1; then
       echo "unix://$sock"

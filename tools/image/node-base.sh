@@ -18,6 +18,15 @@ npm_major="${version%%.*}"
 # npm 11 is what Node.js 24 ships with.
 case "$npm_major" in 24) npm_spec="npm@11" ;; *) npm_spec="npm@latest" ;; esac
 
+# Two builds at once: the second waits for the first's image instead of making it again.
+mkdir -p "$(dirname "$work")"
+exec 9>"$work.lock"
+flock 9
+if /usr/bin/docker -H "$host" image inspect "$1" >/dev/null 2>&1; then
+  /usr/bin/docker -H "$host" image inspect -f '{{.Id}}' "$1"
+  exit 0
+fi
+
 rootfs="$work/rootfs"
 rm -rf "$work"
 mkdir -p "$work"
