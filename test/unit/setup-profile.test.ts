@@ -12,7 +12,7 @@ import { REAL_NODE_BUILD_TARGETS, repoRoot } from "../../lab/bins.ts";
 const setup = join(repoRoot, "tools/setup.sh");
 
 /** tools/setup.sh with `args`, PATH holding only the few programs the script itself runs: every package looks missing. */
-async function print(...args: string[]): Promise<{ packages: string[]; runs: string[] }> {
+async function print(...args: string[]): Promise<{ packages: string[]; runs: string[]; meanwhile: string[] }> {
   const bin = mkdtempSync(join(tmpdir(), "stockade-setup-path-"));
   for (const p of ["dirname", "id", "grep"]) symlinkSync(`/usr/bin/${p}`, join(bin, p));
   const { stdout } = await promisify(execFile)("/bin/bash", [setup, ...args, "--print"], { env: { PATH: bin, HOME: "/nonexistent" } });
@@ -21,7 +21,10 @@ async function print(...args: string[]): Promise<{ packages: string[]; runs: str
   const runs = lines
     .filter((l) => l.startsWith("setup: would run: "))
     .map((l) => l.slice("setup: would run: ".length).replaceAll(repoRoot, "."));
-  return { packages, runs };
+  const meanwhile = lines
+    .filter((l) => l.startsWith("setup: would run meanwhile: "))
+    .map((l) => l.slice("setup: would run meanwhile: ".length).replaceAll(repoRoot, "."));
+  return { packages, runs, meanwhile };
 }
 
 test("the demo profile builds a real-node lab's binaries only: no kwok, no Redfish emulator, no moto", async () => {
@@ -30,6 +33,11 @@ test("the demo profile builds a real-node lab's binaries only: no kwok, no Redfi
   assert.ok(!(REAL_NODE_BUILD_TARGETS as readonly string[]).includes("kwok"));
   const all = await print();
   assert.deepEqual(all.runs, ["bash ./tools/moto.sh", "bash ./tools/k8s-bins/build.sh", "bash ./tools/redfish-mock/build.sh"]);
+});
+
+test("the demo profile builds the operator image while the Go components build; the full profile does not build it", async () => {
+  assert.deepEqual((await print("demo")).meanwhile, ["./node_modules/.bin/node ./tools/image/build.ts"]);
+  assert.deepEqual((await print()).meanwhile, []);
 });
 
 test("the demo profile installs the real nodes' and BMCs' packages, not the tests' own", async () => {
