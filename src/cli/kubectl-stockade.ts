@@ -1,6 +1,7 @@
 // kubectl-stockade, the kubectl plugin: `kubectl stockade status|fence|unfence|explain|check`. kubectl finds
 // it on PATH by its name and passes every argument after "stockade" through, so the plugin takes the
 // connection flags (--kubeconfig, --context) itself, like kubectl does.
+import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { DateTime } from "luxon";
 import { check } from "./check.ts";
@@ -24,6 +25,7 @@ Commands:
   unfence NODE        ask the operator to unfence NODE (sets spec.unfence=true on its NodeFence)
   explain NODE        why the operator will or will not fence NODE, from its own decision code
   check               validate FencingPolicies and FenceAgents and query every covered node's power status (read-only)
+  version             this plugin's version and the Node.js running it (contacts no cluster)
 
 Run "kubectl stockade COMMAND --help" for a command's flags.
 
@@ -97,7 +99,17 @@ Flags:
 
 ${CONNECTION}
 `,
+  version: `Usage: kubectl stockade version
+
+Prints this plugin's version (the Stockade release it came with) and the Node.js running it. Contacts no cluster.
+`,
 };
+
+/** The plugin's version: package.json's, one folder above src/ (a checkout) or dist/ (an installed package). */
+export function pluginVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+  return pkg.version;
+}
 
 const OPTIONS = {
   kubeconfig: { type: "string" },
@@ -116,6 +128,7 @@ const COMMAND_FLAGS: Record<string, string[]> = {
   unfence: [],
   explain: [],
   check: ["node", "timeout"],
+  version: [],
 };
 const TAKES_NODE = new Set(["fence", "unfence", "explain"]);
 const GLOBAL_FLAGS = ["kubeconfig", "context", "help"];
@@ -171,6 +184,10 @@ export async function main(argv: string[], io: Io = stdio): Promise<number> {
     timeoutSeconds = Number(values.timeout);
     if (!/^\d+$/.test(values.timeout) || timeoutSeconds < 1 || timeoutSeconds > 600)
       return usage(`--timeout must be a whole number of seconds from 1 to 600, not "${values.timeout}"`);
+  }
+  if (command === "version") {
+    io.out(`kubectl-stockade ${pluginVersion()} (Node.js ${process.versions.node})\n`);
+    return 0;
   }
 
   try {

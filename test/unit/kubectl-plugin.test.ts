@@ -3,7 +3,9 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
@@ -203,15 +205,37 @@ async function cli(argv: string[]): Promise<{ code: number; out: string; err: st
 }
 
 describe("command line", () => {
+  test("version prints package.json's version and the Node.js running it, without a cluster", async () => {
+    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+    const r = await cli(["version", "--kubeconfig", "/nonexistent"]);
+    assert.equal(r.code, 0, r.err);
+    assert.equal(r.out, `kubectl-stockade ${pkg.version} (Node.js ${process.versions.node})\n`);
+  });
+
+  test("bin/kubectl-stockade on a Node.js older than engines says which version is needed", { skip: !existsSync("/usr/bin/node") }, () => {
+    const old = spawnSync("/usr/bin/node", ["--version"], { encoding: "utf8" }).stdout.trim();
+    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { engines: { node: string } };
+    const min = Number(/^>=(\d+)/.exec(pkg.engines.node)?.[1]);
+    if (Number(old.slice(1).split(".")[0]) >= min) return; // this machine's /usr/bin/node is new enough: nothing to show
+    const r = spawnSync("/usr/bin/node", [fileURLToPath(new URL("../../bin/kubectl-stockade", import.meta.url)), "version"], {
+      encoding: "utf8",
+    });
+    assert.equal(r.status, 1);
+    assert.equal(r.stdout, "");
+    assert.match(r.stderr, new RegExp(`this is Node\\.js ${old.slice(1).replaceAll(".", "\\.")} `));
+    assert.match(r.stderr, new RegExp(`needs Node\\.js ${pkg.engines.node}`));
+    assert.match(r.stderr, new RegExp(`Install Node\\.js ${min} from https://nodejs\\.org/`));
+  });
+
   test("--help for the plugin and each command", async () => {
     const top = await cli(["--help"]);
     assert.equal(top.code, 0);
     for (const c of ["status", "fence NODE", "unfence NODE", "explain NODE", "check"]) assert.match(top.out, new RegExp(`^  ${c}\\s`, "m"));
-    for (const c of ["status", "fence", "unfence", "explain", "check"]) {
+    for (const c of ["status", "fence", "unfence", "explain", "check", "version"]) {
       const r = await cli([c, "--help"]);
       assert.equal(r.code, 0, c);
       assert.match(r.out, new RegExp(`^Usage: kubectl stockade ${c}`), c);
-      assert.match(r.out, /--kubeconfig PATH/);
+      if (c !== "version") assert.match(r.out, /--kubeconfig PATH/);
     }
   });
 
