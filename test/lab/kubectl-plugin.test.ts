@@ -90,7 +90,17 @@ describe("kubectl-stockade on the lab", () => {
   });
 
   test("fence / unfence: a Manual NodeFence, refused while active, replaced only with --replace once ended", async () => {
-    const r = await plugin(["fence", "node-3", "--reason", "suspect disk controller"]);
+    // --dry-run says what would happen and creates nothing; without --yes and no terminal it refuses.
+    const dry = await plugin(["fence", "node-3", "--dry-run"]);
+    assert.equal(dry.code, 0, show(dry));
+    assert.match(dry.stdout, /^ {2}create nodefence\.stockade\.io\/node-3 \(origin Manual, policy default, /m, show(dry));
+    assert.match(dry.stdout, /^\(dry run: nothing changed\)$/m, show(dry));
+    const noTty = await plugin(["fence", "node-3"]);
+    assert.equal(noTty.code, 2, show(noTty));
+    assert.match(noTty.stderr, /stdin is not a terminal.*pass --yes/, show(noTty));
+    assert.equal(await bed.getFence("node-3"), undefined);
+
+    const r = await plugin(["fence", "node-3", "--yes", "--reason", "suspect disk controller"]);
     assert.equal(r.code, 0, show(r));
     assert.match(
       r.stdout,
@@ -101,11 +111,14 @@ describe("kubectl-stockade on the lab", () => {
     assert.equal(f?.spec.origin, "Manual");
     assert.equal(f?.spec.reason, "suspect disk controller");
 
-    const again = await plugin(["fence", "node-3"]);
+    const again = await plugin(["fence", "node-3", "--yes"]);
     assert.equal(again.code, 1, show(again));
     assert.match(again.stderr, /already exists and is active/);
 
-    const u = await plugin(["unfence", "node-3"], { viaKubectl: true });
+    const noTtyUnfence = await plugin(["unfence", "node-3"]);
+    assert.equal(noTtyUnfence.code, 2, show(noTtyUnfence));
+    assert.notEqual((await bed.getFence("node-3"))?.spec.unfence, true);
+    const u = await plugin(["unfence", "node-3", "--yes"], { viaKubectl: true });
     assert.equal(u.code, 0, show(u));
     assert.equal((await bed.getFence("node-3"))?.spec.unfence, true);
 
@@ -124,10 +137,10 @@ describe("kubectl-stockade on the lab", () => {
       name: "node-3",
       body: { ...cur, status: { phase: "Unfenced" } } satisfies NodeFence,
     });
-    const ended = await plugin(["fence", "node-3"]);
+    const ended = await plugin(["fence", "node-3", "--yes"]);
     assert.equal(ended.code, 1, show(ended));
     assert.match(ended.stderr, /ended.*--replace/);
-    const replaced = await plugin(["fence", "node-3", "--replace", "--policy", "default"]);
+    const replaced = await plugin(["fence", "node-3", "--yes", "--replace", "--policy", "default"]);
     assert.equal(replaced.code, 0, show(replaced));
     const g = await bed.getFence("node-3");
     assert.notEqual(g?.metadata.uid, cur.metadata.uid);
