@@ -4,7 +4,9 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { dumpYaml, loadYaml } from "@kubernetes/client-node";
 import { promisify } from "node:util";
 import { waitFor } from "../../lab/health.ts";
 import { repoRoot } from "../../lab/bins.ts";
@@ -30,9 +32,10 @@ describe("kubectl-stockade on the lab", () => {
   });
 
   /** Runs the plugin: `node bin/kubectl-stockade ARGS`, or `kubectl stockade ARGS` found through PATH. */
-  async function plugin(args: string[], o: { viaKubectl?: boolean } = {}): Promise<Result> {
+  async function plugin(args: string[], o: { viaKubectl?: boolean; kubeconfig?: string } = {}): Promise<Result> {
     const env = {
       ...bed.lab.env,
+      ...(o.kubeconfig ? { KUBECONFIG: o.kubeconfig } : {}),
       // bin/ for kubectl's plugin discovery; this Node first for the script's `#!/usr/bin/env node`.
       PATH: `${join(repoRoot, "bin")}:${dirname(process.execPath)}:${bed.lab.env.PATH}`,
     };
@@ -157,6 +160,41 @@ describe("kubectl-stockade on the lab", () => {
 
     // Out of the operator's way for the next test.
     await bed.kubectl("delete", "nodefence", "node-3", "--wait");
+    assert.deepEqual(powers(), ["on", "on", "on"]);
+  });
+
+  test("roles: a user bound only to stockade-viewer reads everything the plugin shows; stockade-fence-admin fences and unfences, not confirms", async () => {
+    await bed.kubectl("apply", "-f", join(repoRoot, "manifests/07-user-roles.yaml"));
+    /** A kubeconfig that impersonates USER (kubeconfig's `as`), as a user bound to ROLE alone. */
+    const asUser = async (user: string, role: string) => {
+      await bed.kubectl("create", "clusterrolebinding", `${user}-only`, `--clusterrole=${role}`, `--user=${user}`);
+      const cfg = loadYaml<{ users: { user: Record<string, unknown> }[] }>(readFileSync(bed.lab.env.KUBECONFIG!, "utf8"));
+      for (const u of cfg.users) u.user.as = user;
+      const path = join(bed.lab.dir, `kubeconfig-${user}`);
+      writeFileSync(path, dumpYaml(cfg));
+      return path;
+    };
+    const viewer = await asUser("vera", "stockade-viewer");
+    for (const args of [["status"], ["explain", "node-1"], ["fence", "node-2", "--dry-run"]]) {
+      const r = await plugin(args, { kubeconfig: viewer });
+      assert.equal(r.code, 0, `${args.join(" ")} as stockade-viewer: ${show(r)}`);
+    }
+    const denied = await plugin(["fence", "node-2", "--yes"], { kubeconfig: viewer });
+    assert.equal(denied.code, 1, show(denied));
+    assert.match(denied.stderr, /forbidden|Forbidden/, show(denied));
+    assert.equal(await bed.getFence("node-2"), undefined);
+
+    const admin = await asUser("ada", "stockade-fence-admin");
+    for (const args of [["status"], ["explain", "node-2"], ["fence", "node-2", "--yes"], ["unfence", "node-2", "--yes"]]) {
+      const r = await plugin(args, { kubeconfig: admin });
+      assert.equal(r.code, 0, `${args.join(" ")} as stockade-fence-admin: ${show(r)}`);
+    }
+    assert.equal((await bed.getFence("node-2"))?.spec.unfence, true);
+    const noConfirm = await plugin(["confirm", "node-2", "--yes"], { kubeconfig: admin });
+    assert.equal(noConfirm.code, 1, show(noConfirm));
+    assert.equal((await bed.getFence("node-2"))?.metadata.annotations?.["stockade.io/confirmed-off"], undefined);
+
+    await bed.kubectl("delete", "nodefence", "node-2", "--wait");
     assert.deepEqual(powers(), ["on", "on", "on"]);
   });
 
