@@ -7,9 +7,10 @@ import { parseArgs } from "node:util";
 import { DateTime } from "luxon";
 import { check } from "./check.ts";
 import { CliError, Cluster, loadKubeConfig } from "./cluster.ts";
-import { renderExplain, gatherFleet } from "./explain.ts";
+import { dumpYaml } from "@kubernetes/client-node";
+import { explainReport, renderExplain, gatherFleet } from "./explain.ts";
 import { confirmOff, fence, unfence } from "./fence.ts";
-import { gatherStatus, renderStatus } from "./status.ts";
+import { gatherStatus, renderStatus, statusReport } from "./status.ts";
 
 const CONNECTION = `Connection flags (as for kubectl):
   --kubeconfig PATH   kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)
@@ -35,7 +36,7 @@ ${CONNECTION}
 `;
 
 const HELP: Record<string, string> = {
-  status: `Usage: kubectl stockade status [flags]
+  status: `Usage: kubectl stockade status [-o json|yaml] [flags]
 
 Shows what needs attention now:
   NODES            nodes that are not healthy (Suspect: a heartbeat is late or Ready is not True; Partitioned:
@@ -46,6 +47,7 @@ Shows what needs attention now:
   PODS WITH NodeDown  pods whose NodeDown condition is True, their node and since when
   FENCINGPOLICIES  Ready, StormGuard and DryRun conditions, partitioned nodes and fences in flight; the message
                    of every condition that needs attention is printed under the table
+  -o json|yaml     the same as data: every node (healthy ones too), NodeFences, pods with NodeDown, policies
 
 ${CONNECTION}
 `,
@@ -79,7 +81,7 @@ Asks for confirmation first; --yes skips it (needed when stdin is not a terminal
 
 ${CONNECTION}
 `,
-  explain: `Usage: kubectl stockade explain NODE [flags]
+  explain: `Usage: kubectl stockade explain NODE [-o json|yaml] [flags]
 
 Runs the operator's fleet decision (src/decide/fleet.ts) on one list of nodes, Leases, pods, claims,
 PodDisruptionBudgets, FencingPolicies and NodeFences, and prints for NODE:
@@ -87,6 +89,7 @@ PodDisruptionBudgets, FencingPolicies and NodeFences, and prints for NODE:
   HasFence) and why; its health (Ready, last heartbeat, partitioned since); the policy that selects it; its
   pods, which are guarded and why, and how long each waits before fencing; and the policy's storm guard holds.
 The operator's own watch-staleness guard cannot be seen from here and is taken as satisfied.
+  -o json|yaml    the verdict, why, the node's health, its policy and NodeFence as data (levels counted from 1)
 
 ${CONNECTION}
 `,
@@ -139,15 +142,16 @@ const OPTIONS = {
   node: { type: "string" },
   timeout: { type: "string" },
   "dry-run": { type: "boolean" },
+  output: { type: "string", short: "o" },
   yes: { type: "boolean", short: "y" },
 } as const;
 
 const COMMAND_FLAGS: Record<string, string[]> = {
-  status: [],
+  status: ["output"],
   fence: ["reason", "policy", "replace", "dry-run", "yes"],
   unfence: ["yes"],
   confirm: ["yes"],
-  explain: [],
+  explain: ["output"],
   check: ["node", "timeout"],
   version: [],
 };
@@ -218,6 +222,10 @@ export async function main(argv: string[], io: Io = stdio): Promise<number> {
     if (!/^\d+$/.test(values.timeout) || timeoutSeconds < 1 || timeoutSeconds > 600)
       return usage(`--timeout must be a whole number of seconds from 1 to 600, not "${values.timeout}"`);
   }
+  const output = values.output;
+  if (output !== undefined && output !== "json" && output !== "yaml") return usage(`-o must be json or yaml, not "${output}"`);
+  const emit = (data: Record<string, unknown>) => io.out(output === "json" ? `${JSON.stringify(data, null, 2)}\n` : dumpYaml(data));
+
   if (command === "version") {
     io.out(`kubectl-stockade ${pluginVersion()} (Node.js ${process.versions.node})\n`);
     return 0;
@@ -240,11 +248,13 @@ export async function main(argv: string[], io: Io = stdio): Promise<number> {
     const now = DateTime.now();
     switch (command) {
       case "status":
-        io.out(renderStatus(await gatherStatus(cluster, now)));
+        if (output) emit(statusReport(await gatherStatus(cluster, now)));
+        else io.out(renderStatus(await gatherStatus(cluster, now)));
         return 0;
       case "explain":
         await cluster.node(node);
-        io.out(renderExplain(await gatherFleet(cluster, now), node));
+        if (output) emit(explainReport(await gatherFleet(cluster, now), node));
+        else io.out(renderExplain(await gatherFleet(cluster, now), node));
         return 0;
       case "fence":
         io.out(

@@ -179,6 +179,12 @@ describe("kubectl-stockade on the lab", () => {
       const r = await plugin(args, { kubeconfig: viewer });
       assert.equal(r.code, 0, `${args.join(" ")} as stockade-viewer: ${show(r)}`);
     }
+    const json = await plugin(["status", "-o", "json"], { kubeconfig: viewer });
+    assert.equal(json.code, 0, show(json));
+    assert.deepEqual(
+      (JSON.parse(json.stdout) as { nodes: { name: string }[] }).nodes.map((n) => n.name),
+      ["node-1", "node-2", "node-3"],
+    );
     const denied = await plugin(["fence", "node-2", "--yes"], { kubeconfig: viewer });
     assert.equal(denied.code, 1, show(denied));
     assert.match(denied.stderr, /forbidden|Forbidden/, show(denied));
