@@ -1,10 +1,11 @@
 // The kubectl plugin installed as users install it (README "The kubectl plugin"): the repository packed with
-// `npm pack` (which builds dist/), then `npm install -g --prefix DIR` of the tarball; DIR/bin/kubectl-stockade
-// must run from the installed package, with Node.js 24 first on PATH.
+// `npm pack` (whose prepack builds dist/), then `npm install -g --prefix DIR` of the tarball; DIR/bin/kubectl-stockade
+// must run from the installed package, with Node.js 24 first on PATH. The pack runs in a copy of what it reads, so
+// its build does not write the checkout's dist/ while another test (prod-install) builds or packs it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -22,7 +23,12 @@ test("npm pack + npm install -g puts kubectl-stockade on PATH, and it runs from 
     npm_config_fund: "false",
   };
   assert.deepEqual(Object.keys(pkg.bin), ["kubectl-stockade"]);
-  execFileSync("npm", ["pack", "--pack-destination", tmp], { cwd: repo, env, stdio: "pipe" });
+  const stage = join(tmp, "stage");
+  mkdirSync(stage);
+  for (const f of ["package.json", "package-lock.json", "tsconfig.json", "tsconfig.build.json", "README.md", "bin", "src", "crds", "manifests"])
+    cpSync(join(repo, f), join(stage, f), { recursive: true });
+  symlinkSync(join(repo, "node_modules"), join(stage, "node_modules"));
+  execFileSync("npm", ["pack", "--pack-destination", tmp], { cwd: stage, env, stdio: "pipe" });
   const tgz = readdirSync(tmp).filter((f) => f.endsWith(".tgz"));
   assert.deepEqual(tgz, [`stockade-${pkg.version}.tgz`]);
   const prefix = join(tmp, "global");
