@@ -119,3 +119,35 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
   }
   return out.join("\n") + "\n";
 }
+
+/** `explain NODE -o json|yaml`: the verdict, why, the node's health and its policy, as data. */
+export function explainReport(i: FleetInput, nodeName: string): Record<string, unknown> {
+  const node = i.nodes.find((n) => n.metadata?.name === nodeName);
+  if (!node) throw new CliError(`node "${nodeName}" not found (kubectl get nodes lists them)`);
+  const x = decideFleet(i).decisions.find((y) => y.node === nodeName);
+  if (!x) throw new CliError(`internal error: the fleet decision has no verdict for node ${nodeName}`);
+  const { policy, conflicts } = policyForNode(node, i.policies);
+  const h = x.health;
+  const fence = i.fences.get(nodeName);
+  return {
+    node: nodeName,
+    verdict: x.verdict,
+    why: x.message,
+    health: {
+      state: h.state,
+      ready: h.ready,
+      lastHeartbeat: h.lastHeartbeat ? iso(h.lastHeartbeat) : null,
+      partitionedSince: h.partitionedSince ? iso(h.partitionedSince) : null,
+      bootID: h.bootID ?? null,
+    },
+    policy: policy?.metadata?.name ?? null,
+    alsoSelectedBy: conflicts.map((p) => p.metadata?.name),
+    nodeFence: fence
+      ? {
+          phase: fence.status?.phase ?? null,
+          origin: fence.spec.origin ?? "Manual",
+          level: fence.status?.currentLevel === undefined ? null : fence.status.currentLevel + 1,
+        }
+      : null,
+  };
+}

@@ -5,6 +5,7 @@ import { userInfo } from "node:os";
 import { PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import { API_VERSION, GROUP, VERSION, type NodeFence } from "../api/v1alpha1.ts";
+import { CONFIRMED_OFF_ANNOTATION } from "../agents/manual.ts";
 import { policyForNode } from "../decide/selectors.ts";
 import { statusCode } from "../kube/api.ts";
 import { CliError, describeApiError, type Cluster } from "./cluster.ts";
@@ -17,7 +18,14 @@ export interface FenceOptions {
   reason?: string;
   policy?: string;
   replace?: boolean;
+  /** Say what would happen and change nothing. */
+  dryRun?: boolean;
+  /** Asked with the plan before anything changes; false stops with nothing changed. */
+  confirm?: (plan: string) => Promise<boolean>;
 }
+
+/** Asks before a change; false: nothing is changed. */
+export type Confirm = (plan: string) => Promise<boolean>;
 
 function who(): string {
   try {
@@ -48,6 +56,14 @@ export async function fence(c: Cluster, node: string, o: FenceOptions, now: Date
       throw new CliError(`no FencingPolicy selects node ${node}, so nothing says how to fence it: pass --policy NAME or create a policy`);
   }
   const lines: string[] = [];
+  const plan: string[] = [];
+  const governing = policies.find((p) => p.metadata?.name === policy);
+  // The operator's fence machine holds only automatic NodeFences for a paused policy, and a policy's dryRun
+  // only stops it creating them: a Manual NodeFence is executed either way. Say so before asking.
+  if (governing?.spec.paused)
+    plan.push(`FencingPolicy ${policy} is paused: that stops automatic fencing only; the operator executes this Manual NodeFence anyway`);
+  if (governing?.spec.dryRun)
+    plan.push(`FencingPolicy ${policy} has dryRun: that only reports automatic fences; the operator executes this Manual NodeFence anyway`);
   const old = await c.fence(node);
   if (old) {
     const phase = old.status?.phase ?? "";
@@ -58,6 +74,16 @@ export async function fence(c: Cluster, node: string, o: FenceOptions, now: Date
       throw new CliError(
         `${desc} exists and ended${endedWhy(old)}; it is the record of that episode: pass --replace to delete it and fence ${node} again`,
       );
+    plan.push(`delete nodefence.${GROUP}/${node} (it is ${phase})`);
+  }
+  plan.push(
+    `create nodefence.${GROUP}/${node} (origin Manual, policy ${policy}${o.policy ? "" : ", the one that selects the node"}): the operator powers ${node} off through the policy's agents and releases its guarded pods`,
+  );
+  if (o.dryRun) return `Would:\n${plan.map((l) => `  ${l}`).join("\n")}\n(dry run: nothing changed)\n`;
+  if (o.confirm && !(await o.confirm(`Fence node ${node}:\n${plan.map((l) => `  ${l}`).join("\n")}\n`)))
+    throw new CliError(`not confirmed: nothing changed`);
+  if (old) {
+    const phase = old.status?.phase ?? "";
     await c.call(`delete NodeFence ${node}`, () => c.kube.deleteNodeFence(old));
     lines.push(`nodefence.${GROUP}/${node} deleted (it was ${phase})`);
   }
@@ -92,12 +118,19 @@ export async function fence(c: Cluster, node: string, o: FenceOptions, now: Date
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 
-export async function unfence(c: Cluster, node: string): Promise<string> {
+export async function unfence(c: Cluster, node: string, confirm?: Confirm): Promise<string> {
   const f = await c.fence(node);
   if (!f) throw new CliError(`no NodeFence ${node}: node ${node} is not fenced, nothing to unfence`);
   const phase = f.status?.phase ?? "";
   if (phase === "Unfenced") return `NodeFence ${node} is already Unfenced; nothing to do\n`;
   if (f.spec.unfence) return `NodeFence ${node} already has spec.unfence=true (phase ${phase || "(new)"}); the operator is on it\n`;
+  if (
+    confirm &&
+    !(await confirm(
+      `Unfence node ${node} (NodeFence phase ${phase || "(new)"}): the operator powers it back on and removes its fenced taint\n`,
+    ))
+  )
+    throw new CliError(`not confirmed: nothing changed`);
   await c.call(`patch NodeFence ${node}`, () =>
     c.kube.custom.patchClusterCustomObject(
       {
@@ -112,4 +145,37 @@ export async function unfence(c: Cluster, node: string): Promise<string> {
     ),
   );
   return `nodefence.${GROUP}/${node} patched (spec.unfence=true): the operator powers ${node} on and removes its fenced taint\n`;
+}
+
+/**
+ * `confirm NODE`: for a manual FenceAgent, the administrator says the machine is off by annotating the
+ * NodeFence stockade.io/confirmed-off=NODE (the value is the node's name, so a copied annotation cannot
+ * confirm another node). The admission policy requires the `confirm` verb on nodefences and a partitioned node.
+ */
+export async function confirmOff(c: Cluster, node: string, confirm?: Confirm): Promise<string> {
+  const f = await c.fence(node);
+  if (!f) throw new CliError(`no NodeFence ${node}: there is no fence of ${node} to confirm`);
+  const phase = f.status?.phase ?? "";
+  if (ENDED_PHASES.has(phase)) throw new CliError(`NodeFence ${node} ended (phase ${phase}): there is nothing to confirm`);
+  if (f.metadata?.annotations?.[CONFIRMED_OFF_ANNOTATION] === node) return `NodeFence ${node} is already confirmed off; nothing to do\n`;
+  if (
+    confirm &&
+    !(await confirm(
+      `Confirm that machine ${node} is powered off (annotate NodeFence ${node} ${CONFIRMED_OFF_ANNOTATION}=${node}): its guarded pods and volumes are then released elsewhere. Only confirm what you have checked at the machine.\n`,
+    ))
+  )
+    throw new CliError(`not confirmed: nothing changed`);
+  await c.call(`annotate NodeFence ${node}`, () =>
+    c.kube.custom.patchClusterCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        plural: "nodefences",
+        name: node,
+        body: { metadata: { resourceVersion: f.metadata?.resourceVersion, annotations: { [CONFIRMED_OFF_ANNOTATION]: node } } },
+      },
+      mergePatch,
+    ),
+  );
+  return `nodefence.${GROUP}/${node} annotated (${CONFIRMED_OFF_ANNOTATION}=${node}): the operator now treats ${node} as off\n`;
 }

@@ -1,13 +1,16 @@
 // kubectl-stockade, the kubectl plugin: `kubectl stockade status|fence|unfence|explain|check`. kubectl finds
 // it on PATH by its name and passes every argument after "stockade" through, so the plugin takes the
 // connection flags (--kubeconfig, --context) itself, like kubectl does.
+import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline/promises";
 import { parseArgs } from "node:util";
 import { DateTime } from "luxon";
 import { check } from "./check.ts";
 import { CliError, Cluster, loadKubeConfig } from "./cluster.ts";
-import { renderExplain, gatherFleet } from "./explain.ts";
-import { fence, unfence } from "./fence.ts";
-import { gatherStatus, renderStatus } from "./status.ts";
+import { dumpYaml } from "@kubernetes/client-node";
+import { explainReport, renderExplain, gatherFleet } from "./explain.ts";
+import { confirmOff, fence, unfence } from "./fence.ts";
+import { gatherStatus, renderStatus, statusReport } from "./status.ts";
 
 const CONNECTION = `Connection flags (as for kubectl):
   --kubeconfig PATH   kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)
@@ -22,8 +25,10 @@ Commands:
   status              partitioned and suspect nodes, NodeFences, pods with NodeDown, FencingPolicies
   fence NODE          ask the operator to fence NODE now (creates a Manual NodeFence: the machine is powered off)
   unfence NODE        ask the operator to unfence NODE (sets spec.unfence=true on its NodeFence)
+  confirm NODE        for a manual FenceAgent: say NODE's machine is powered off (annotates its NodeFence)
   explain NODE        why the operator will or will not fence NODE, from its own decision code
   check               validate FencingPolicies and FenceAgents and query every covered node's power status (read-only)
+  version             this plugin's version and the Node.js running it (contacts no cluster)
 
 Run "kubectl stockade COMMAND --help" for a command's flags.
 
@@ -31,7 +36,7 @@ ${CONNECTION}
 `;
 
 const HELP: Record<string, string> = {
-  status: `Usage: kubectl stockade status [flags]
+  status: `Usage: kubectl stockade status [-o json|yaml] [flags]
 
 Shows what needs attention now:
   NODES            nodes that are not healthy (Suspect: a heartbeat is late or Ready is not True; Partitioned:
@@ -42,10 +47,11 @@ Shows what needs attention now:
   PODS WITH NodeDown  pods whose NodeDown condition is True, their node and since when
   FENCINGPOLICIES  Ready, StormGuard and DryRun conditions, partitioned nodes and fences in flight; the message
                    of every condition that needs attention is printed under the table
+  -o json|yaml     the same as data: every node (healthy ones too), NodeFences, pods with NodeDown, policies
 
 ${CONNECTION}
 `,
-  fence: `Usage: kubectl stockade fence NODE [--reason TEXT] [--policy NAME] [--replace] [flags]
+  fence: `Usage: kubectl stockade fence NODE [--reason TEXT] [--policy NAME] [--replace] [--dry-run] [--yes] [flags]
 
 Creates NodeFence NODE with origin Manual: the operator powers the machine off through the policy's agents,
 confirms it is off, then releases the node's guarded pods and volumes. The node does not have to be
@@ -59,17 +65,23 @@ Flags:
   --policy NAME   the FencingPolicy to fence with (default: the one whose nodeSelector matches the node;
                   refused when none does, since the operator would fail the NodeFence)
   --replace       delete an ended (Failed/Unfenced) NodeFence for NODE first
+  --dry-run       say what would happen (and what the policy's paused/dryRun mean for it); change nothing
+  --yes           do not ask for confirmation (needed when stdin is not a terminal)
+
+Asks for confirmation first, showing what it will do. A paused or dryRun FencingPolicy holds back only the
+operator's automatic fences: a Manual NodeFence is executed anyway, and the prompt says so.
 
 ${CONNECTION}
 `,
-  unfence: `Usage: kubectl stockade unfence NODE [flags]
+  unfence: `Usage: kubectl stockade unfence NODE [--yes] [flags]
 
 Sets spec.unfence=true on NodeFence NODE: the operator powers the machine back on and removes the node's
 stockade.io/fenced taint once it is back. The NodeFence stays, as the record of the episode (phase Unfenced).
+Asks for confirmation first; --yes skips it (needed when stdin is not a terminal).
 
 ${CONNECTION}
 `,
-  explain: `Usage: kubectl stockade explain NODE [flags]
+  explain: `Usage: kubectl stockade explain NODE [-o json|yaml] [flags]
 
 Runs the operator's fleet decision (src/decide/fleet.ts) on one list of nodes, Leases, pods, claims,
 PodDisruptionBudgets, FencingPolicies and NodeFences, and prints for NODE:
@@ -77,6 +89,7 @@ PodDisruptionBudgets, FencingPolicies and NodeFences, and prints for NODE:
   HasFence) and why; its health (Ready, last heartbeat, partitioned since); the policy that selects it; its
   pods, which are guarded and why, and how long each waits before fencing; and the policy's storm guard holds.
 The operator's own watch-staleness guard cannot be seen from here and is taken as satisfied.
+  -o json|yaml    the verdict, why, the node's health, its policy and NodeFence as data (levels counted from 1)
 
 ${CONNECTION}
 `,
@@ -97,7 +110,27 @@ Flags:
 
 ${CONNECTION}
 `,
+  confirm: `Usage: kubectl stockade confirm NODE [--yes] [flags]
+
+For a FencingPolicy level with a manual FenceAgent: after you have powered NODE's machine off yourself, this
+annotates NodeFence NODE stockade.io/confirmed-off=NODE, and the operator treats the machine as off and
+releases its guarded pods and volumes. Needs the "confirm" verb on nodefences (ClusterRole
+stockade-fence-confirmer); the admission policy accepts it only while NODE is partitioned.
+Asks for confirmation first; --yes skips it (needed when stdin is not a terminal).
+
+${CONNECTION}
+`,
+  version: `Usage: kubectl stockade version
+
+Prints this plugin's version (the Stockade release it came with) and the Node.js running it. Contacts no cluster.
+`,
 };
+
+/** The plugin's version: package.json's, one folder above src/ (a checkout) or dist/ (an installed package). */
+export function pluginVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+  return pkg.version;
+}
 
 const OPTIONS = {
   kubeconfig: { type: "string" },
@@ -108,24 +141,41 @@ const OPTIONS = {
   replace: { type: "boolean" },
   node: { type: "string" },
   timeout: { type: "string" },
+  "dry-run": { type: "boolean" },
+  output: { type: "string", short: "o" },
+  yes: { type: "boolean", short: "y" },
 } as const;
 
 const COMMAND_FLAGS: Record<string, string[]> = {
-  status: [],
-  fence: ["reason", "policy", "replace"],
-  unfence: [],
-  explain: [],
+  status: ["output"],
+  fence: ["reason", "policy", "replace", "dry-run", "yes"],
+  unfence: ["yes"],
+  confirm: ["yes"],
+  explain: ["output"],
   check: ["node", "timeout"],
+  version: [],
 };
-const TAKES_NODE = new Set(["fence", "unfence", "explain"]);
+const TAKES_NODE = new Set(["fence", "unfence", "explain", "confirm"]);
 const GLOBAL_FLAGS = ["kubeconfig", "context", "help"];
 
 export interface Io {
   out: (s: string) => void;
   err: (s: string) => void;
+  /** Shows the question and reads the answer; undefined when there is no one to ask (stdin not a terminal). */
+  ask?: (question: string) => Promise<string | undefined>;
 }
 
-const stdio: Io = { out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) };
+async function askTerminal(question: string): Promise<string | undefined> {
+  if (!process.stdin.isTTY) return undefined;
+  const rl = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return await rl.question(question);
+  } finally {
+    rl.close();
+  }
+}
+
+const stdio: Io = { out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s), ask: askTerminal };
 
 /** Runs one command line; resolves to the exit status (0 ok, 1 failure, 2 usage error). */
 export async function main(argv: string[], io: Io = stdio): Promise<number> {
@@ -172,23 +222,55 @@ export async function main(argv: string[], io: Io = stdio): Promise<number> {
     if (!/^\d+$/.test(values.timeout) || timeoutSeconds < 1 || timeoutSeconds > 600)
       return usage(`--timeout must be a whole number of seconds from 1 to 600, not "${values.timeout}"`);
   }
+  const output = values.output;
+  if (output !== undefined && output !== "json" && output !== "yaml") return usage(`-o must be json or yaml, not "${output}"`);
+  const emit = (data: Record<string, unknown>) => io.out(output === "json" ? `${JSON.stringify(data, null, 2)}\n` : dumpYaml(data));
+
+  if (command === "version") {
+    io.out(`kubectl-stockade ${pluginVersion()} (Node.js ${process.versions.node})\n`);
+    return 0;
+  }
+
+  // Asks before fence/unfence/confirm change anything, unless --yes.
+  const confirm = async (plan: string): Promise<boolean> => {
+    if (values.yes) return true;
+    const answer = await (io.ask ?? askTerminal)(`${plan}Proceed? Type "yes": `);
+    if (answer === undefined)
+      throw new CliError(
+        `stdin is not a terminal, so there is no one to confirm ${command} ${node}: pass --yes to ${command} without the prompt`,
+        2,
+      );
+    return answer.trim().toLowerCase() === "yes";
+  };
 
   try {
     const cluster = new Cluster(loadKubeConfig({ kubeconfig: values.kubeconfig, context: values.context }));
     const now = DateTime.now();
     switch (command) {
       case "status":
-        io.out(renderStatus(await gatherStatus(cluster, now)));
+        if (output) emit(statusReport(await gatherStatus(cluster, now)));
+        else io.out(renderStatus(await gatherStatus(cluster, now)));
         return 0;
       case "explain":
         await cluster.node(node);
-        io.out(renderExplain(await gatherFleet(cluster, now), node));
+        if (output) emit(explainReport(await gatherFleet(cluster, now), node));
+        else io.out(renderExplain(await gatherFleet(cluster, now), node));
         return 0;
       case "fence":
-        io.out(await fence(cluster, node, { reason: values.reason, policy: values.policy, replace: values.replace }, now));
+        io.out(
+          await fence(
+            cluster,
+            node,
+            { reason: values.reason, policy: values.policy, replace: values.replace, dryRun: values["dry-run"], confirm },
+            now,
+          ),
+        );
         return 0;
       case "unfence":
-        io.out(await unfence(cluster, node));
+        io.out(await unfence(cluster, node, confirm));
+        return 0;
+      case "confirm":
+        io.out(await confirmOff(cluster, node, confirm));
         return 0;
       case "check":
         return (await check(cluster, { node: values.node, timeoutSeconds }, io.out)) ? 0 : 1;

@@ -8,7 +8,7 @@ import { NODE_DOWN } from "../decide/node-down.ts";
 import { assessNode } from "../decide/node-health.ts";
 import { policyForNode } from "../decide/selectors.ts";
 import type { Cluster } from "./cluster.ts";
-import { age, clip, dash, table } from "./format.ts";
+import { age, clip, dash, iso, table } from "./format.ts";
 
 export interface StatusInput {
   now: DateTime;
@@ -132,4 +132,63 @@ export function renderStatus(i: StatusInput): string {
     }
   }
   return out.join("\n") + "\n";
+}
+
+/** `status -o json|yaml`: the same answers as the tables, as data (times in RFC 3339, levels counted from 1). */
+export function statusReport(i: StatusInput): Record<string, unknown> {
+  const { now } = i;
+  const nodes = [];
+  for (const n of [...i.nodes].sort(byName)) {
+    const { policy } = policyForNode(n, i.policies);
+    const timeout = policy?.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
+    const h = assessNode(n, i.leases.get(n.metadata?.name ?? ""), now, timeout);
+    nodes.push({
+      name: h.name,
+      health: h.state,
+      ready: h.ready,
+      lastHeartbeat: h.lastHeartbeat ? iso(h.lastHeartbeat) : null,
+      partitionedSince: h.partitionedSince ? iso(h.partitionedSince) : null,
+      heartbeatTimeoutSeconds: timeout,
+      policy: policy?.metadata?.name ?? null,
+    });
+  }
+  const cond = (p: FencingPolicy, type: string) => p.status?.conditions?.find((c) => c.type === type);
+  return {
+    time: iso(now),
+    nodes,
+    nodeFences: [...i.fences.values()].sort(byName).map((f) => ({
+      name: f.metadata?.name ?? "",
+      phase: f.status?.phase ?? null,
+      origin: f.spec.origin ?? "Manual",
+      level: f.status?.currentLevel === undefined ? null : f.status.currentLevel + 1,
+      evidence: f.status?.evidence?.method ?? null,
+      created: iso(f.metadata?.creationTimestamp),
+      unfenceRequested: f.spec.unfence ?? false,
+      lastAttempt: lastAttempt(f, now),
+    })),
+    podsWithNodeDown: i.pods.flatMap((p) => {
+      const c = p.status?.conditions?.find((x) => x.type === NODE_DOWN && x.status === "True");
+      return c
+        ? [
+            {
+              namespace: p.metadata?.namespace,
+              name: p.metadata?.name,
+              node: p.spec?.nodeName ?? null,
+              since: iso(c.lastTransitionTime),
+              reason: c.reason ?? null,
+            },
+          ]
+        : [];
+    }),
+    fencingPolicies: [...i.policies].sort(byName).map((p) => ({
+      name: p.metadata?.name ?? "",
+      ready: cond(p, "Ready")?.status ?? "Unknown",
+      stormGuard: cond(p, "StormGuard")?.status ?? null,
+      dryRun: p.spec.dryRun ?? false,
+      paused: p.spec.paused ?? false,
+      partitionedNodes: p.status?.partitionedNodes ?? [],
+      activeFences: p.status?.activeFences ?? null,
+      conditions: p.status?.conditions ?? [],
+    })),
+  };
 }

@@ -393,8 +393,9 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
       .trim()
       .split("\n")
       .map((l) => l.trim().split(/\s+/));
-    assert.deepEqual(header, ["NAME", "NODE", "PHASE", "ORIGIN", "LEVEL", "EVIDENCE", "AGE"]);
-    assert.deepEqual(row?.slice(0, 6), [name, "node-1", "Released", "Manual", "1", "PowerOffConfirmed"]);
+    // No NODE column (a NodeFence is named after its node) and no LEVEL (it was counted from 0; levels count from 1).
+    assert.deepEqual(header, ["NAME", "PHASE", "ORIGIN", "EVIDENCE", "AGE"]);
+    assert.deepEqual(row?.slice(0, 4), [name, "Released", "Manual", "PowerOffConfirmed"]);
 
     const fp = (await custom.getClusterCustomObject({
       group: GROUP,
@@ -411,6 +412,7 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
         ...fp,
         status: {
           conditions: [
+            { type: "Ready", status: "True", lastTransitionTime: t, reason: "Accepted", message: "every agent exists" },
             { type: "StormGuard", status: "True", lastTransitionTime: t, reason: "TooManyUnhealthyNodes", message: "3 of 4 nodes" },
           ],
           partitionedNodes: ["node-1"],
@@ -423,8 +425,8 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
       .trim()
       .split("\n")
       .map((l) => l.trim().split(/\s+/));
-    assert.deepEqual(fpLines[0], ["NAME", "ACTION", "DRYRUN", "PAUSED", "STORMGUARD", "AGE"]);
-    assert.deepEqual(fpLines[1]?.slice(0, 5), [minimal.policy.metadata.name, "off", "false", "false", "True"]);
+    assert.deepEqual(fpLines[0], ["NAME", "READY", "ACTION", "DRYRUN", "PAUSED", "STORMGUARD", "AGE"]);
+    assert.deepEqual(fpLines[1]?.slice(0, 6), [minimal.policy.metadata.name, "True", "off", "false", "false", "True"]);
 
     const { stdout: all } = await run("kubectl", ["get", "stockade", "-o", "name"], { env: lab.env });
     assert.match(all, /fenceagent\.stockade\.io\/min-manual/, "the stockade category lists every kind");

@@ -4,7 +4,9 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { dumpYaml, loadYaml } from "@kubernetes/client-node";
 import { promisify } from "node:util";
 import { waitFor } from "../../lab/health.ts";
 import { repoRoot } from "../../lab/bins.ts";
@@ -30,9 +32,10 @@ describe("kubectl-stockade on the lab", () => {
   });
 
   /** Runs the plugin: `node bin/kubectl-stockade ARGS`, or `kubectl stockade ARGS` found through PATH. */
-  async function plugin(args: string[], o: { viaKubectl?: boolean } = {}): Promise<Result> {
+  async function plugin(args: string[], o: { viaKubectl?: boolean; kubeconfig?: string } = {}): Promise<Result> {
     const env = {
       ...bed.lab.env,
+      ...(o.kubeconfig ? { KUBECONFIG: o.kubeconfig } : {}),
       // bin/ for kubectl's plugin discovery; this Node first for the script's `#!/usr/bin/env node`.
       PATH: `${join(repoRoot, "bin")}:${dirname(process.execPath)}:${bed.lab.env.PATH}`,
     };
@@ -90,7 +93,17 @@ describe("kubectl-stockade on the lab", () => {
   });
 
   test("fence / unfence: a Manual NodeFence, refused while active, replaced only with --replace once ended", async () => {
-    const r = await plugin(["fence", "node-3", "--reason", "suspect disk controller"]);
+    // --dry-run says what would happen and creates nothing; without --yes and no terminal it refuses.
+    const dry = await plugin(["fence", "node-3", "--dry-run"]);
+    assert.equal(dry.code, 0, show(dry));
+    assert.match(dry.stdout, /^ {2}create nodefence\.stockade\.io\/node-3 \(origin Manual, policy default, /m, show(dry));
+    assert.match(dry.stdout, /^\(dry run: nothing changed\)$/m, show(dry));
+    const noTty = await plugin(["fence", "node-3"]);
+    assert.equal(noTty.code, 2, show(noTty));
+    assert.match(noTty.stderr, /stdin is not a terminal.*pass --yes/, show(noTty));
+    assert.equal(await bed.getFence("node-3"), undefined);
+
+    const r = await plugin(["fence", "node-3", "--yes", "--reason", "suspect disk controller"]);
     assert.equal(r.code, 0, show(r));
     assert.match(
       r.stdout,
@@ -101,11 +114,14 @@ describe("kubectl-stockade on the lab", () => {
     assert.equal(f?.spec.origin, "Manual");
     assert.equal(f?.spec.reason, "suspect disk controller");
 
-    const again = await plugin(["fence", "node-3"]);
+    const again = await plugin(["fence", "node-3", "--yes"]);
     assert.equal(again.code, 1, show(again));
     assert.match(again.stderr, /already exists and is active/);
 
-    const u = await plugin(["unfence", "node-3"], { viaKubectl: true });
+    const noTtyUnfence = await plugin(["unfence", "node-3"]);
+    assert.equal(noTtyUnfence.code, 2, show(noTtyUnfence));
+    assert.notEqual((await bed.getFence("node-3"))?.spec.unfence, true);
+    const u = await plugin(["unfence", "node-3", "--yes"], { viaKubectl: true });
     assert.equal(u.code, 0, show(u));
     assert.equal((await bed.getFence("node-3"))?.spec.unfence, true);
 
@@ -124,10 +140,10 @@ describe("kubectl-stockade on the lab", () => {
       name: "node-3",
       body: { ...cur, status: { phase: "Unfenced" } } satisfies NodeFence,
     });
-    const ended = await plugin(["fence", "node-3"]);
+    const ended = await plugin(["fence", "node-3", "--yes"]);
     assert.equal(ended.code, 1, show(ended));
     assert.match(ended.stderr, /ended.*--replace/);
-    const replaced = await plugin(["fence", "node-3", "--replace", "--policy", "default"]);
+    const replaced = await plugin(["fence", "node-3", "--yes", "--replace", "--policy", "default"]);
     assert.equal(replaced.code, 0, show(replaced));
     const g = await bed.getFence("node-3");
     assert.notEqual(g?.metadata.uid, cur.metadata.uid);
@@ -144,6 +160,47 @@ describe("kubectl-stockade on the lab", () => {
 
     // Out of the operator's way for the next test.
     await bed.kubectl("delete", "nodefence", "node-3", "--wait");
+    assert.deepEqual(powers(), ["on", "on", "on"]);
+  });
+
+  test("roles: a user bound only to stockade-viewer reads everything the plugin shows; stockade-fence-admin fences and unfences, not confirms", async () => {
+    await bed.kubectl("apply", "-f", join(repoRoot, "manifests/07-user-roles.yaml"));
+    /** A kubeconfig that impersonates USER (kubeconfig's `as`), as a user bound to ROLE alone. */
+    const asUser = async (user: string, role: string) => {
+      await bed.kubectl("create", "clusterrolebinding", `${user}-only`, `--clusterrole=${role}`, `--user=${user}`);
+      const cfg = loadYaml<{ users: { user: Record<string, unknown> }[] }>(readFileSync(bed.lab.env.KUBECONFIG!, "utf8"));
+      for (const u of cfg.users) u.user.as = user;
+      const path = join(bed.lab.dir, `kubeconfig-${user}`);
+      writeFileSync(path, dumpYaml(cfg));
+      return path;
+    };
+    const viewer = await asUser("vera", "stockade-viewer");
+    for (const args of [["status"], ["explain", "node-1"], ["fence", "node-2", "--dry-run"]]) {
+      const r = await plugin(args, { kubeconfig: viewer });
+      assert.equal(r.code, 0, `${args.join(" ")} as stockade-viewer: ${show(r)}`);
+    }
+    const json = await plugin(["status", "-o", "json"], { kubeconfig: viewer });
+    assert.equal(json.code, 0, show(json));
+    assert.deepEqual(
+      (JSON.parse(json.stdout) as { nodes: { name: string }[] }).nodes.map((n) => n.name),
+      ["node-1", "node-2", "node-3"],
+    );
+    const denied = await plugin(["fence", "node-2", "--yes"], { kubeconfig: viewer });
+    assert.equal(denied.code, 1, show(denied));
+    assert.match(denied.stderr, /forbidden|Forbidden/, show(denied));
+    assert.equal(await bed.getFence("node-2"), undefined);
+
+    const admin = await asUser("ada", "stockade-fence-admin");
+    for (const args of [["status"], ["explain", "node-2"], ["fence", "node-2", "--yes"], ["unfence", "node-2", "--yes"]]) {
+      const r = await plugin(args, { kubeconfig: admin });
+      assert.equal(r.code, 0, `${args.join(" ")} as stockade-fence-admin: ${show(r)}`);
+    }
+    assert.equal((await bed.getFence("node-2"))?.spec.unfence, true);
+    const noConfirm = await plugin(["confirm", "node-2", "--yes"], { kubeconfig: admin });
+    assert.equal(noConfirm.code, 1, show(noConfirm));
+    assert.equal((await bed.getFence("node-2"))?.metadata.annotations?.["stockade.io/confirmed-off"], undefined);
+
+    await bed.kubectl("delete", "nodefence", "node-2", "--wait");
     assert.deepEqual(powers(), ["on", "on", "on"]);
   });
 

@@ -3,13 +3,15 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import { age, clip, humanDuration, iso, table } from "../../src/cli/format.ts";
-import { renderStatus } from "../../src/cli/status.ts";
-import { renderExplain } from "../../src/cli/explain.ts";
+import { renderStatus, statusReport } from "../../src/cli/status.ts";
+import { explainReport, renderExplain } from "../../src/cli/explain.ts";
 import { policyProblems, volumeSafetyWarnings } from "../../src/cli/check.ts";
 import { retryAfterSeconds } from "../../src/cli/cluster.ts";
 import { main } from "../../src/cli/kubectl-stockade.ts";
@@ -103,6 +105,15 @@ describe("explain", () => {
     assert.match(out, /no hold: fencing is not held back/);
   });
 
+  test("-o: explainReport gives the verdict, why and health as data", () => {
+    const r = explainReport(world(), "node-2");
+    assert.equal(r.verdict, "Waiting");
+    assert.equal(r.policy, "default");
+    assert.deepEqual((r.health as { state: string; partitionedSince: string }).partitionedSince, "2026-01-01T00:00:06Z");
+    assert.equal(explainReport(world(at(11)), "node-2").verdict, "Fence");
+    assert.throws(() => explainReport(world(), "node-9"), /node "node-9" not found/);
+  });
+
   test("once the wait is over it is Fence; a healthy node is Healthy; a fenced one HasFence; an unknown one an error", () => {
     assert.match(renderExplain(world(at(11)), "node-2"), /^Verdict:\s+Fence$/m);
     assert.match(renderExplain(world(at(11)), "node-1"), /^Verdict:\s+Healthy$/m);
@@ -155,6 +166,22 @@ describe("status", () => {
     });
     f.metadata.creationTimestamp = at(12).toJSDate();
     const out = renderStatus({ now: at(20), nodes: w.nodes, leases: w.leaseMap, pods: w.podList, policies: [p], fences: fenceMap(f) });
+    // -o json|yaml: the same answers as data, the level counted from 1 as in the table.
+    const data = statusReport({ now: at(20), nodes: w.nodes, leases: w.leaseMap, pods: w.podList, policies: [p], fences: fenceMap(f) });
+    const nodes = data.nodes as { name: string; health: string; policy: string }[];
+    assert.deepEqual(
+      nodes.filter((n) => n.health !== "Healthy").map((n) => [n.name, n.health, n.policy]),
+      [["node-2", "Partitioned", "default"]],
+    );
+    assert.deepEqual(
+      (data.nodeFences as { name: string; phase: string; level: number }[]).map((x) => [x.name, x.phase, x.level]),
+      [["node-2", "Fencing", 2]],
+    );
+    const pols = data.fencingPolicies as { name: string; ready: string; stormGuard: string; partitionedNodes: string[] }[];
+    assert.deepEqual(
+      pols.map((x) => [x.name, x.ready, x.stormGuard, x.partitionedNodes]),
+      [["default", "True", "True", ["node-2"]]],
+    );
     assert.match(out, /^node-2\s+Partitioned\s+Unknown\s+20s ago\s+14s ago\s+6s\s+default$/m);
     assert.doesNotMatch(out, /^node-1\s/m);
     assert.match(out, /^node-2\s+Fencing\s+Automatic\s+2\s+-\s+8s\s+pdu off InProgress 5s ago$/m);
@@ -203,15 +230,121 @@ async function cli(argv: string[]): Promise<{ code: number; out: string; err: st
 }
 
 describe("command line", () => {
+  test("-o takes json or yaml, on status and explain only", async () => {
+    const bad = await cli(["status", "-o", "wide"]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.err, /-o must be json or yaml, not "wide"/);
+    const notHere = await cli(["fence", "node-1", "-o", "json"]);
+    assert.equal(notHere.code, 2);
+    assert.match(notHere.err, /fence does not take --output/);
+  });
+
+  test("fence asks first: no terminal without --yes is refused (exit 2), an answer other than yes changes nothing", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "stockade-cli-"));
+    const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+      const url = req.url ?? "";
+      res.setHeader("Content-Type", "application/json");
+      if (req.method !== "GET") {
+        res.statusCode = 500;
+        res.end(JSON.stringify({ kind: "Status", message: `unexpected ${req.method} ${url}` }));
+        return;
+      }
+      if (url.startsWith("/api/v1/nodes/node-1"))
+        res.end(JSON.stringify({ apiVersion: "v1", kind: "Node", metadata: { name: "node-1", labels: {} } }));
+      else if (url.includes("fencingpolicies"))
+        res.end(
+          JSON.stringify({
+            apiVersion: "stockade.io/v1alpha1",
+            kind: "FencingPolicyList",
+            metadata: {},
+            items: [{ apiVersion: "stockade.io/v1alpha1", kind: "FencingPolicy", metadata: { name: "default" }, spec: { paused: true } }],
+          }),
+        );
+      else if (url.includes("nodefences"))
+        res.end(JSON.stringify({ apiVersion: "stockade.io/v1alpha1", kind: "NodeFenceList", metadata: {}, items: [] }));
+      else {
+        res.statusCode = 404;
+        res.end(JSON.stringify({ kind: "Status", code: 404, message: `not found ${url}` }));
+      }
+    });
+    await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
+    try {
+      const port = (server.address() as AddressInfo).port;
+      const kubeconfig = join(dir, "config");
+      writeFileSync(
+        kubeconfig,
+        `apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "http://127.0.0.1:${port}", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n`,
+      );
+      const asked: string[] = [];
+      const run = async (argv: string[], answer: string | undefined) => {
+        let out = "";
+        let err = "";
+        const code = await main([...argv, "--kubeconfig", kubeconfig], {
+          out: (x) => (out += x),
+          err: (x) => (err += x),
+          ask: async (q) => {
+            asked.push(q);
+            return answer;
+          },
+        });
+        return { code, out, err };
+      };
+      const noTty = await run(["fence", "node-1"], undefined);
+      assert.equal(noTty.code, 2, noTty.err);
+      assert.match(noTty.err, /stdin is not a terminal.*pass --yes/);
+      const no = await run(["fence", "node-1"], "n");
+      assert.equal(no.code, 1, no.err);
+      assert.match(no.err, /not confirmed: nothing changed/);
+      // The question shows the plan, and that a paused policy does not stop a Manual NodeFence.
+      assert.match(asked[1]!, /^Fence node node-1:\n/);
+      assert.match(
+        asked[1]!,
+        /FencingPolicy default is paused: that stops automatic fencing only; the operator executes this Manual NodeFence anyway/,
+      );
+      assert.match(asked[1]!, /create nodefence\.stockade\.io\/node-1 \(origin Manual, policy default/);
+      assert.match(asked[1]!, /Proceed\? Type "yes": $/);
+      const dry = await run(["fence", "node-1", "--dry-run"], "yes");
+      assert.equal(dry.code, 0, dry.err);
+      assert.equal(asked.length, 2, "--dry-run asks nothing");
+      assert.match(dry.out, /^Would:\n {2}FencingPolicy default is paused/);
+      assert.match(dry.out, /\(dry run: nothing changed\)\n$/);
+      // No write reached the server: it answers 500 to anything but GET, and nothing failed that way.
+    } finally {
+      server.close();
+    }
+  });
+
+  test("version prints package.json's version and the Node.js running it, without a cluster", async () => {
+    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+    const r = await cli(["version", "--kubeconfig", "/nonexistent"]);
+    assert.equal(r.code, 0, r.err);
+    assert.equal(r.out, `kubectl-stockade ${pkg.version} (Node.js ${process.versions.node})\n`);
+  });
+
+  test("bin/kubectl-stockade on a Node.js older than engines says which version is needed", { skip: !existsSync("/usr/bin/node") }, () => {
+    const old = spawnSync("/usr/bin/node", ["--version"], { encoding: "utf8" }).stdout.trim();
+    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { engines: { node: string } };
+    const min = Number(/^>=(\d+)/.exec(pkg.engines.node)?.[1]);
+    if (Number(old.slice(1).split(".")[0]) >= min) return; // this machine's /usr/bin/node is new enough: nothing to show
+    const r = spawnSync("/usr/bin/node", [fileURLToPath(new URL("../../bin/kubectl-stockade", import.meta.url)), "version"], {
+      encoding: "utf8",
+    });
+    assert.equal(r.status, 1);
+    assert.equal(r.stdout, "");
+    assert.match(r.stderr, new RegExp(`this is Node\\.js ${old.slice(1).replaceAll(".", "\\.")} `));
+    assert.match(r.stderr, new RegExp(`needs Node\\.js ${pkg.engines.node}`));
+    assert.match(r.stderr, new RegExp(`Install Node\\.js ${min} from https://nodejs\\.org/`));
+  });
+
   test("--help for the plugin and each command", async () => {
     const top = await cli(["--help"]);
     assert.equal(top.code, 0);
     for (const c of ["status", "fence NODE", "unfence NODE", "explain NODE", "check"]) assert.match(top.out, new RegExp(`^  ${c}\\s`, "m"));
-    for (const c of ["status", "fence", "unfence", "explain", "check"]) {
+    for (const c of ["status", "fence", "unfence", "explain", "check", "version"]) {
       const r = await cli([c, "--help"]);
       assert.equal(r.code, 0, c);
       assert.match(r.out, new RegExp(`^Usage: kubectl stockade ${c}`), c);
-      assert.match(r.out, /--kubeconfig PATH/);
+      if (c !== "version") assert.match(r.out, /--kubeconfig PATH/);
     }
   });
 
