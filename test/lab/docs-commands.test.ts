@@ -1,10 +1,11 @@
-// The users' docs give commands that run without a cluster; these run them as written, offline, with the lab's
-// kubectl: the README's kustomize overlay (also in docs/getting-started.md), beside a copy of the repository named
-// `stockade` as its `resources:` line assumes, and docs/configuration.md's overlay that adds a flag.
+// The users' docs give commands that run without a cluster; these run them as written, offline: the README's kustomize
+// overlay (also in docs/getting-started.md), beside a copy of the repository named `stockade` as its `resources:`
+// line assumes, docs/configuration.md's overlay that adds a flag (with the lab's kubectl), and every kubectl stockade
+// command and flag the users' pages show (against the plugin's own help).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -63,4 +64,22 @@ test("docs/configuration.md's overlay adds its flag to the operator's args, and 
   const config = parseConfig(args, {});
   assert.equal(config?.fenceWorkers, 16);
   assert.equal(config?.leaderElect, true);
+});
+
+test("every `kubectl stockade COMMAND --flag` on a users' page is a command and flag of the plugin", async () => {
+  const pages = ["README.md", ...readdirSync(join(repoRoot, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+  const used = new Map<string, Set<string>>();
+  for (const page of pages)
+    for (const m of readFileSync(join(repoRoot, page), "utf8").matchAll(/kubectl stockade ([a-z]+)([^\n#`]*)/g)) {
+      const flags = used.get(m[1]!) ?? new Set<string>();
+      for (const f of m[2]!.matchAll(/(?<![\w-])--[a-z][a-z-]*/g)) flags.add(f[0]);
+      used.set(m[1]!, flags);
+    }
+  assert.ok(used.get("fence")?.has("--dry-run"), "the docs show fence --dry-run");
+  const plugin = join(repoRoot, "bin/kubectl-stockade.js");
+  for (const [command, flags] of used) {
+    const help = (await run(process.execPath, [plugin, command, "--help"])).stdout;
+    assert.match(help, new RegExp(`^Usage: kubectl stockade ${command}\\b`, "m"), `${command} is a command of the plugin`);
+    for (const flag of flags) assert.ok(help.includes(flag), `kubectl stockade ${command} has no flag ${flag}`);
+  }
 });
