@@ -67,7 +67,12 @@ test("docs/configuration.md's overlay adds its flag to the operator's args, and 
 });
 
 test("every `kubectl stockade COMMAND --flag` on a users' page is a command and flag of the plugin", async () => {
-  const pages = ["README.md", ...readdirSync(join(repoRoot, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+  const pages = [
+    "README.md",
+    ...readdirSync(join(repoRoot, "docs"))
+      .filter((f) => f.endsWith(".md"))
+      .map((f) => `docs/${f}`),
+  ];
   const used = new Map<string, Set<string>>();
   for (const page of pages)
     for (const m of readFileSync(join(repoRoot, page), "utf8").matchAll(/kubectl stockade ([a-z]+)([^\n#`]*)/g)) {
@@ -77,9 +82,11 @@ test("every `kubectl stockade COMMAND --flag` on a users' page is a command and 
     }
   assert.ok(used.get("fence")?.has("--dry-run"), "the docs show fence --dry-run");
   const plugin = join(repoRoot, "bin/kubectl-stockade.js");
-  for (const [command, flags] of used) {
-    const help = (await run(process.execPath, [plugin, command, "--help"])).stdout;
-    assert.match(help, new RegExp(`^Usage: kubectl stockade ${command}\\b`, "m"), `${command} is a command of the plugin`);
-    for (const flag of flags) assert.ok(help.includes(flag), `kubectl stockade ${command} has no flag ${flag}`);
+  const helps = await Promise.all(
+    [...used.keys()].map(async (command) => (await run(process.execPath, [plugin, command, "--help"])).stdout),
+  );
+  for (const [i, [command, flags]] of [...used].entries()) {
+    assert.match(helps[i]!, new RegExp(`^Usage: kubectl stockade ${command}\\b`, "m"), `${command} is a command of the plugin`);
+    for (const flag of flags) assert.ok(helps[i]!.includes(flag), `kubectl stockade ${command} has no flag ${flag}`);
   }
 });

@@ -58,6 +58,5 @@ test("the plugin's commands in the README and docs/kubectl-stockade.md are the p
     ["check", "confirm", "explain", "fence", "status", "unfence", "version"],
     "docs/kubectl-stockade.md shows every command",
   );
-  for (const cmd of documented)
-    assert.match(help.stdout, new RegExp(`\\b${cmd}\\b`), `${cmd} is in the plugin's help`);
+  for (const cmd of documented) assert.match(help.stdout, new RegExp(`\\b${cmd}\\b`), `${cmd} is in the plugin's help`);
 });

@@ -300,7 +300,8 @@ describe("users' pages do not cite the source, the tests or the lab", () => {
   test("the users' pages are every page outside docs/developer/", () => {
     for (const f of ["README.md", "docs/README.md", "docs/getting-started.md", "docs/troubleshooting.md", "docs/upgrade.md"])
       assert.ok(userPages.includes(f), f);
-    for (const f of ["docs/developer/README.md", "docs/developer/lab.md", "docs/developer/scale.md"]) assert.ok(developerPages.includes(f), f);
+    for (const f of ["docs/developer/README.md", "docs/developer/lab.md", "docs/developer/scale.md"])
+      assert.ok(developerPages.includes(f), f);
     for (const f of ["docs/lab.md", "docs/scale.md", "docs/chaos.md", "docs/image.md", "docs/ledger.md"])
       assert.ok(!existsSync(join(root, f)), `${f} belongs under docs/developer/`);
   });
