@@ -1,7 +1,7 @@
 // The first list of every pod, two ways (issue 12: cache sync at 150,000 pods), through the operator's own Informer
 // with its pod transform: pages of 500 through client-node's typed list, or one watch that streams the current
 // state first (sendInitialEvents, Kubernetes' WatchList). Prints wall time, objects and this process's memory.
-// The figures in docs/scale.md were taken with this script's first form (4eb58a0), which ran its own watch loop and
+// The figures in docs/developer/scale.md were taken with this script's first form (4eb58a0), which ran its own watch loop and
 // deleted managedFields rather than going through the Informer.
 //   node bench/initial-list.ts --kubeconfig FILE --mode paged|streamed
 import { parseArgs } from "node:util";

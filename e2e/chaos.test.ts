@@ -1,4 +1,4 @@
-// The chaos suite's fixed seeds (npm run chaos runs any number of schedules; docs/chaos.md has a long
+// The chaos suite's fixed seeds (npm run chaos runs any number of schedules; docs/developer/chaos.md has a long
 // run): randomized faults from the proposal's list on real nodes with the ledger and etcd workloads,
 // and every checker over what happened. A violation fails with the replay command.
 import { test } from "node:test";

@@ -1,7 +1,7 @@
 // A memory limit for one lab process, as a container runtime gives one (cgroup v2 memory.max, or v1
 // memory.limit_in_bytes). Node.js sizes its JavaScript heap from that limit, so a benchmark of the operator without
 // it measures a process that the shipped Deployment (512Mi) never runs: on a 24 GiB host V8 gave the young
-// generation 128 MiB, under 512Mi 2 MiB (docs/scale.md).
+// generation 128 MiB, under 512Mi 2 MiB (docs/developer/scale.md).
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 

@@ -19,7 +19,7 @@
 // The first list may instead be streamed (`streamingList`, Kubernetes' WatchList): one watch that sends the
 // current state as ADDED events, a bookmark marked k8s.io/initial-events-end, then the changes. Nothing of it
 // reaches the cache or the handlers before that bookmark, so a stream cut halfway is like a failed list. No pages
-// held whole in memory and no gzip of each page by the apiserver (docs/scale.md: 150,000 pods streamed in 99 s /
+// held whole in memory and no gzip of each page by the apiserver (docs/developer/scale.md: 150,000 pods streamed in 99 s /
 // 370 MiB, paged in 128 s / 448 MiB). A server that refuses it (400/422: the gate is off, as in 1.33) or ends the
 // stream without the bookmark (one that ignores the parameter) makes the informer list in pages from then on.
 import { performance } from "node:perf_hooks";

@@ -5,6 +5,6 @@
 // Deployment's 512Mi it gave the young generation 2 MiB. A fleet pass makes a few MiB of short-lived objects, so
 // most of them were promoted to the old generation and died there: ~12 scavenges a second and a major collection
 // every few seconds, pauses up to 300 ms, a third of the operator's CPU in a burst of 50 fences (issue 12,
-// docs/scale.md). With 16 MiB semi-spaces (32 MiB of young generation, ~35 MiB more RSS) the same churn under the
+// docs/developer/scale.md). With 16 MiB semi-spaces (32 MiB of young generation, ~35 MiB more RSS) the same churn under the
 // same limit was collected 14× less often, in less than half the time (bench/cache-heap.ts --churn-seconds).
 export const OPERATOR_NODE_FLAGS: readonly string[] = ["--max-semi-space-size=16"];

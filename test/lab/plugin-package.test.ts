@@ -1,4 +1,4 @@
-// The kubectl plugin installed as users install it (README "The kubectl plugin"): the repository packed with
+// The kubectl plugin installed as users install it (docs/kubectl-stockade.md, "Install"): the repository packed with
 // `npm pack` (whose prepack builds dist/), then `npm install -g --prefix DIR` of the tarball; DIR/bin/kubectl-stockade
 // must run from the installed package, with Node.js 24 first on PATH. The pack runs in a copy of what it reads, so
 // its build does not write the checkout's dist/ while another test (prod-install) builds or packs it.

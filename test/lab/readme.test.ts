@@ -1,4 +1,5 @@
-// The README's documented commands work as documented: the quickstart demo, the flags table, the plugin.
+// The README's documented commands work as documented: the quickstart demo; and the users' pages it links to: the
+// flags table (docs/configuration.md), the plugin's commands (docs/kubectl-stockade.md).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -11,6 +12,8 @@ import { USAGE } from "../../src/config.ts";
 
 const run = promisify(execFile);
 const readme = readFileSync(join(repoRoot, "README.md"), "utf8");
+const configuration = readFileSync(join(repoRoot, "docs/configuration.md"), "utf8");
+const plugin = readFileSync(join(repoRoot, "docs/kubectl-stockade.md"), "utf8");
 const npm = process.platform === "win32" ? "npm.cmd" : "npm";
 
 test("the README's first command is the demo, and `npm run demo -- --once` ends with the failover line", async () => {
@@ -39,16 +42,21 @@ test("the README's first command is the demo, and `npm run demo -- --once` ends 
   console.log(`demo ${failover}`);
 });
 
-test("every flag in the README's table is one the operator knows, and the other way round", async () => {
-  const inReadme = new Set([...readme.matchAll(/^\| `(--[a-z-]+)/gm)].map((m) => m[1]));
+test("every flag in docs/configuration.md's table is one the operator knows, and the other way round", async () => {
+  const inDocs = new Set([...configuration.matchAll(/^\| `(--[a-z-]+)/gm)].map((m) => m[1]));
   const inUsage = new Set([...USAGE.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]));
-  assert.deepEqual([...inReadme].sort(), [...inUsage].sort());
+  assert.deepEqual([...inDocs].sort(), [...inUsage].sort());
   const help = await run(process.execPath, [join(repoRoot, "src/main.ts"), "--help"]);
   assert.match(help.stdout, /^Usage: npm start -- \[flags\]/);
 });
 
-test("the plugin's commands in the README are the plugin's commands", async () => {
+test("the plugin's commands in the README and docs/kubectl-stockade.md are the plugin's commands", async () => {
   const help = await run(process.execPath, [join(repoRoot, "bin/kubectl-stockade.js"), "--help"]);
-  for (const cmd of [...readme.matchAll(/^kubectl stockade ([a-z]+)/gm)].map((m) => m[1]!))
-    assert.match(help.stdout, new RegExp(`\\b${cmd}\\b`), `${cmd} is in the plugin's help`);
+  const documented = [...`${readme}\n${plugin}`.matchAll(/^kubectl stockade ([a-z]+)/gm)].map((m) => m[1]!);
+  assert.deepEqual(
+    [...new Set(documented)].sort(),
+    ["check", "confirm", "explain", "fence", "status", "unfence", "version"],
+    "docs/kubectl-stockade.md shows every command",
+  );
+  for (const cmd of documented) assert.match(help.stdout, new RegExp(`\\b${cmd}\\b`), `${cmd} is in the plugin's help`);
 });

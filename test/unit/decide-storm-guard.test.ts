@@ -99,7 +99,7 @@ describe("evaluateGuards", () => {
 
     test("at thousands of unhealthy nodes the message names the first ten and counts the rest", () => {
       // Every held node's decision carries this message, and it is kept and logged per node: naming all 4,000 made it
-      // 57 KB, in the 5,000-node run whose operator ran out of heap (docs/scale.md).
+      // 57 KB, in the 5,000-node run whose operator ran out of heap (docs/developer/scale.md).
       const msg = evaluateGuards(input({ nodes: fleet(5000, 4000) })).holds[0]?.message ?? "";
       assert.match(
         msg,

@@ -9,10 +9,15 @@ import { loadAllYaml } from "@kubernetes/client-node";
 
 const root = join(import.meta.dirname, "../..");
 const read = (file: string) => readFileSync(join(root, file), "utf8");
-const docs = readdirSync(join(root, "docs"))
+const docs = (readdirSync(join(root, "docs"), { recursive: true }) as string[])
   .filter((f) => f.endsWith(".md"))
-  .map((f) => `docs/${f}`);
+  .map((f) => `docs/${f}`)
+  .sort();
 const pages = ["README.md", "manifests/README.md", ...docs];
+/** The developers' pages: the only ones that may cite the source, the tests and the lab. */
+const developerPages = docs.filter((f) => f.startsWith("docs/developer/"));
+/** The users' pages: every other page. */
+const userPages = pages.filter((f) => !developerPages.includes(f));
 const examples = readdirSync(join(root, "manifests/examples"))
   .filter((f) => f.endsWith(".yaml"))
   .map((f) => `manifests/examples/${f}`);
@@ -60,7 +65,7 @@ export function brokenLinks(file: string, md: string, exists = (p: string) => ex
   return broken;
 }
 
-describe("every relative link in README.md, manifests/README.md and docs/*.md resolves", () => {
+describe("every relative link in README.md, manifests/README.md and docs/**/*.md resolves", () => {
   for (const file of pages)
     test(file, () => {
       assert.deepEqual(brokenLinks(file, read(file)), [], `${file} links to what does not exist`);
@@ -223,7 +228,7 @@ describe("manifests/examples/ is safe to apply as it is", () => {
   test("40-fencingpolicy.yaml selects only the pilot's nodes and says how to go live", () => {
     const p = policies.find(({ f }) => f.endsWith("40-fencingpolicy.yaml"))?.p;
     assert.deepEqual(p?.spec?.nodeSelector, { matchLabels: { "stockade.io/pilot": "true" } });
-    for (const f of ["manifests/examples/40-fencingpolicy.yaml", "docs/README.md"]) {
+    for (const f of ["manifests/examples/40-fencingpolicy.yaml", "docs/getting-started.md"]) {
       const text = read(f);
       assert.match(text, /kubectl label node <node> stockade\.io\/pilot=true/, f);
       assert.match(text, /dryRun: false/, f);
@@ -250,13 +255,18 @@ describe("docs/README.md and the runbook agree with the bundle", () => {
         `the matrix has a row for ${row}`,
       );
   });
-  test("every page of docs/ is listed in the index, developers' pages under For developers", () => {
+  test("every users' page of docs/ is listed in the index; the developers' pages in the developer guide, linked under For developers", () => {
     const [users, developers] = index.split("## For developers") as [string, string];
-    for (const page of ["lab.md", "image.md", "chaos.md", "scale.md", "ledger.md"]) assert.ok(developers.includes(`](${page})`), page);
-    for (const page of ["api.md", "safety.md", "operate.md", "volumes.md", "fencing.md", "webhook-agent.md"])
+    for (const page of ["getting-started.md", "api.md", "safety.md", "operate.md", "troubleshooting.md", "upgrade.md"])
       assert.ok(users.includes(`](${page}`), page);
-    for (const f of docs.filter((d) => d !== "docs/README.md"))
-      assert.ok(index.includes(`](${f.slice(5)}`), `${f} is not in docs/README.md`);
+    for (const f of userPages.filter((d) => d.startsWith("docs/") && d !== "docs/README.md"))
+      assert.ok(users.includes(`](${f.slice(5)}`), `${f} is not in docs/README.md`);
+    assert.ok(developers.includes("](developer/README.md)"), "the index links the developer guide");
+    assert.ok(!users.includes("](developer/"), "the users' part of the index does not send users to developers' pages");
+    const guide = read("docs/developer/README.md");
+    for (const page of ["lab.md", "image.md", "chaos.md", "scale.md", "ledger.md"]) assert.ok(guide.includes(`](${page})`), page);
+    for (const f of developerPages.filter((d) => d !== "docs/developer/README.md"))
+      assert.ok(guide.includes(`](${f.slice("docs/developer/".length)}`), `${f} is not in docs/developer/README.md`);
   });
   test("the runbook's uninstall steps are manifests/README.md's", () => {
     const block = (md: string, after: string) => /```sh\n([\s\S]*?)```/.exec(md.slice(md.indexOf(after)))?.[1];
@@ -265,4 +275,116 @@ describe("docs/README.md and the runbook agree with the bundle", () => {
     assert.equal(block(read("docs/operate.md"), "### Uninstall"), steps);
   });
   test("the README links the index", () => assert.match(read("README.md"), /\]\(docs\/README\.md\)/));
+});
+
+/** What a users' page must not mention: the source, the tests, the lab, the benchmarks (they live in docs/developer/). */
+export function developerMentions(md: string): string[] {
+  const out: string[] = [];
+  for (const [i, line] of md.split("\n").entries()) {
+    const hits = [
+      ...line.matchAll(/(?<![\w./-])(?:src|lab|test|e2e|bench|tools)\/[\w./-]*/g),
+      ...line.matchAll(/(?<![\w./-])[\w-]+\.test\.ts\b/g), // a test file named without its folder
+      ...line.matchAll(/npm run (?:lab|chaos|bench:[\w-]+|test:[\w-]+)\b/g),
+      ...line.matchAll(/\b(?:the|a|on the|our) lab\b|\blab's\b/gi),
+    ];
+    for (const m of hits) out.push(`line ${i + 1}: ${m[0]}`);
+  }
+  return out;
+}
+
+describe("users' pages do not cite the source, the tests or the lab", () => {
+  test("the users' pages are every page outside docs/developer/", () => {
+    for (const f of ["README.md", "docs/README.md", "docs/getting-started.md", "docs/troubleshooting.md", "docs/upgrade.md"])
+      assert.ok(userPages.includes(f), f);
+    for (const f of ["docs/developer/README.md", "docs/developer/lab.md", "docs/developer/scale.md"])
+      assert.ok(developerPages.includes(f), f);
+    for (const f of ["docs/lab.md", "docs/scale.md", "docs/chaos.md", "docs/image.md", "docs/ledger.md"])
+      assert.ok(!existsSync(join(root, f)), `${f} belongs under docs/developer/`);
+  });
+  for (const file of userPages)
+    test(file, () => {
+      assert.deepEqual(developerMentions(read(file)), [], `${file} cites what only developers have`);
+    });
+  test("the check finds the source, the tests, the lab and the benchmarks, and not look-alikes", () => {
+    const md = [
+      "see `src/agents/run.ts`",
+      "(test/unit/docs.test.ts)",
+      "lab/bed.ts",
+      "npm run lab -- up",
+      "measured on the lab",
+      "npm run bench:scale",
+      "e2e/volumes.test.ts",
+      "kubectl apply -f manifests/ and docs/developer/lab.md, latest/ and my-src/",
+      "Tests: `decide-fleet.test.ts`",
+      "a unit test fails, tests.ts, ./my.test.tsx",
+    ].join("\n");
+    assert.deepEqual(
+      developerMentions(md).map((m) => m.split(": ")[0]),
+      ["line 1", "line 2", "line 3", "line 4", "line 5", "line 6", "line 7", "line 9"],
+    );
+  });
+});
+
+describe("the README: short, and its two set-up commands are the project's", () => {
+  const readme = read("README.md");
+  test("README.md is at most 8 KiB", () => {
+    const bytes = Buffer.byteLength(readme);
+    assert.ok(bytes <= 8192, `README.md is ${bytes} bytes`);
+  });
+  /** The one-line ```sh blocks of the README, in order. */
+  const oneLiners = [...readme.matchAll(/^```sh\n([^\n]+)\n```$/gm)].map((m) => m[1]!);
+  test("the demo and the whole test suite, each one command, the demo first", () => {
+    assert.deepEqual(oneLiners.slice(0, 1), ["npm run demo"]);
+    assert.ok(oneLiners.includes("npm install && npm test"), oneLiners.join(" | "));
+  });
+  test("both commands run scripts of package.json, and CI runs the README's test command", () => {
+    const scripts = (JSON.parse(read("package.json")) as { scripts: Record<string, string> }).scripts;
+    for (const command of ["npm run demo", "npm install && npm test"])
+      for (const m of command.matchAll(/npm (?:run )?([\w:-]+)/g))
+        if (m[1] !== "install") assert.ok(scripts[m[1]!], `package.json has no script ${m[1]} (README: ${command})`);
+    assert.match(scripts.demo!, /demo\/run\.ts/);
+    assert.match(scripts.test!, /node --test/);
+    assert.match(read(".ci/run"), /^npm install && npm test\b/m);
+  });
+  test("the README links the users' index, getting started, and the developer guide", () => {
+    for (const link of ["docs/README.md", "docs/getting-started.md", "docs/developer/README.md"])
+      assert.ok(readme.includes(`](${link}`), link);
+  });
+  test("the README and getting started give the same kustomize overlay", () => {
+    const overlay = (md: string) => /```yaml\n(apiVersion: kustomize[\s\S]*?)```/.exec(md)?.[1];
+    assert.ok(overlay(readme)?.includes("images: [{ name: ghcr.io/stockade-io/stockade"));
+    assert.equal(overlay(read("docs/getting-started.md")), overlay(readme));
+  });
+});
+
+describe("docs/troubleshooting.md names the conditions and Events the operator really writes", () => {
+  const source = (readdirSync(join(root, "src"), { recursive: true }) as string[])
+    .filter((f) => f.endsWith(".ts"))
+    .map((f) => read(`src/${f}`))
+    .join("\n");
+  const page = read("docs/troubleshooting.md");
+  /** The `UpperCamelCase` names in the first column of the page's tables: the reasons and decisions it explains. */
+  const documented = [
+    ...new Set(
+      page
+        .split("\n")
+        .filter((l) => l.startsWith("| ") && !l.startsWith("| -"))
+        .flatMap((l) => [...l.split("|")[1]!.matchAll(/`([A-Z][A-Za-z]+)`/g)].map((m) => m[1]!)),
+    ),
+  ];
+  test("every reason and decision the page explains is one the source writes", () => {
+    assert.ok(documented.length >= 40, `${documented.length} names`);
+    const unknown = documented.filter((r) => !source.includes(`"${r}"`));
+    assert.deepEqual(unknown, [], "reasons in docs/troubleshooting.md that no code writes");
+  });
+  test("every Warning Event reason the source writes is explained on the page", () => {
+    // "Warning", "Reason" and `ok ? "Normal" : "Warning", ok ? "Reason1" : "Reason2"`; the reasons carried in
+    // variables are the FenceAgent's, the storm guard's and the waits below, which the first test covers.
+    const warnings = new Set([...source.matchAll(/"Warning",\s*(?:\w+ \? "[A-Za-z]+" : )?"([A-Z][A-Za-z]+)"/g)].map((m) => m[1]!));
+    for (const m of source.matchAll(/const WARNING_WAITS = new Set\(\[([^\]]*)\]/g))
+      for (const r of m[1]!.matchAll(/"([A-Z][A-Za-z]+)"/g)) warnings.add(r[1]!);
+    assert.ok(warnings.has("FenceFailed") && warnings.has("NoPolicy") && warnings.has("ForceDeleted"), [...warnings].join(", "));
+    const missing = [...warnings].filter((r) => !page.includes(`\`${r}\``));
+    assert.deepEqual(missing, [], "Warning Events the operator writes that docs/troubleshooting.md does not explain");
+  });
 });
