@@ -232,18 +232,24 @@ export class AgentMonitor {
       if ("errors" in resolved) return fail("Config", resolved.errors.join("; "));
       const driver = (this.d.driverFor ?? registryDriverFor)(agent.spec.type, agent.spec.agent);
       let lastKind: AgentErrorKind | undefined;
+      let lastMessage: string | undefined;
       const r = await runOperation(driver, { node: nodeName, parameters: resolved.parameters, annotations: {} }, "status", {
         timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000,
         retries: agent.spec.retries ?? 2,
         backoffMs: (agent.spec.retryBackoffSeconds ?? 1) * 1000,
         signal: this.abort.signal,
         onAttempt: (a) => {
-          if (!a.ok) lastKind = a.kind;
+          if (!a.ok) {
+            lastKind = a.kind;
+            lastMessage = a.message;
+          }
         },
       });
       if (r.outcome === "Cancelled" || this.abort.signal.aborted) return undefined;
       if (r.outcome === "TimedOut") return fail(lastKind && lastKind !== "Cancelled" ? lastKind : "TimedOut", r.message);
-      if (r.outcome === "Failed") return fail(lastKind && lastKind !== "Cancelled" ? lastKind : r.tries ? "Failed" : "Config", r.message);
+      // The device's own words (the node and the kind are said beside them), else the runner's ("not attempted: …").
+      if (r.outcome === "Failed")
+        return fail(lastKind && lastKind !== "Cancelled" ? lastKind : r.tries ? "Failed" : "Config", lastMessage ?? r.message);
       if (r.power !== "on" && r.power !== "off")
         return fail("BadOutput", `the device answered but not with a power state (${r.power}): an off could not be confirmed`);
       return { ok: true, message: redact(r.message, secretValues), atMs: this.now(), power: r.power };

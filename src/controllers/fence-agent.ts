@@ -155,7 +155,7 @@ export class FenceAgentController {
     const ref = { apiVersion: API_VERSION, kind: "FenceAgent", name, uid: agent.metadata?.uid };
     if (t.lost.length) {
       const listed = new Map((fold.summary?.failures ?? []).map((f) => [f.node, f] as const));
-      const failures = t.lost.map((node) => ({ node, reason: listed.get(node)?.reason, message: listed.get(node)?.message.slice(0, 160) }));
+      const failures = t.lost.map((node) => ({ node, reason: listed.get(node)?.reason, message: listed.get(node)?.message.slice(0, 240) }));
       const message =
         `${t.lost.length} node(s) can no longer be fenced through FenceAgent ${name}: their status query failed: ${nameFailures(failures)}. ` +
         `Nothing is fenced because of it; fix it before these nodes fail (kubectl get fenceagent ${name} -o yaml: status.monitor)`;

@@ -39,6 +39,7 @@ function world(n: number, o: { intervalSeconds?: number; hold?: boolean } = {}) 
   let maxInFlight = 0;
   const waiting: (() => void)[] = [];
   const hold = { on: o.hold ?? false };
+  const answer = { power: "on" as "on" | "off" | "unknown" };
   const driver: AgentDriver = {
     type: "ipmi",
     validate: () => [],
@@ -57,7 +58,7 @@ function world(n: number, o: { intervalSeconds?: number; hold?: boolean } = {}) 
             "AuthFailed",
             `BMC ${ctx.parameters.address}:623 rejected the credentials of user "admin" (password ${ctx.parameters.password})`,
           );
-        return "on";
+        return answer.power;
       } finally {
         inFlight--;
       }
@@ -89,6 +90,7 @@ function world(n: number, o: { intervalSeconds?: number; hold?: boolean } = {}) 
     secret,
     changes,
     hold,
+    answer,
     waiting,
     get maxInFlight() {
       return maxInFlight;
@@ -135,7 +137,7 @@ test("a wrong password: the node fails with AuthFailed, the password scrubbed; a
   for (const x of f.summary?.failures ?? []) {
     assert.equal(x.reason, "AuthFailed");
     assert.ok(!x.message.includes("wrong-password-7"), `a password leaked: ${x.message}`);
-    assert.match(x.message, /rejected the credentials/);
+    assert.match(x.message, /^BMC 10\.0\.0\.\d:623 rejected the credentials/, "the device's own words");
   }
   assert.ok(!f.reachable.message.includes("wrong-password-7"));
   w.secret.password = GOOD;
@@ -235,4 +237,16 @@ test("the FenceAgent controller: Ready and Reachable False with AuthFailed, stat
     ],
   );
   assert.match(events[1]!.message, /^3 node\(s\) answer status queries through FenceAgent ipmi again: node-1, node-2, node-3$/);
+});
+
+test("a device that answers but says neither on nor off is failing (BadOutput): a fence through it could not be confirmed", async () => {
+  const w = world(1);
+  w.answer.power = "unknown";
+  await runFor(w, 61);
+  const f = w.monitor.fold(w.agent, w.names);
+  assert.deepEqual([f.reachable.status, f.reachable.reason], ["False", "BadOutput"]);
+  assert.match(f.summary?.failures[0]?.message ?? "", /not with a power state \(unknown\)/);
+  w.answer.power = "off"; // a machine that is off still has a device that answers
+  await runFor(w, 66);
+  assert.equal(w.monitor.fold(w.agent, w.names).reachable.status, "True");
 });
