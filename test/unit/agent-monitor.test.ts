@@ -11,6 +11,7 @@ import type { V1Node } from "@kubernetes/client-node";
 import type { FenceAgent, NodeFence } from "../../src/api/v1alpha1.ts";
 import { AgentMonitor, MONITOR_CONCURRENCY, type AgentMonitorDeps } from "../../src/controllers/agent-monitor.ts";
 import { FenceAgentController, type FenceAgentDeps } from "../../src/controllers/fence-agent.ts";
+import type { MonitorFold } from "../../src/decide/agent-monitor.ts";
 import { AgentError, type AgentContext, type AgentDriver } from "../../src/agents/types.ts";
 import { fence, policy } from "./decide-fixtures.ts";
 
@@ -249,4 +250,55 @@ test("a device that answers but says neither on nor off is failing (BadOutput): 
   w.answer.power = "off"; // a machine that is off still has a device that answers
   await runFor(w, 66);
   assert.equal(w.monitor.fold(w.agent, w.names).reachable.status, "True");
+});
+
+test("the FenceAgent controller writes status.monitor when it changes, but a mere newer lastQueryTime at most once a minute", async () => {
+  const a: FenceAgent = {
+    apiVersion: "stockade.io/v1alpha1",
+    kind: "FenceAgent",
+    metadata: { name: "admin", generation: 1 },
+    spec: { type: "manual" },
+  };
+  let stored = a;
+  let writes = 0;
+  let fold: MonitorFold = {
+    reachable: { status: "True", reason: "Reachable", message: "1 node(s) answered a status query (every 60 s)" },
+    summary: {
+      intervalSeconds: 60,
+      observedGeneration: 1,
+      nodes: 1,
+      reachable: 1,
+      failing: 0,
+      pending: 0,
+      lastQueryTime: "2026-11-27T00:00:00.000Z",
+      failures: [],
+    },
+    failing: [],
+  };
+  const deps = {
+    kube: { readSecret: async () => ({}), replaceStatus: async (_: string, x: FenceAgent) => (writes++, (stored = x)) },
+    caches: {
+      agents: { get: () => stored },
+      nodes: { list: () => [{ metadata: { name: "node-1", labels: {} } }] },
+      policies: { list: () => [policy("default", { escalation: [{ agents: [{ name: "admin" }] }] })] },
+    },
+    events: { record: async () => {} },
+    log: pino({ level: "silent" }),
+    clock: () => DateTime.fromISO("2026-11-27T00:00:00Z"),
+    monitor: { fold: () => fold, transitions: () => ({ lost: [], recovered: [] }) },
+  } as unknown as FenceAgentDeps;
+  const c = new FenceAgentController(deps);
+  await c.reconcile("admin");
+  assert.equal(writes, 1);
+  assert.equal(stored.status?.monitor?.lastQueryTime, "2026-11-27T00:00:00.000Z");
+  fold = { ...fold, summary: { ...fold.summary!, lastQueryTime: "2026-11-27T00:00:59.000Z" } };
+  await c.reconcile("admin");
+  assert.equal(writes, 1, "59 s later, nothing else changed: no write");
+  fold = { ...fold, summary: { ...fold.summary!, lastQueryTime: "2026-11-27T00:01:00.000Z" } };
+  await c.reconcile("admin");
+  assert.equal(writes, 2, "a minute later: written");
+  fold = { ...fold, summary: { ...fold.summary!, pending: 1, nodes: 2, lastQueryTime: "2026-11-27T00:01:01.000Z" } };
+  await c.reconcile("admin");
+  assert.equal(writes, 3, "a count changed: written at once");
+  assert.equal(stored.status?.monitor?.pending, 1);
 });
