@@ -153,7 +153,8 @@ export class AgentMonitor {
       const s = this.stateOf(agent);
       const nodes = this.served.byAgent.get(name) ?? [];
       const byName = new Map(nodes.map((n) => [n.metadata?.name ?? "", n] as const));
-      for (const n of s.results.keys()) if (!byName.has(n)) s.results.delete(n);
+      // Nodes the agent no longer serves (deleted, relabelled, their policy changed) are forgotten.
+      for (const m of [s.results, s.lastStart]) for (const n of m.keys()) if (!byName.has(n)) m.delete(n);
       for (const node of dueNodes({
         agent: name,
         nodes: [...byName.keys()],
