@@ -150,6 +150,7 @@ export class Operator {
       log,
       metrics: this.metrics,
       onChange: (name) => agentQueue.addAfter(name, MONITOR_CHANGE_COALESCE_MS),
+      leading: () => this.leading,
     });
     const agent = new FenceAgentController({ ...deps, monitor: this.monitor });
     this.fleet = new Controller({

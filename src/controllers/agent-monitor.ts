@@ -51,6 +51,8 @@ export interface AgentMonitorDeps {
   /** A result changed what the agent's status says: the FenceAgent controller should fold it in (coalesced by the caller). */
   onChange: (agent: string) => void;
   now?: () => number;
+  /** Whether this replica still leads: a replica that cannot say so starts no query (the new leader's monitor runs). */
+  leading?: () => boolean;
   concurrency?: number;
   /** For tests: the driver of an agent type. */
   driverFor?: (type: string, agent?: string) => AgentDriver;
@@ -127,7 +129,7 @@ export class AgentMonitor {
 
   /** Starts the queries that are due, within the concurrency bound. Exposed for tests. */
   tick(): void {
-    if (this.abort.signal.aborted) return;
+    if (this.abort.signal.aborted || this.d.leading?.() === false) return;
     const { caches } = this.d;
     const nowMs = this.now();
     const fences = caches.fences.list();

@@ -84,6 +84,7 @@ function world(n: number, o: { intervalSeconds?: number; hold?: boolean } = {}) 
   const monitor = new AgentMonitor(deps);
   return {
     monitor,
+    deps,
     agent,
     names,
     fences,
@@ -172,6 +173,21 @@ test("bounded: at most MONITOR_CONCURRENCY queries at once over 40 due nodes; on
   }
   assert.ok(!w.calls.some((c) => c.node === "node-40"), "the fenced node's device is left to its fence");
   assert.equal(new Set(w.calls.map((c) => c.node)).size, 39);
+});
+
+test("a replica that no longer leads starts no query", async () => {
+  const w = world(3);
+  let leading = false;
+  const m = new AgentMonitor({ ...w.deps, leading: () => leading });
+  m.fold(w.agent, w.names);
+  w.advance(120_000);
+  m.tick();
+  await settle(m);
+  assert.deepEqual(w.calls, []);
+  leading = true;
+  m.tick();
+  await settle(m);
+  assert.equal(w.calls.length, 3);
 });
 
 test("stop cancels the queries under way: they record nothing", async () => {
