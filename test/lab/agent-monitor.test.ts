@@ -135,4 +135,37 @@ describe("the agent monitor: a changed BMC password within the period", { timeou
     assert.equal(await bed.getFence("node-1"), undefined);
     assert.deepEqual(bed.leakedSecrets([oldPassword, newPassword]), []);
   });
+
+  test("a BMC that stops answering: Unreachable within the period; answering again: recovered", async () => {
+    await bed.lab.setBmcReachable("node-2", false);
+    const frozenAt = Date.now();
+    let unreachable: FenceAgent;
+    try {
+      unreachable = await waitFor(
+        "node-2 failing with Unreachable",
+        async () => {
+          const a = await bed.agent("lab-ipmi");
+          return a.status?.monitor?.failures?.some((f) => f.node === "node-2" && f.reason === "Unreachable") ? a : undefined;
+        },
+        { timeoutMs: 90_000, intervalMs: 500 },
+      );
+    } finally {
+      await bed.lab.setBmcReachable("node-2", true);
+    }
+    // The period, ipmitool's own retransmission (2 × 2 s) twice (the agent's retries: 1) and the status write's coalescing.
+    const seconds = (Date.now() - frozenAt) / 1000;
+    console.log(`# Unreachable in the FenceAgent's status ${seconds.toFixed(1)} s after the BMC froze`);
+    assert.ok(seconds < INTERVAL_SECONDS + 15 + 10, `took ${seconds} s`);
+    assert.deepEqual([cond(unreachable, "Ready")?.reason, cond(unreachable, "Reachable")?.status], ["Unreachable", "False"]);
+    assert.match(unreachable.status!.monitor!.failures!.find((f) => f.node === "node-2")!.message, /did not answer/);
+    await waitFor(
+      "lab-ipmi Reachable again",
+      async () => {
+        const a = await bed.agent("lab-ipmi");
+        return cond(a, "Ready")?.status === "True" && a.status?.monitor?.reachable === 2 ? a : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 500 },
+    );
+    assert.equal(bed.lab.machine("node-2").power, "on", "a status query powers nothing");
+  });
 });
