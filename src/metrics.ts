@@ -91,6 +91,24 @@ export class Metrics {
     labelNames: ["policy", "reason"] as const,
     registers: [this.registry],
   });
+  readonly monitorNodes = new Gauge({
+    name: "stockade_agent_monitor_nodes",
+    help: "Nodes by the result of their last status query through each FenceAgent (the agent monitor, leader only): Reachable, or why it failed (AuthFailed, Unreachable, TimedOut, BadOutput, Config, Failed)",
+    labelNames: ["agent", "result"] as const,
+    registers: [this.registry],
+  });
+  readonly monitorLastRun = new Gauge({
+    name: "stockade_agent_monitor_last_run_timestamp_seconds",
+    help: "When the agent monitor last finished a status query through each FenceAgent, in seconds since the epoch (leader only)",
+    labelNames: ["agent"] as const,
+    registers: [this.registry],
+  });
+  readonly monitorQueries = new Counter({
+    name: "stockade_agent_monitor_queries_total",
+    help: "Status queries the agent monitor made, by FenceAgent and result (Reachable, or why it failed)",
+    labelNames: ["agent", "result"] as const,
+    registers: [this.registry],
+  });
   readonly leader = new Gauge({ name: "stockade_leader", help: "1 while this replica is the leader", registers: [this.registry] });
   readonly admissionPolicy = new Gauge({
     name: "stockade_admission_policy_in_force",

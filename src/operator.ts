@@ -12,6 +12,7 @@ import { AdmissionServer } from "./admission/server.ts";
 import { TlsKeeper } from "./admission/tls-keeper.ts";
 import type { FenceAgent, FencingPolicy } from "./api/v1alpha1.ts";
 import type { Config } from "./config.ts";
+import { AgentMonitor } from "./controllers/agent-monitor.ts";
 import { ClaimLockController } from "./controllers/claim-lock.ts";
 import { FenceAgentController, agentsForPolicyEvent } from "./controllers/fence-agent.ts";
 import { NodeFenceController } from "./controllers/node-fence.ts";
@@ -50,6 +51,8 @@ const OBJECT_EVENTS_COALESCE_MS = 1_000;
  * a partition Unknown in batches over a few hundred ms, and at 1 s the rest of a batch waited a whole rest.
  */
 const HURRY_MIN_INTERVAL_MS = 250;
+/** Monitor results that change an agent's status reach it within this, many as one status write. */
+const MONITOR_CHANGE_COALESCE_MS = 5_000;
 
 const errorText = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -78,6 +81,8 @@ export class Operator {
   });
   private tlsTimer: NodeJS.Timeout | undefined;
   private readonly claims: ClaimLockController;
+  /** Status queries of every node's fence device, on the leader (controllers/agent-monitor.ts). */
+  readonly monitor: AgentMonitor;
   private readonly claimQueue: Controller;
   private readonly webhooks: AdmissionServer | undefined;
   private readonly tls: TlsKeeper | undefined;
@@ -137,8 +142,17 @@ export class Operator {
     const deps = { kube: this.kube, caches: this.caches, events, log, clock, metrics: this.metrics, leadership, inflight: this.inflight };
     this.health = new NodeHealthController(deps);
     const fence = new NodeFenceController(deps);
-    const agent = new FenceAgentController(deps);
     const queue = (name: string) => new WorkQueue({ onMetric: this.metrics.queue(name) });
+    const agentQueue = queue("fence-agent");
+    this.monitor = new AgentMonitor({
+      kube: new Kube(reads),
+      caches: this.caches,
+      log,
+      metrics: this.metrics,
+      onChange: (name) => agentQueue.addAfter(name, MONITOR_CHANGE_COALESCE_MS),
+      leading: () => this.leading,
+    });
+    const agent = new FenceAgentController({ ...deps, monitor: this.monitor });
     this.fleet = new Controller({
       name: "node-health",
       queue: queue("node-health"),
@@ -156,7 +170,7 @@ export class Operator {
       log,
     });
     fence.enqueue = (k) => fences.queue.add(k);
-    const agents = new Controller({ name: "fence-agent", queue: queue("fence-agent"), reconcile: (k) => agent.reconcile(k), log });
+    const agents = new Controller({ name: "fence-agent", queue: agentQueue, reconcile: (k) => agent.reconcile(k), log });
     this.claims = new ClaimLockController(deps);
     this.claimQueue = new Controller({
       name: "claim-lock",
@@ -373,6 +387,7 @@ export class Operator {
     for (const f of this.caches.fences.list()) this.controllers[1]!.queue.add(f.metadata?.name ?? "");
     for (const a of this.caches.agents.list()) this.controllers[2]!.queue.add(a.metadata?.name ?? "");
     for (const k of this.claims.gatedKeys()) this.claimQueue.queue.add(k);
+    this.monitor.start();
     this.log.info({ leaderElection: !!this.elector }, "controllers running");
   }
 
@@ -398,7 +413,8 @@ export class Operator {
       { graceSeconds: this.cfg.shutdownGraceSeconds, backgroundWork: busy },
       "stopping: taking no new work, finishing the work in flight",
     );
-    const work = Promise.all([...this.controllers.map((c) => c.stop()), this.inflight.drain()]).then(() => true);
+    // Status queries are cancelled, not waited for: they record nothing and fence nothing.
+    const work = Promise.all([...this.controllers.map((c) => c.stop()), this.inflight.drain(), this.monitor.stop()]).then(() => true);
     let timer: NodeJS.Timeout | undefined;
     const drained = await Promise.race([work, new Promise<false>((r) => (timer = setTimeout(() => r(false), graceMs)))]);
     clearTimeout(timer);
@@ -451,6 +467,7 @@ export class Operator {
     const m = this.metrics;
     m.leader.set(this.leading ? 1 : 0);
     m.watchRestarts.set(this.caches.restarts());
+    this.monitor.refreshGauges();
     const expiry = this.tls?.expiry ?? {};
     for (const certificate of ["ca", "serving"] as const) {
       const at = expiry[certificate];

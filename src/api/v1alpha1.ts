@@ -83,6 +83,13 @@ export interface FenceAgentSpec {
    * @default 1
    */
   retryBackoffSeconds?: number;
+  /**
+   * The periodic status query of every node's device (docs/operate.md, "The agent monitor"): the leader asks each
+   * node's BMC, PDU or cloud API for its power state, never to power off or on, from the operator's own pod, and
+   * reports in status which nodes could not be fenced now. A failed query fences nothing. Not for types manual and
+   * csiAddonsNetworkFence, which have no power state to query.
+   */
+  monitor?: FenceAgentSpecMonitor;
 }
 
 /** The parameters and credentials of one node. */
@@ -123,15 +130,33 @@ export interface FenceAgentSpecCredentialsSecretRef {
   name: string;
 }
 
+/**
+ * The periodic status query of every node's device (docs/operate.md, "The agent monitor"): the leader asks each node's
+ * BMC, PDU or cloud API for its power state, never to power off or on, from the operator's own pod, and reports in
+ * status which nodes could not be fenced now. A failed query fences nothing. Not for types manual and
+ * csiAddonsNetworkFence, which have no power state to query.
+ */
+export interface FenceAgentSpecMonitor {
+  /**
+   * How often each node is queried, spread over the interval; 0 turns the monitor off for this agent. Unset: 300. At
+   * least 10, at most 86400. Each query has the agent's timeoutSeconds and retries.
+   */
+  intervalSeconds?: number;
+}
+
 /** FenceAgentStatus is what the operator last observed about this FenceAgent. */
 export interface FenceAgentStatus {
   /** The metadata.generation the status was computed from. */
   observedGeneration?: number;
   /**
    * Ready: the spec is usable for every node its policies give it (agent found, parameters valid, Secrets readable, no
-   * two nodes resolving to the same machine).
+   * two nodes resolving to the same machine) and no node's device failed its last status query. Reachable: the agent
+   * monitor's verdict alone (True: every queried node answered; False: some did not, reason AuthFailed, Unreachable,
+   * TimedOut, BadOutput, Config, Failed or NodesFailing; Unknown: Pending, Unused, NotMonitored or MonitorDisabled).
    */
   conditions?: FenceAgentStatusConditions[];
+  /** What the agent monitor found at each node's last status query (absent when not monitored). */
+  monitor?: FenceAgentStatusMonitor;
 }
 
 /** A metav1.Condition. */
@@ -148,6 +173,40 @@ export interface FenceAgentStatusConditions {
   reason: string;
   /** Human-readable details of the last transition. */
   message: string;
+}
+
+/** What the agent monitor found at each node's last status query (absent when not monitored). */
+export interface FenceAgentStatusMonitor {
+  /** The interval in force, in seconds. */
+  intervalSeconds: number;
+  /** The metadata.generation whose spec the results were taken with. */
+  observedGeneration?: number;
+  /** Nodes the agent's policies give it, each queried every interval. */
+  nodes: number;
+  /** Nodes whose device answered its last status query with a power state. */
+  reachable: number;
+  /** Nodes whose last status query failed (they could not be fenced through this agent now). */
+  failing: number;
+  /** Nodes not queried yet under the current spec. */
+  pending: number;
+  /** When the last query of any node ended (updated at most every minute on its own). */
+  lastQueryTime?: string;
+  /** The failing nodes, longest failing first, at most 20 (failing counts them all). */
+  failures?: FenceAgentStatusMonitorFailures[];
+}
+
+/** One node whose last status query failed. */
+export interface FenceAgentStatusMonitorFailures {
+  /** The node's name. */
+  node: string;
+  /** AuthFailed, Unreachable, TimedOut, BadOutput, Config or Failed. */
+  reason: string;
+  /** What the device or the agent said, credentials removed. */
+  message: string;
+  /** When its queries began to fail. */
+  since: string;
+  /** Its last failed query. */
+  lastQueryTime: string;
 }
 
 /** A list of FenceAgent objects, as the API returns them. */

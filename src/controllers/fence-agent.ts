@@ -1,17 +1,21 @@
 // The FenceAgent controller: reports in the agent's Ready condition (and an Event when it turns bad)
-// whether it could fence the nodes its policies give it — before a node fails, not during the fence.
+// whether it could fence the nodes its policies give it — before a node fails, not during the fence: its
+// configuration (checked here) and, from the agent monitor (controllers/agent-monitor.ts), whether every node's
+// device answered its last status query (the Reachable condition, status.monitor, aggregate Events).
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FenceAgent, type FencingPolicy } from "../api/v1alpha1.ts";
 import { secretKey, secretRefsFor } from "../agents/parameters.ts";
 import { loadRules } from "../agents/registry.ts";
 import { checkAgentInSteps, nodesForAgent, type AgentCheck } from "../decide/agent-check.ts";
+import { nameFailures, readyVerdict, type MonitorFold } from "../decide/agent-monitor.ts";
 import { isNotFound, statusCode, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import { findCondition, setCondition, type Condition } from "../kube/conditions.ts";
 import { changedBeyondStatus } from "../runtime/controller.ts";
 import type { EventRecorder } from "../runtime/events.ts";
 import { inTurns } from "../runtime/steps.ts";
+import type { AgentMonitor } from "./agent-monitor.ts";
 
 export interface FenceAgentDeps {
   kube: Kube;
@@ -19,6 +23,17 @@ export interface FenceAgentDeps {
   events: EventRecorder;
   log: Logger;
   clock: () => DateTime;
+  /** The agent monitor (leader only); without it Ready is the configuration check alone. */
+  monitor?: Pick<AgentMonitor, "fold" | "transitions">;
+}
+
+/** status.monitor's lastQueryTime alone is written at most this often (every other change at once). */
+const QUERY_TIME_WRITE_MS = 60_000;
+
+/** Whether two status.monitor values differ in more than their query times (which move at every query). */
+export function monitorChanged(a: unknown, b: unknown): boolean {
+  const strip = (m: unknown) => JSON.stringify(m, (k, v: unknown) => (k === "lastQueryTime" ? undefined : v));
+  return strip(a) !== strip(b);
 }
 
 /**
@@ -71,26 +86,51 @@ export class FenceAgentController {
         }
       : await inTurns(checkAgentInSteps(agent, nodes, secrets, allNodes));
     const gen = agent.metadata?.generation;
-    const before = findCondition(agent.status?.conditions as Condition[] | undefined, "Ready");
-    const conditions = setCondition(
-      agent.status?.conditions as Condition[] | undefined,
-      {
-        type: "Ready",
-        status: check.ok ? "True" : "False",
-        reason: check.reason,
-        message: check.message.slice(0, 32_000),
-        observedGeneration: gen,
-      },
-      this.d.clock().toUTC().toISO() ?? "",
+    const now = this.d.clock().toUTC().toISO() ?? "";
+    const old = agent.status?.conditions as Condition[] | undefined;
+    const names = nodes.map((n) => n.metadata?.name ?? "");
+    const fold: MonitorFold | undefined = this.d.monitor?.fold(agent, names);
+    const ready = readyVerdict(check, fold?.reachable);
+    let conditions = setCondition(
+      old,
+      { type: "Ready", status: ready.status, reason: ready.reason, message: ready.message.slice(0, 32_000), observedGeneration: gen },
+      now,
     );
-    const after = conditions.find((c) => c.type === "Ready")!;
+    if (fold)
+      conditions = setCondition(
+        conditions,
+        { type: "Reachable", ...fold.reachable, message: fold.reachable.message.slice(0, 32_000), observedGeneration: gen },
+        now,
+      );
+    const monitor = fold?.summary;
+    const sameCondition = (type: string) => {
+      const a = findCondition(old, type);
+      const b = findCondition(conditions, type);
+      return (
+        a?.status === b?.status && a?.reason === b?.reason && a?.message === b?.message && a?.observedGeneration === b?.observedGeneration
+      );
+    };
+    const readyChanged = !sameCondition("Ready");
+    const oldMonitor = agent.status?.monitor;
+    const queryTimeMoved =
+      !!monitor?.lastQueryTime &&
+      Date.parse(monitor.lastQueryTime) - Date.parse(oldMonitor?.lastQueryTime ?? "1970-01-01T00:00:00Z") >= QUERY_TIME_WRITE_MS;
     const changed =
-      before?.status !== after.status ||
-      before.reason !== after.reason ||
-      before.message !== after.message ||
+      readyChanged ||
+      !sameCondition("Reachable") ||
+      (fold !== undefined && monitorChanged(oldMonitor, monitor)) ||
+      queryTimeMoved ||
       agent.status?.observedGeneration !== gen;
     if (changed) {
-      await kube.replaceStatus("fenceagents", { ...agent, status: { ...agent.status, conditions, observedGeneration: gen } } as FenceAgent);
+      const status = { ...agent.status, conditions, observedGeneration: gen };
+      if (fold) {
+        if (monitor) status.monitor = monitor;
+        else delete status.monitor;
+      }
+      await kube.replaceStatus("fenceagents", { ...agent, status } as FenceAgent);
+    }
+    if (fold && this.d.monitor) await this.monitorEvents(agent, fold, names);
+    if (readyChanged) {
       if (!check.ok) {
         this.d.log.warn({ fenceAgent: name, reason: check.reason }, `FenceAgent ${name} is not ready: ${check.message}`);
         await this.d.events.record(
@@ -103,5 +143,32 @@ export class FenceAgentController {
     }
     // Secrets are not watched (the operator reads only those it needs): look again now and then.
     return { requeueAfterMs: 60_000 };
+  }
+
+  /**
+   * One Warning Event for the nodes that lost their way to be fenced since the last, one Normal Event for those that
+   * found it again: aggregate, whatever their number (and the recorder folds repeats).
+   */
+  private async monitorEvents(agent: FenceAgent, fold: MonitorFold, nodes: readonly string[]): Promise<void> {
+    const name = agent.metadata?.name ?? "";
+    const t = this.d.monitor!.transitions(agent, fold, nodes);
+    const ref = { apiVersion: API_VERSION, kind: "FenceAgent", name, uid: agent.metadata?.uid };
+    if (t.lost.length) {
+      const listed = new Map((fold.summary?.failures ?? []).map((f) => [f.node, f] as const));
+      const failures = t.lost.map((node) => ({ node, reason: listed.get(node)?.reason, message: listed.get(node)?.message.slice(0, 240) }));
+      const message =
+        `${t.lost.length} node(s) can no longer be fenced through FenceAgent ${name}: their status query failed: ${nameFailures(failures)}. ` +
+        `Nothing is fenced because of it; fix it before these nodes fail (kubectl get fenceagent ${name} -o yaml: status.monitor)`;
+      this.d.log.warn({ fenceAgent: name, nodes: t.lost.slice(0, 20), count: t.lost.length }, message);
+      await this.d.events.record(ref, "Warning", "MonitorFailed", message);
+    }
+    if (t.recovered.length) {
+      const message = `${t.recovered.length} node(s) answer status queries through FenceAgent ${name} again: ${nameFailures(
+        t.recovered.map((node) => ({ node })),
+        false,
+      )}`;
+      this.d.log.info({ fenceAgent: name, nodes: t.recovered.slice(0, 20), count: t.recovered.length }, message);
+      await this.d.events.record(ref, "Normal", "MonitorRecovered", message);
+    }
   }
 }

@@ -1930,3 +1930,25 @@ describe("storage fences that nothing lifted (issue 26 item 4): lifted before Un
     assert.deepEqual(storageFencesToLift(observe(p)), []);
   });
 });
+
+describe("issue 28: the agent monitor never blocks a fence", () => {
+  test("an agent whose every node failed the monitor's status query (Ready and Reachable False) is still run, as if healthy", () => {
+    const failing = (a: FenceAgent): FenceAgent => ({
+      ...a,
+      status: {
+        conditions: ["Ready", "Reachable"].map((type) => ({
+          type,
+          status: "False" as const,
+          reason: "AuthFailed",
+          message: "1 of 1 node(s) could not be fenced through this agent now",
+          lastTransitionTime: stamp(T0),
+        })),
+        monitor: { intervalSeconds: 300, nodes: 1, reachable: 0, failing: 1, pending: 0, failures: [] },
+      },
+    });
+    const healthy = walk(sim({ fence: fenceOf(undefined, {}, []) }));
+    const monitored = walk(sim({ fence: fenceOf(undefined, {}, []), agents: agentMap(failing(agent("ipmi")), failing(agent("pdu"))) }));
+    assert.deepEqual(describeSteps(monitored), describeSteps(healthy));
+    assert.ok(describeSteps(monitored).includes("runAgent off L0 ipmi"));
+  });
+});

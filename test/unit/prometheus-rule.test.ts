@@ -124,6 +124,7 @@ test("the alerts cover what a person must act on, each with severity, summary an
     "StockadeFenceFailed",
     "StockadeFenceStuck",
     "StockadeNoLeader",
+    "StockadeNodeCannotBeFenced",
     "StockadeStormGuardHolding",
     "StockadeWebhookCertificateExpiring",
   ]);
