@@ -14,6 +14,7 @@ import type { FenceAgent, FencingPolicy } from "./api/v1alpha1.ts";
 import type { Config } from "./config.ts";
 import { ClaimLockController } from "./controllers/claim-lock.ts";
 import { FenceAgentController, agentsForPolicyEvent } from "./controllers/fence-agent.ts";
+import { FenceHistory } from "./controllers/fence-history.ts";
 import { NodeFenceController } from "./controllers/node-fence.ts";
 import { FLEET_KEY, NodeHealthController, fleetReadsChange } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
@@ -50,6 +51,8 @@ const OBJECT_EVENTS_COALESCE_MS = 1_000;
  * a partition Unknown in batches over a few hundred ms, and at 1 s the rest of a batch waited a whole rest.
  */
 const HURRY_MIN_INTERVAL_MS = 250;
+/** How often the leader applies the fence history's retention to every node (and once when it starts leading). */
+const HISTORY_SWEEP_MS = 60 * 60_000;
 
 const errorText = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -71,6 +74,9 @@ export class Operator {
   readonly inflight = new InFlight();
   private servers: Server[] = [];
   private admissionTimer: NodeJS.Timeout | undefined;
+  private historyTimer: NodeJS.Timeout | undefined;
+  /** Fence history: each NodeFence's FenceRecord (controllers/fence-history.ts). */
+  readonly history: FenceHistory;
   /** Says when the event loop was held long enough to delay a fence (with the last fleet pass's length beside it). */
   private readonly stalls = new LoopStallWatch({
     onStall: (blockedMs) =>
@@ -136,7 +142,14 @@ export class Operator {
     this.events = events;
     const deps = { kube: this.kube, caches: this.caches, events, log, clock, metrics: this.metrics, leadership, inflight: this.inflight };
     this.health = new NodeHealthController(deps);
-    const fence = new NodeFenceController(deps);
+    this.history = new FenceHistory({
+      kube: this.kube,
+      log,
+      clock,
+      retention: { perNode: cfg.historyPerNode, maxAgeDays: cfg.historyMaxAgeDays },
+      liveFences: () => new Set(this.caches.fences.list().map((f) => f.metadata?.uid ?? "")),
+    });
+    const fence = new NodeFenceController({ ...deps, history: this.history });
     const agent = new FenceAgentController(deps);
     const queue = (name: string) => new WorkQueue({ onMetric: this.metrics.queue(name) });
     this.fleet = new Controller({
@@ -373,6 +386,10 @@ export class Operator {
     for (const f of this.caches.fences.list()) this.controllers[1]!.queue.add(f.metadata?.name ?? "");
     for (const a of this.caches.agents.list()) this.controllers[2]!.queue.add(a.metadata?.name ?? "");
     for (const k of this.claims.gatedKeys()) this.claimQueue.queue.add(k);
+    // Retention: deletes only records of episodes that ended, and only as the leader (controllers run only then).
+    void this.history.sweep();
+    this.historyTimer = setInterval(() => void this.history.sweep(), HISTORY_SWEEP_MS);
+    this.historyTimer.unref();
     this.log.info({ leaderElection: !!this.elector }, "controllers running");
   }
 
@@ -389,6 +406,7 @@ export class Operator {
 
   private async shutDown(): Promise<boolean> {
     clearInterval(this.admissionTimer);
+    clearInterval(this.historyTimer);
     this.stalls.stop();
     clearTimeout(this.tlsTimer);
     this.tls?.stop();
