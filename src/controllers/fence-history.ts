@@ -15,10 +15,10 @@ import {
   type Deleted,
   type Retention,
 } from "../decide/fence-history.ts";
-import { isConflict, isNotFound, type Kube } from "../kube/api.ts";
+import { isConflict, isNotFound, statusCode, type Kube } from "../kube/api.ts";
 
 export interface FenceHistoryDeps {
-  kube: Pick<Kube, "getFenceRecord" | "createFenceRecord" | "replaceFenceRecord" | "listFenceRecords" | "deleteFenceRecord">;
+  kube: Pick<Kube, "createFenceRecord" | "replaceFenceRecord" | "listFenceRecords" | "deleteFenceRecord">;
   log: Logger;
   clock: () => DateTime;
   retention?: Retention;
@@ -26,20 +26,8 @@ export interface FenceHistoryDeps {
   liveFences?: () => ReadonlySet<string>;
 }
 
-/** JSON with object keys sorted: a record read back from the apiserver compares equal to the one written. */
-function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
-  if (v && typeof v === "object")
-    return `{${Object.keys(v)
-      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
-      .join(",")}}`;
-  return JSON.stringify(v) ?? "null";
-}
-
 /** How much of a record is compared to tell whether it changed. */
-const content = (r: FenceRecord) => canonical([r.metadata?.labels ?? {}, r.spec, r.status ?? {}]);
+const content = (r: FenceRecord) => JSON.stringify([r.metadata?.labels ?? {}, r.spec, r.status ?? {}]);
 
 export class FenceHistory {
   private readonly d: FenceHistoryDeps;
@@ -69,30 +57,24 @@ export class FenceHistory {
     const before = this.written.get(uid);
     if (before === c) return false;
     let created = false;
-    if (before === undefined) {
-      // First write in this process: a new episode (one round trip before its first agent runs), or one written
-      // before a restart or by a previous leader — then read, and left alone if it is as it should be.
+    if (before === undefined)
+      // First write in this process: a new episode (one round trip before its first agent runs), or one written before
+      // a restart or by a previous leader (409: replaced below; a replace that changes nothing is not stored again).
       try {
         await this.d.kube.createFenceRecord(record);
         created = true;
       } catch (err) {
         if (!isConflict(err)) throw err;
-        const stored = await this.d.kube.getFenceRecord(record.metadata?.name ?? "");
-        if (stored && stored.spec.nodeFence.uid !== uid)
-          throw new Error(
-            `FenceRecord ${record.metadata?.name} belongs to another NodeFence (uid ${stored.spec.nodeFence.uid}, not ${uid}): not overwritten`,
-            { cause: err },
-          );
-        if (stored && content(stored) === c) {
-          this.written.set(uid, c);
-          return false;
-        }
       }
-    }
     if (!created)
       try {
         await this.d.kube.replaceFenceRecord(record);
       } catch (err) {
+        // The replace tests the NodeFence's uid first: a record of another episode under this name is left alone.
+        if (statusCode(err) === 422)
+          throw new Error(`FenceRecord ${record.metadata?.name} belongs to another NodeFence (not uid ${uid}): not overwritten`, {
+            cause: err,
+          });
         // Deleted meanwhile (by hand, or retention while this process thought it current): written again.
         if (!isNotFound(err)) throw err;
         await this.d.kube.createFenceRecord(record);

@@ -147,15 +147,6 @@ export class Kube {
     })) as T;
   }
 
-  async getFenceRecord(name: string): Promise<FenceRecord | undefined> {
-    try {
-      return (await this.custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: "fencerecords", name })) as FenceRecord;
-    } catch (err) {
-      if (isNotFound(err)) return undefined;
-      throw err;
-    }
-  }
-
   /** Creates a fence episode's record (controllers/fence-history.ts); 409 when it exists. */
   async createFenceRecord(r: FenceRecord): Promise<FenceRecord> {
     return (await this.custom.createClusterCustomObject({

@@ -1,7 +1,7 @@
 // Fence history (issue 28 item 5): a FenceRecord per NodeFence, derived from its status alone — what each episode
 // says (when, why, who asked, levels from 1, outcome, counts, evidence), its name and label, retention, and the
-// recorder's writes: idempotent, a read instead of a write when a restarted operator finds it right, never over
-// another episode's record.
+// recorder's writes: idempotent (a restarted operator's create finds the record and replaces it with what it is), never
+// over another episode's record.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { ApiException } from "@kubernetes/client-node";
@@ -234,11 +234,6 @@ function recordApi(o: { failCreate?: boolean } = {}) {
   let uids = 0;
   const notFound = () => new ApiException(404, "NotFound", {}, {});
   const kube = {
-    getFenceRecord: async (name: string) => {
-      calls.push(`get ${name}`);
-      const r = stored.get(name);
-      return r ? structuredClone(r) : undefined;
-    },
     createFenceRecord: async (r: FenceRecord) => {
       calls.push(`create ${r.metadata?.name}`);
       if (o.failCreate) throw new ApiException(500, "boom", {}, {});
@@ -303,17 +298,19 @@ describe("FenceHistory", () => {
     assert.equal(api.stored.get("node-7-3f2a9c1b04de")?.status?.outcome, "Released");
   });
 
-  test("a restarted operator finds the record as it should be: read, not written; behind: replaced from the NodeFence", async () => {
+  test("a restarted operator: its create finds the record (409) and replaces it with what the NodeFence says now", async () => {
     const api = recordApi();
     const f = withUid(fence("node-7", releasing({ phase: "Released", releasedTime: stamp(at(999)) })));
     await history(api).sync(f);
+    const before = structuredClone(api.stored.get("node-7-3f2a9c1b04de"));
     api.calls.length = 0;
-    assert.equal(await history(api).sync(f), false, "a new process: the same record");
-    assert.deepEqual(api.calls, ["create node-7-3f2a9c1b04de", "get node-7-3f2a9c1b04de"], "the create refused (409), then read");
+    await history(api).sync(f);
+    assert.deepEqual(api.calls, ["create node-7-3f2a9c1b04de", "replace node-7-3f2a9c1b04de"], "the create refused (409), then replaced");
+    assert.deepEqual(api.stored.get("node-7-3f2a9c1b04de"), before, "idempotent: the same record");
     api.calls.length = 0;
     const unfenced = withUid(fence("node-7", { ...f.status, phase: "Unfenced", unfencedTime: stamp(at(1500)) }));
     assert.equal(await history(api).sync(unfenced), true);
-    assert.deepEqual(api.calls, ["create node-7-3f2a9c1b04de", "get node-7-3f2a9c1b04de", "replace node-7-3f2a9c1b04de"]);
+    assert.deepEqual(api.calls, ["create node-7-3f2a9c1b04de", "replace node-7-3f2a9c1b04de"]);
     assert.equal(api.stored.get("node-7-3f2a9c1b04de")?.status?.endTime, stamp(at(1500)));
   });
 

@@ -130,11 +130,6 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     if (o.history?.fail?.()) throw new ApiException(500, "Internal Server Error", {}, {});
   };
   const recordKube = {
-    getFenceRecord: async (name: string) => {
-      calls.push("history get");
-      failing();
-      return structuredClone(records.get(name));
-    },
     createFenceRecord: async (r: FenceRecord) => {
       calls.push("history create");
       failing();
