@@ -204,6 +204,9 @@ export class NodeFenceController {
   private async recordHistory(fence: NodeFence, node: V1Node | undefined): Promise<void> {
     if (!this.d.history) return;
     const uid = fence.metadata?.uid ?? "";
+    // Only the leader writes history: a replica that lost the Lease could otherwise land an older record over the new
+    // leader's. Not leading stops this reconcile, as it stops every step.
+    this.leadership.assertLeading(`write the FenceRecord of NodeFence ${fence.metadata?.name}`);
     try {
       await this.d.history.sync(fence);
       this.historyFailing.delete(uid);
@@ -220,6 +223,7 @@ export class NodeFenceController {
     if (!this.d.history) return;
     const since = fence.metadata?.deletionTimestamp ? DateTime.fromJSDate(new Date(fence.metadata.deletionTimestamp)) : this.d.clock();
     const deleted = { time: since.toUTC().toISO({ suppressMilliseconds: true }) ?? this.now() };
+    this.leadership.assertLeading(`write the FenceRecord of NodeFence ${fence.metadata?.name}`);
     try {
       await this.d.history.sync(fence, deleted);
     } catch (err) {

@@ -89,3 +89,21 @@ test("levelNumber follows currentLevel in every write; a status without currentL
   assert.ok(w.statusWrites.length > 0);
   for (const s of w.statusWrites) assert.equal(s.levelNumber, 3);
 });
+
+test("only the leader writes history: a replica that lost the Lease writes no record", async () => {
+  // Released: the next step is done, where the record is brought up to date.
+  const f = releasingFence();
+  f.status = { ...f.status, phase: "Released", releasedTime: stamp(at(998)) };
+  let leading = true;
+  const w = world([], { initial: structuredClone(f), history: {}, leading: () => leading });
+  await w.controller.reconcile("node-1");
+  assert.equal(w.records.size, 1, "the leader writes it");
+  leading = false;
+  const w2 = world([], { initial: structuredClone(f), history: {}, leading: () => leading });
+  await assert.rejects(w2.controller.reconcile("node-1"), /not leading: write the FenceRecord of NodeFence node-1/);
+  assert.equal(w2.records.size, 0);
+  assert.deepEqual(
+    w2.calls.filter((c) => c.startsWith("history")),
+    [],
+  );
+});
