@@ -506,7 +506,7 @@ export class Lab implements FaultDriver {
    * Waits until the stockade.io CRDs are Established and their kinds are served. Not `kubectl wait`: a
    * CRD just created may have no status yet, and kubectl then fails instead of waiting (seen under load).
    */
-  async waitForCrds(plurals = ["nodefences", "fencingpolicies", "fenceagents"], timeoutMs = 60_000): Promise<void> {
+  async waitForCrds(plurals = ["nodefences", "fencingpolicies", "fenceagents", "fencerecords"], timeoutMs = 60_000): Promise<void> {
     const ext = this.kc.makeApiClient(ApiextensionsV1Api);
     const custom = this.kc.makeApiClient(CustomObjectsApi);
     await waitFor(

@@ -27,6 +27,10 @@ export interface Config {
   webhookHosts: string[];
   /** The Secret (in the operator's namespace) holding the webhooks' CA and serving certificate. */
   webhookSecret: string;
+  /** Fence history: ended FenceRecords kept per node. */
+  historyPerNode: number;
+  /** Fence history: ended FenceRecords older than this many days are deleted. */
+  historyMaxAgeDays: number;
 }
 
 export const USAGE = `Usage: npm start -- [flags]   (or: node dist/main.js [flags])
@@ -52,6 +56,8 @@ Flags (environment variable in brackets):
   --webhook-hosts NAMES           extra DNS names or IP addresses for the webhooks' certificate, comma-separated, besides
                                   stockade-webhook.NS.svc [STOCKADE_WEBHOOK_HOSTS]
   --webhook-secret NAME           Secret (operator's namespace) keeping the webhooks' CA and certificate [STOCKADE_WEBHOOK_SECRET] (default stockade-webhook-tls)
+  --history-per-node N            ended fence episodes (FenceRecords) kept per node, 1-1000 [STOCKADE_HISTORY_PER_NODE] (default 20)
+  --history-max-age-days N        ended fence episodes older than this are deleted, 1-3650 [STOCKADE_HISTORY_MAX_AGE_DAYS] (default 400)
   --instance-id ID                reported in Events; with a random suffix, the leader-election identity [POD_NAME] (default: the hostname)
   -h, --help                      print this help
 `;
@@ -112,6 +118,8 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
         "webhook-bind-address": { type: "string" },
         "webhook-hosts": { type: "string" },
         "webhook-secret": { type: "string" },
+        "history-per-node": { type: "string" },
+        "history-max-age-days": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -173,5 +181,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
     ),
     webhookHosts: [`stockade-webhook.${namespace}.svc`, `stockade-webhook.${namespace}.svc.cluster.local`, ...extraHosts],
     webhookSecret,
+    historyPerNode: seconds("history-per-node", "STOCKADE_HISTORY_PER_NODE", "20", 1, 1000),
+    historyMaxAgeDays: seconds("history-max-age-days", "STOCKADE_HISTORY_MAX_AGE_DAYS", "400", 1, 3650),
   };
 }

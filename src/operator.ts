@@ -15,6 +15,7 @@ import type { Config } from "./config.ts";
 import { AgentMonitor } from "./controllers/agent-monitor.ts";
 import { ClaimLockController } from "./controllers/claim-lock.ts";
 import { FenceAgentController, agentsForPolicyEvent } from "./controllers/fence-agent.ts";
+import { FenceHistory } from "./controllers/fence-history.ts";
 import { NodeFenceController } from "./controllers/node-fence.ts";
 import { FLEET_KEY, NodeHealthController, fleetReadsChange } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
@@ -53,6 +54,8 @@ const OBJECT_EVENTS_COALESCE_MS = 1_000;
 const HURRY_MIN_INTERVAL_MS = 250;
 /** Monitor results that change an agent's status reach it within this, many as one status write. */
 const MONITOR_CHANGE_COALESCE_MS = 5_000;
+/** How often the leader applies the fence history's retention to every node (and once when it starts leading). */
+const HISTORY_SWEEP_MS = 60 * 60_000;
 
 const errorText = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -74,6 +77,9 @@ export class Operator {
   readonly inflight = new InFlight();
   private servers: Server[] = [];
   private admissionTimer: NodeJS.Timeout | undefined;
+  private historyTimer: NodeJS.Timeout | undefined;
+  /** Fence history: each NodeFence's FenceRecord (controllers/fence-history.ts). */
+  readonly history: FenceHistory;
   /** Says when the event loop was held long enough to delay a fence (with the last fleet pass's length beside it). */
   private readonly stalls = new LoopStallWatch({
     onStall: (blockedMs) =>
@@ -141,7 +147,14 @@ export class Operator {
     this.events = events;
     const deps = { kube: this.kube, caches: this.caches, events, log, clock, metrics: this.metrics, leadership, inflight: this.inflight };
     this.health = new NodeHealthController(deps);
-    const fence = new NodeFenceController(deps);
+    this.history = new FenceHistory({
+      kube: this.kube,
+      log,
+      clock,
+      retention: { perNode: cfg.historyPerNode, maxAgeDays: cfg.historyMaxAgeDays },
+      liveFences: () => new Set(this.caches.fences.list().map((f) => f.metadata?.uid ?? "")),
+    });
+    const fence = new NodeFenceController({ ...deps, history: this.history });
     const queue = (name: string) => new WorkQueue({ onMetric: this.metrics.queue(name) });
     const agentQueue = queue("fence-agent");
     this.monitor = new AgentMonitor({
@@ -388,6 +401,10 @@ export class Operator {
     for (const a of this.caches.agents.list()) this.controllers[2]!.queue.add(a.metadata?.name ?? "");
     for (const k of this.claims.gatedKeys()) this.claimQueue.queue.add(k);
     this.monitor.start();
+    // Retention: deletes only records of episodes that ended, and only as the leader (controllers run only then).
+    void this.history.sweep();
+    this.historyTimer = setInterval(() => void this.history.sweep(), HISTORY_SWEEP_MS);
+    this.historyTimer.unref();
     this.log.info({ leaderElection: !!this.elector }, "controllers running");
   }
 
@@ -404,6 +421,7 @@ export class Operator {
 
   private async shutDown(): Promise<boolean> {
     clearInterval(this.admissionTimer);
+    clearInterval(this.historyTimer);
     this.stalls.stop();
     clearTimeout(this.tlsTimer);
     this.tls?.stop();

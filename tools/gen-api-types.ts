@@ -6,7 +6,12 @@ import { loadAllYaml, type V1CustomResourceDefinition } from "@kubernetes/client
 import { format, resolveConfig } from "prettier";
 
 const repoRoot = resolve(import.meta.dirname, "..");
-export const CRD_FILES = ["crds/stockade.io_fenceagents.yaml", "crds/stockade.io_fencingpolicies.yaml", "crds/stockade.io_nodefences.yaml"];
+export const CRD_FILES = [
+  "crds/stockade.io_fenceagents.yaml",
+  "crds/stockade.io_fencingpolicies.yaml",
+  "crds/stockade.io_nodefences.yaml",
+  "crds/stockade.io_fencerecords.yaml",
+];
 export const OUTPUT = join(repoRoot, "src/api/v1alpha1.ts");
 
 /** The parts of a JSON schema that shape a TypeScript type. */

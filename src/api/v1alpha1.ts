@@ -7,6 +7,7 @@ export const API_VERSION = "stockade.io/v1alpha1";
 export const FENCE_AGENTS = "fenceagents";
 export const FENCING_POLICIES = "fencingpolicies";
 export const NODE_FENCES = "nodefences";
+export const FENCE_RECORDS = "fencerecords";
 
 /**
  * FenceAgent is one way to fence machines: how to reach a node's BMC, PDU or fence_* agent, with which parameters and
@@ -567,6 +568,12 @@ export interface NodeFenceStatus {
   unfencedTime?: string;
   /** Index into the policy's escalation levels of the level being tried (0 is the first). */
   currentLevel?: number;
+  /** The level being tried, counted from 1 as messages, Events and the Level column count it: currentLevel + 1. */
+  levelNumber?: number;
+  /** Guarded pods force-deleted after the fence was confirmed (counted whatever releases keeps). */
+  podsReleased?: number;
+  /** VolumeAttachments deleted and claim locks broken after the fence was confirmed (counted whatever releases keeps). */
+  volumesReleased?: number;
   /**
    * Every agent operation, in order — bounded: past 50, the first 10 and the last 40 are kept, and with them every
    * attempt a decision still needs (the current round's, each agent's last of each operation and its last success);
@@ -771,4 +778,124 @@ export interface NodeFenceList {
   kind: "NodeFenceList";
   metadata: V1ListMeta;
   items: NodeFence[];
+}
+
+/**
+ * FenceRecord is the history of one fence episode of a node: one NodeFence, from its start to its end (unfenced,
+ * cancelled, or deleted). The operator writes it as the fence goes and keeps it after the NodeFence is deleted or
+ * replaced by the next episode, within a retention (a number of records per node and an age). Written only by the
+ * operator; read it with kubectl get fencerecords or kubectl stockade history NODE.
+ */
+export interface FenceRecord {
+  apiVersion: "stockade.io/v1alpha1";
+  kind: "FenceRecord";
+  metadata: V1ObjectMeta;
+  /** FenceRecordSpec says which fence episode this is and who asked for it. */
+  spec: FenceRecordSpec;
+  /** FenceRecordStatus is what happened in the episode, as the NodeFence's status said last. */
+  status?: FenceRecordStatus;
+}
+
+/** FenceRecordSpec says which fence episode this is and who asked for it. */
+export interface FenceRecordSpec {
+  /** The node that was fenced. */
+  nodeName: string;
+  /** The NodeFence of the episode (named after the node; its uid tells episodes apart). */
+  nodeFence: FenceRecordSpecNodeFence;
+  /** Who asked. Automatic, the operator (a FencingPolicy decided); Manual, a person or a tool. */
+  origin?: "Manual" | "Automatic";
+  /**
+   * The client that created the NodeFence, as the apiserver recorded it (the field manager of its first write, e.g.
+   * kubectl-create); the user is in the apiserver's audit log.
+   */
+  requestedVia?: string;
+  /** The FencingPolicy the fence ran with. */
+  policy?: string;
+  /** Why the node was fenced (the NodeFence's spec.reason, the trigger for an automatic one). */
+  reason?: string;
+}
+
+/** The NodeFence of the episode (named after the node; its uid tells episodes apart). */
+export interface FenceRecordSpecNodeFence {
+  name: string;
+  uid: string;
+}
+
+/** FenceRecordStatus is what happened in the episode, as the NodeFence's status said last. */
+export interface FenceRecordStatus {
+  /** The NodeFence's last phase recorded. */
+  phase?: string;
+  /**
+   * InProgress (not ended yet), Released (confirmed fenced, its guarded pods and volumes released; stays so after a
+   * later unfence), Failed (no escalation level succeeded: still retrying while not ended), Cancelled (an automatic
+   * fence whose node heartbeat again before it was confirmed) or Unfenced (ended by an unfence or a deletion before
+   * anything was released).
+   */
+  outcome?: "InProgress" | "Released" | "Failed" | "Cancelled" | "Unfenced";
+  /** When the fence started. */
+  startTime?: string;
+  /** When the fence was confirmed. */
+  fencedTime?: string;
+  /** When the node's guarded pods and volumes were released. */
+  releasedTime?: string;
+  /** When the episode ended (unfenced, cancelled, or the NodeFence deleted); unset while it lasts. */
+  endTime?: string;
+  /**
+   * Why it ended: UnfenceRequested, Rebooted, NodeRecovered (cancelled), StorageFenceHeld, or Deleted (the NodeFence
+   * was deleted, e.g. replaced by the next episode).
+   */
+  endReason?: string;
+  /** How many fencing rounds ran (a failed round is retried from level 1). */
+  rounds?: number;
+  /** How many rounds failed. */
+  failures?: number;
+  /** The escalation level that confirmed the fence, or the last one tried, counted from 1. */
+  levelNumber?: number;
+  /**
+   * The escalation levels tried, in order, each with its agents and how their power-off ended (levels and rounds
+   * counted from 1). As far as the NodeFence kept its attempts (it keeps at most 50).
+   */
+  levels?: FenceRecordStatusLevels[];
+  /** The proof the node was fenced, when there was one. */
+  evidence?: FenceRecordStatusEvidence;
+  /** Guarded pods force-deleted after the fence was confirmed. */
+  podsReleased?: number;
+  /** VolumeAttachments deleted and claim locks broken after the fence was confirmed. */
+  volumesReleased?: number;
+  /** The NodeFence's last Fenced condition message, for people. */
+  message?: string;
+}
+
+export interface FenceRecordStatusLevels {
+  round: number;
+  level: number;
+  agents: FenceRecordStatusLevelsAgents[];
+}
+
+export interface FenceRecordStatusLevelsAgents {
+  /** The FenceAgent. */
+  name: string;
+  /** Its type when it ran. */
+  type?: string;
+  /** Succeeded, Failed, TimedOut, Interrupted, Cancelled or InProgress. */
+  outcome?: string;
+  /** What the agent said (shortened), without credentials. */
+  message?: string;
+}
+
+/** The proof the node was fenced, when there was one. */
+export interface FenceRecordStatusEvidence {
+  /** PowerOffConfirmed, ManualConfirmation or StorageFenced. */
+  method?: string;
+  time?: string;
+  agents?: string[];
+  detail?: string;
+}
+
+/** A list of FenceRecord objects, as the API returns them. */
+export interface FenceRecordList {
+  apiVersion: "stockade.io/v1alpha1";
+  kind: "FenceRecordList";
+  metadata: V1ListMeta;
+  items: FenceRecord[];
 }

@@ -19,7 +19,8 @@ import {
   type V1MutatingWebhookConfiguration,
   type V1ValidatingWebhookConfiguration,
 } from "@kubernetes/client-node";
-import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
+import { GROUP, VERSION, type FenceAgent, type FenceRecord, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
+import { HISTORY_NODE_LABEL, nodeLabelValue } from "../decide/fence-history.ts";
 import { Kube, errorMessage, statusCode } from "../kube/api.ts";
 import { pooled } from "../kube/connections.ts";
 
@@ -182,9 +183,11 @@ export class Cluster {
     );
   }
 
-  private async custom<T>(plural: string): Promise<T[]> {
+  private async custom<T>(plural: string, labelSelector?: string): Promise<T[]> {
     try {
-      const list = (await this.raw(() => this.kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural }))) as {
+      const list = (await this.raw(() =>
+        this.kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural, labelSelector }),
+      )) as {
         items: T[];
       };
       return list.items;
@@ -201,6 +204,12 @@ export class Cluster {
 
   agents(): Promise<FenceAgent[]> {
     return this.custom<FenceAgent>("fenceagents");
+  }
+
+  /** A node's fence history: its FenceRecords (by the node's label, then by its exact name). */
+  async records(node: string): Promise<FenceRecord[]> {
+    const items = await this.custom<FenceRecord>("fencerecords", `${HISTORY_NODE_LABEL}=${nodeLabelValue(node)}`);
+    return items.filter((r) => r.spec.nodeName === node);
   }
 
   /** NodeFences by name (= node name). */

@@ -2,6 +2,7 @@
 // would `kubectl apply` (origin Manual), with the checks kubectl cannot make: the node exists, the policy
 // exists, and an existing NodeFence is not silently replaced.
 import { userInfo } from "node:os";
+import { setTimeout as sleep } from "node:timers/promises";
 import { PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import { API_VERSION, GROUP, VERSION, type NodeFence } from "../api/v1alpha1.ts";
@@ -22,7 +23,12 @@ export interface FenceOptions {
   dryRun?: boolean;
   /** Asked with the plan before anything changes; false stops with nothing changed. */
   confirm?: (plan: string) => Promise<boolean>;
+  /** --replace: how long to wait for the old NodeFence to be gone (default REPLACE_TIMEOUT_MS). */
+  replaceTimeoutMs?: number;
 }
+
+/** How long --replace waits for the deleted NodeFence's finalizer (the operator's cleanup) before giving up. */
+export const REPLACE_TIMEOUT_MS = 60_000;
 
 /** Asks before a change; false: nothing is changed. */
 export type Confirm = (plan: string) => Promise<boolean>;
@@ -72,7 +78,7 @@ export async function fence(c: Cluster, node: string, o: FenceOptions, now: Date
       throw new CliError(`${desc} already exists and is active: ${node} is being fenced or is fenced; see kubectl stockade status`);
     if (!o.replace)
       throw new CliError(
-        `${desc} exists and ended${endedWhy(old)}; it is the record of that episode: pass --replace to delete it and fence ${node} again`,
+        `${desc} exists and ended${endedWhy(old)}: pass --replace to delete it (its episode stays in kubectl stockade history) and fence ${node} again`,
       );
     plan.push(`delete nodefence.${GROUP}/${node} (it is ${phase})`);
   }
@@ -85,6 +91,16 @@ export async function fence(c: Cluster, node: string, o: FenceOptions, now: Date
   if (old) {
     const phase = old.status?.phase ?? "";
     await c.call(`delete NodeFence ${node}`, () => c.kube.deleteNodeFence(old));
+    // Its finalizer holds it until the operator has cleaned up after it and written its FenceRecord (the episode's
+    // history): the new one can be created only once it is gone.
+    const deadline = Date.now() + (o.replaceTimeoutMs ?? REPLACE_TIMEOUT_MS);
+    while ((await c.fence(node))?.metadata?.uid === old.metadata?.uid) {
+      if (Date.now() >= deadline)
+        throw new CliError(
+          `NodeFence ${node} is being deleted but is still there after ${Math.round((o.replaceTimeoutMs ?? REPLACE_TIMEOUT_MS) / 1000)} s: its finalizer waits for the operator (is it running? kubectl stockade status); run this again once it is gone`,
+        );
+      await sleep(500);
+    }
     lines.push(`nodefence.${GROUP}/${node} deleted (it was ${phase})`);
   }
   const body: NodeFence = {

@@ -1,4 +1,4 @@
-// kubectl-stockade, the kubectl plugin: `kubectl stockade status|fence|unfence|explain|check`. kubectl finds
+// kubectl-stockade, the kubectl plugin: `kubectl stockade status|fence|unfence|explain|history|check`. kubectl finds
 // it on PATH by its name and passes every argument after "stockade" through, so the plugin takes the
 // connection flags (--kubeconfig, --context) itself, like kubectl does.
 import { readFileSync } from "node:fs";
@@ -10,6 +10,7 @@ import { CliError, Cluster, loadKubeConfig } from "./cluster.ts";
 import { dumpYaml } from "@kubernetes/client-node";
 import { explainReport, renderExplain, gatherFleet } from "./explain.ts";
 import { confirmOff, fence, unfence } from "./fence.ts";
+import { gatherHistory, historyReport, renderHistory } from "./history.ts";
 import { gatherStatus, renderStatus, statusReport } from "./status.ts";
 
 const CONNECTION = `Connection flags (as for kubectl):
@@ -27,6 +28,7 @@ Commands:
   unfence NODE        ask the operator to unfence NODE (sets spec.unfence=true on its NodeFence)
   confirm NODE        for a manual FenceAgent: say NODE's machine is powered off (annotates its NodeFence)
   explain NODE        why the operator will or will not fence NODE, from its own decision code
+  history NODE        every fence of NODE the operator kept: when, why, who asked, levels tried, outcome
   check               validate FencingPolicies and FenceAgents and query every covered node's power status (read-only)
   version             this plugin's version and the Node.js running it (contacts no cluster)
 
@@ -57,14 +59,15 @@ Creates NodeFence NODE with origin Manual: the operator powers the machine off t
 confirms it is off, then releases the node's guarded pods and volumes. The node does not have to be
 partitioned: use this for a suspect node you want out, now.
 
-Refuses when a NodeFence for NODE already exists and is active. One that ended (Failed or Unfenced) is the
-record of its episode and stays until you pass --replace, which deletes it and creates the new one.
+Refuses when a NodeFence for NODE already exists and is active. One that ended (Failed or Unfenced) stays
+until you pass --replace, which deletes it (waiting for the operator to remove it; its episode stays in
+kubectl stockade history) and creates the new one.
 
 Flags:
   --reason TEXT   why, for people (spec.reason; at most 1024 characters)
   --policy NAME   the FencingPolicy to fence with (default: the one whose nodeSelector matches the node;
                   refused when none does, since the operator would fail the NodeFence)
-  --replace       delete an ended (Failed/Unfenced) NodeFence for NODE first
+  --replace       delete an ended (Failed/Unfenced) NodeFence for NODE first, and wait until it is gone
   --dry-run       say what would happen (and what the policy's paused/dryRun mean for it); change nothing
   --yes           do not ask for confirmation (needed when stdin is not a terminal)
 
@@ -90,6 +93,24 @@ PodDisruptionBudgets, FencingPolicies and NodeFences, and prints for NODE:
   pods, which are guarded and why, and how long each waits before fencing; and the policy's storm guard holds.
 The operator's own watch-staleness guard cannot be seen from here and is taken as satisfied.
   -o json|yaml    the verdict, why, the node's health, its policy and NodeFence as data (levels counted from 1)
+
+${CONNECTION}
+`,
+  history: `Usage: kubectl stockade history NODE [-o json|yaml] [flags]
+
+Prints NODE's fence episodes, newest first, from the FenceRecords the operator keeps (one per NodeFence, kept
+after the NodeFence is deleted or replaced by the next fence, within the operator's retention: 20 per node and
+400 days by default):
+  STARTED, ENDED  when the fence started, and when and why the episode ended (UnfenceRequested, Rebooted,
+                  NodeRecovered, Deleted); "-" while it lasts
+  ORIGIN          who asked: Automatic (the operator, under a FencingPolicy) or Manual (a person or a tool)
+  OUTCOME         Released, Failed, Cancelled, Unfenced or InProgress
+  EVIDENCE        PowerOffConfirmed, ManualConfirmation or StorageFenced
+  LEVELS          the escalation levels tried, counted from 1, with each agent's outcome
+  PODS, VOLUMES   guarded pods force-deleted; VolumeAttachments deleted and claim locks broken
+  REASON          the NodeFence's reason (the trigger of an automatic fence)
+NODE need not exist any more.
+  -o json|yaml    every episode as data, with the agents' messages, the evidence and the policy
 
 ${CONNECTION}
 `,
@@ -152,10 +173,11 @@ const COMMAND_FLAGS: Record<string, string[]> = {
   unfence: ["yes"],
   confirm: ["yes"],
   explain: ["output"],
+  history: ["output"],
   check: ["node", "timeout"],
   version: [],
 };
-const TAKES_NODE = new Set(["fence", "unfence", "explain", "confirm"]);
+const TAKES_NODE = new Set(["fence", "unfence", "explain", "confirm", "history"]);
 const GLOBAL_FLAGS = ["kubeconfig", "context", "help"];
 
 export interface Io {
@@ -255,6 +277,10 @@ export async function main(argv: string[], io: Io = stdio): Promise<number> {
         await cluster.node(node);
         if (output) emit(explainReport(await gatherFleet(cluster, now), node));
         else io.out(renderExplain(await gatherFleet(cluster, now), node));
+        return 0;
+      case "history":
+        if (output) emit(historyReport(await gatherHistory(cluster, node, now)));
+        else io.out(renderHistory(await gatherHistory(cluster, node, now)));
         return 0;
       case "fence":
         io.out(

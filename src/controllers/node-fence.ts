@@ -40,6 +40,7 @@ import {
 } from "../decide/fence-machine.ts";
 import { LOCK_ANNOTATION, breakLock, formatLock } from "../decide/claim-lock.ts";
 import { boundStatus } from "../decide/status-bound.ts";
+import { releaseCounts } from "../decide/fence-history.ts";
 import { assessNode } from "../decide/node-health.ts";
 import { errorMessage, isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -49,6 +50,7 @@ import type { InFlight } from "../runtime/in-flight.ts";
 import { NotLeaderError, SOLE_LEADER, SoleLeadership, type Leadership } from "../runtime/leader.ts";
 import type { Metrics } from "../metrics.ts";
 import { AgentOperations, type OperationResult } from "./agent-operations.ts";
+import type { FenceHistory } from "./fence-history.ts";
 
 export const FENCED_CONDITION = "Fenced";
 /** What a StorageFenced release says about the node's pods (status, Event). */
@@ -67,6 +69,8 @@ export interface NodeFenceDeps {
   inflight?: InFlight;
   /** How old a read a bookkeeping step may reuse (default VIEW_REUSE_MS; 0: every step reads). */
   viewReuseMs?: number;
+  /** Writes each fence's FenceRecord (controllers/fence-history.ts); without it, no history is kept. */
+  history?: FenceHistory;
 }
 
 type Status = NodeFenceStatus;
@@ -78,6 +82,18 @@ const MAX_STEPS = 100;
  */
 const REUSABLE_VIEW = new Set<Step["kind"]>(["addFinalizer", "start", "begin", "released", "wait", "done"]);
 const VIEW_REUSE_MS = 5_000;
+/**
+ * Where the fence's FenceRecord is brought up to date from its status (decide/fence-history.ts): before an agent runs
+ * (the first side effect of an episode: its record exists before anything is powered off), whenever the fence waits
+ * (for an agent, a retry, a person) and once it is done — and, in finalize, before its finalizer goes. Not before the
+ * steps in between, which follow each other at once: a record write on that path would delay the release.
+ */
+const HISTORY_STEPS = new Set<Step["kind"]>(["runAgent", "wait", "done"]);
+/**
+ * How long a deleted NodeFence keeps its finalizer while its FenceRecord cannot be written: then it goes anyway (with
+ * a Warning Event carrying the episode), since the next episode of the node waits for it to be gone.
+ */
+export const HISTORY_FINALIZE_GRACE_MS = 120_000;
 /** Wait reasons that are someone's mistake to fix: a Warning Event when the wait begins. */
 const WARNING_WAITS = new Set([
   "NodeNotFound",
@@ -91,6 +107,8 @@ const WARNING_WAITS = new Set([
 export class NodeFenceController {
   private readonly d: NodeFenceDeps;
   private readonly leadership: Leadership;
+  /** NodeFences (by uid) whose record could not be written: one Warning Event each until it can. */
+  private readonly historyFailing = new Set<string>();
   /** Background agent operations; their end re-enqueues the fence (set by the operator). */
   readonly operations: AgentOperations;
   enqueue: (name: string) => void = () => {};
@@ -164,6 +182,7 @@ export class NodeFenceController {
         step = nextStep(this.observe(fence, view.node, view.lease));
       }
       const { node, lease } = view!;
+      if (HISTORY_STEPS.has(step.kind)) await this.recordHistory(fence, node);
       if (step.kind === "done") return;
       const timer = this.d.metrics?.fenceStep.startTimer({ step: step.kind });
       if (step.kind === "wait") {
@@ -175,6 +194,52 @@ export class NodeFenceController {
       timer?.();
     }
     return { requeueAfterMs: 1_000 };
+  }
+
+  /**
+   * Brings the fence's FenceRecord up to date. A record that cannot be written holds nothing back (a dead node's
+   * workloads do not wait for history): a Warning Event says so once, and the next write point tries again — the
+   * record is derived from status, so nothing is lost meanwhile, and finalize writes it before the finalizer goes.
+   */
+  private async recordHistory(fence: NodeFence, node: V1Node | undefined): Promise<void> {
+    if (!this.d.history) return;
+    const uid = fence.metadata?.uid ?? "";
+    // Only the leader writes history: a replica that lost the Lease could otherwise land an older record over the new
+    // leader's. Not leading stops this reconcile, as it stops every step.
+    this.leadership.assertLeading(`write the FenceRecord of NodeFence ${fence.metadata?.name}`);
+    try {
+      await this.d.history.sync(fence);
+      this.historyFailing.delete(uid);
+    } catch (err) {
+      const msg = `could not write the FenceRecord of this episode (${errorMessage(err)}); fencing goes on, and it is written again from the NodeFence's status at the next step`;
+      this.d.log.warn({ nodeFence: fence.metadata?.name }, msg);
+      if (!this.historyFailing.has(uid)) this.announce(this.event(fence, "Warning", "FenceHistoryNotRecorded", msg, node));
+      this.historyFailing.add(uid);
+    }
+  }
+
+  /** Writes the record of a deleted fence's episode, or, past HISTORY_FINALIZE_GRACE_MS of failures, says it in Events. */
+  private async finalHistory(fence: NodeFence, node: V1Node | undefined): Promise<void> {
+    if (!this.d.history) return;
+    const since = fence.metadata?.deletionTimestamp ? DateTime.fromJSDate(new Date(fence.metadata.deletionTimestamp)) : this.d.clock();
+    const deleted = { time: since.toUTC().toISO({ suppressMilliseconds: true }) ?? this.now() };
+    this.leadership.assertLeading(`write the FenceRecord of NodeFence ${fence.metadata?.name}`);
+    try {
+      await this.d.history.sync(fence, deleted);
+    } catch (err) {
+      const waited = this.d.clock().diff(since).as("milliseconds");
+      if (waited < HISTORY_FINALIZE_GRACE_MS)
+        throw new Error(
+          `NodeFence ${fence.metadata?.name} deleted: its FenceRecord could not be written (${errorMessage(err)}); tried again before its finalizer goes`,
+          {
+            cause: err,
+          },
+        );
+      const s = fence.status ?? {};
+      const msg = `NodeFence ${fence.metadata?.name} deleted without its FenceRecord (${errorMessage(err)} for ${Math.round(waited / 1000)} s): phase ${s.phase}, started ${s.startTime ?? "-"}, evidence ${s.evidence?.method ?? "none"}, reason: ${fence.spec.reason ?? "-"}`;
+      this.d.log.warn({ nodeFence: fence.metadata?.name }, msg);
+      await Promise.all(this.event(fence, "Warning", "FenceHistoryNotRecorded", msg, node));
+    }
   }
 
   /**
@@ -191,6 +256,9 @@ export class NodeFenceController {
     // Within the bound on its lists (decide/status-bound.ts), however long the fence lives.
     const status = boundStatus(change(structuredClone(fence.status ?? {})));
     status.observedGeneration = fence.metadata?.generation;
+    // The level as people count it, for the Level column: kept in step with currentLevel in every write.
+    if (status.currentLevel !== undefined) status.levelNumber = status.currentLevel + 1;
+    else delete status.levelNumber;
     const held = this.storageHeld(fence, status);
     // Without leader election there is no epoch to compare: the one recorded stays.
     if (elected) status.leaderEpoch = epoch;
@@ -301,6 +369,8 @@ export class NodeFenceController {
           await Promise.all(this.event(fence, "Warning", "StorageFenceAbandoned", msg, node));
         }
         flog.info(`NodeFence ${name} deleted: taints and node condition removed`);
+        // What is left of the episode once the NodeFence is gone: written before the finalizer goes.
+        await this.finalHistory(fence, node);
         try {
           await this.d.kube.patchNodeFenceMetadata(fence, {
             finalizers: (fence.metadata?.finalizers ?? []).filter((f) => f !== FINALIZER),
@@ -308,6 +378,8 @@ export class NodeFenceController {
         } catch (err) {
           if (!isNotFound(err)) throw err;
         }
+        this.d.history?.forget(uid);
+        this.historyFailing.delete(uid);
         return undefined;
       }
       case "start": {
@@ -732,7 +804,14 @@ export class NodeFenceController {
     const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === "rejected");
     if (!recs.length) throw failed?.reason;
     const next = await this.write(fence, (s) => {
+      // Counted as they happen: the list is bounded (decide/status-bound.ts), the history's counts are not.
+      const before = releaseCounts(s);
       s.releases = [...(s.releases ?? []), ...recs];
+      s.podsReleased = before.pods + recs.filter((r) => r.kind === "Pod" && r.action === "ForceDeleted").length;
+      s.volumesReleased =
+        before.volumes +
+        recs.filter((r) => (r.kind === "VolumeAttachment" && r.action === "Deleted") || (r.kind === "ClaimLock" && r.action === "Broken"))
+          .length;
       return s;
     });
     for (const rec of recs) {

@@ -21,7 +21,7 @@ import {
   type V1Taint,
 } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
-import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
+import { GROUP, VERSION, type FenceAgent, type FenceRecord, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS } from "../decide/fleet.ts";
 import { assessNode, type NodeHealth } from "../decide/node-health.ts";
 
@@ -48,6 +48,7 @@ export function errorMessage(err: unknown): string {
 
 const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
 const strategic = setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch);
+const jsonPatch = setHeaderOptions("Content-Type", PatchStrategy.JsonPatch);
 
 export class Kube {
   readonly core: CoreV1Api;
@@ -144,6 +145,62 @@ export class Kube {
       name: obj.metadata?.name ?? "",
       body: obj,
     })) as T;
+  }
+
+  /** Creates a fence episode's record (controllers/fence-history.ts); 409 when it exists. */
+  async createFenceRecord(r: FenceRecord): Promise<FenceRecord> {
+    return (await this.custom.createClusterCustomObject({
+      group: GROUP,
+      version: VERSION,
+      plural: "fencerecords",
+      body: r,
+    })) as FenceRecord;
+  }
+
+  /**
+   * Replaces a record's labels, spec and status with a JSON patch that first tests that it is the record of the same
+   * NodeFence (uid): a record of another episode is never overwritten (the patch fails, 422).
+   */
+  async replaceFenceRecord(r: FenceRecord): Promise<FenceRecord> {
+    return (await this.custom.patchClusterCustomObject(
+      {
+        group: GROUP,
+        version: VERSION,
+        plural: "fencerecords",
+        name: r.metadata?.name ?? "",
+        body: [
+          { op: "test", path: "/spec/nodeFence/uid", value: r.spec.nodeFence.uid },
+          { op: "add", path: "/metadata/labels", value: r.metadata?.labels ?? {} },
+          { op: "add", path: "/spec", value: r.spec },
+          { op: "add", path: "/status", value: r.status ?? {} },
+        ],
+      },
+      jsonPatch,
+    )) as FenceRecord;
+  }
+
+  async listFenceRecords(labelSelector?: string): Promise<FenceRecord[]> {
+    const list = (await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "fencerecords", labelSelector })) as {
+      items: FenceRecord[];
+    };
+    return list.items;
+  }
+
+  /** Deletes exactly this record (uid precondition); false when it was already gone. */
+  async deleteFenceRecord(r: FenceRecord): Promise<boolean> {
+    try {
+      await this.custom.deleteClusterCustomObject({
+        group: GROUP,
+        version: VERSION,
+        plural: "fencerecords",
+        name: r.metadata?.name ?? "",
+        body: { preconditions: { uid: r.metadata?.uid } },
+      });
+      return true;
+    } catch (err) {
+      if (isNotFound(err) || isConflict(err)) return false;
+      throw err;
+    }
   }
 
   async readNode(name: string): Promise<V1Node | undefined> {

@@ -22,11 +22,13 @@ import { waitFor } from "../../lab/health.ts";
 import { CRD_FILES } from "../../tools/gen-api-types.ts";
 import {
   FENCE_AGENTS,
+  FENCE_RECORDS,
   FENCING_POLICIES,
   GROUP,
   NODE_FENCES,
   VERSION,
   type FenceAgent,
+  type FenceRecord,
   type FencingPolicy,
   type NodeFence,
   type NodeFenceStatus,
@@ -35,7 +37,12 @@ import {
 const run = promisify(execFile);
 const repoRoot = resolve(import.meta.dirname, "../..");
 const invalidDir = join(repoRoot, "test/fixtures/invalid-specs");
-const plurals: Record<string, string> = { FenceAgent: FENCE_AGENTS, FencingPolicy: FENCING_POLICIES, NodeFence: NODE_FENCES };
+const plurals: Record<string, string> = {
+  FenceAgent: FENCE_AGENTS,
+  FencingPolicy: FENCING_POLICIES,
+  NodeFence: NODE_FENCES,
+  FenceRecord: FENCE_RECORDS,
+};
 
 /** The stockade.io objects in docs/api.md's YAML examples: the documentation must stay valid. */
 function docExamples(): KubernetesObject[] {
@@ -372,6 +379,7 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
       fencedTime: t,
       releasedTime: t,
       currentLevel: 1,
+      levelNumber: 2,
       attempts: [
         { level: 0, agent: "lab-ipmi", operation: "off", startTime: t, endTime: t, outcome: "TimedOut", message: "no answer" },
         { level: 1, agent: "pdu-a", operation: "confirm", startTime: t, endTime: t, outcome: "Succeeded" },
@@ -393,9 +401,64 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
       .trim()
       .split("\n")
       .map((l) => l.trim().split(/\s+/));
-    // No NODE column (a NodeFence is named after its node) and no LEVEL (it was counted from 0; levels count from 1).
-    assert.deepEqual(header, ["NAME", "PHASE", "ORIGIN", "EVIDENCE", "AGE"]);
-    assert.deepEqual(row?.slice(0, 4), [name, "Released", "Manual", "PowerOffConfirmed"]);
+    // No NODE column (a NodeFence is named after its node); LEVEL counts from 1 (currentLevel 1 is the second level).
+    assert.deepEqual(header, ["NAME", "PHASE", "ORIGIN", "LEVEL", "EVIDENCE", "AGE"]);
+    assert.deepEqual(row?.slice(0, 5), [name, "Released", "Manual", "2", "PowerOffConfirmed"]);
+    // levelNumber is currentLevel + 1, or refused.
+    const stored = (await custom.getClusterCustomObject({ group: GROUP, version: VERSION, plural: NODE_FENCES, name })) as NodeFence;
+    await assert.rejects(
+      custom.replaceClusterCustomObjectStatus({
+        group: GROUP,
+        version: VERSION,
+        plural: NODE_FENCES,
+        name,
+        body: { ...stored, status: { ...status, levelNumber: 1 } },
+      }),
+      (err: unknown) =>
+        err instanceof ApiException && err.code === 422 && /status.levelNumber is status.currentLevel \+ 1/.test(JSON.stringify(err.body)),
+    );
+
+    // A FenceRecord as the operator writes it (decide/fence-history.ts recordOf), and its columns.
+    const record: FenceRecord = {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: "FenceRecord",
+      metadata: { name: "node-1-0123456789ab", labels: { "stockade.io/node": "node-1" } },
+      spec: {
+        nodeName: "node-1",
+        nodeFence: { name: "node-1", uid: "0123456789ab" },
+        origin: "Automatic",
+        policy: "default",
+        reason: "silent",
+      },
+      status: {
+        phase: "Unfenced",
+        outcome: "Released",
+        startTime: t,
+        fencedTime: t,
+        releasedTime: t,
+        endTime: t,
+        endReason: "UnfenceRequested",
+        rounds: 1,
+        failures: 0,
+        levelNumber: 2,
+        levels: [
+          { round: 1, level: 1, agents: [{ name: "lab-ipmi", type: "ipmi", outcome: "TimedOut", message: "no answer" }] },
+          { round: 1, level: 2, agents: [{ name: "pdu-a", type: "redfish", outcome: "Succeeded" }] },
+        ],
+        evidence: { method: "PowerOffConfirmed", time: t, agents: ["pdu-a"], detail: "off" },
+        podsReleased: 1,
+        volumesReleased: 0,
+      },
+    };
+    const created = (await create<FenceRecord>(record)) as FenceRecord;
+    assert.deepEqual(created.status, record.status, "the whole record is kept as written");
+    const rec = await run("kubectl", ["get", "fencerecords", "-l", "stockade.io/node=node-1"], { env: lab.env });
+    const [rh, rr] = rec.stdout
+      .trim()
+      .split("\n")
+      .map((l) => l.trim().split(/\s+/));
+    assert.deepEqual(rh, ["NAME", "NODE", "OUTCOME", "ORIGIN", "EVIDENCE", "LEVEL", "STARTED", "ENDED"]);
+    assert.deepEqual(rr?.slice(0, 6), ["node-1-0123456789ab", "node-1", "Released", "Automatic", "PowerOffConfirmed", "2"]);
 
     const fp = (await custom.getClusterCustomObject({
       group: GROUP,
@@ -431,5 +494,6 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
     const { stdout: all } = await run("kubectl", ["get", "stockade", "-o", "name"], { env: lab.env });
     assert.match(all, /fenceagent\.stockade\.io\/min-manual/, "the stockade category lists every kind");
     assert.match(all, /nodefence\.stockade\.io\/node-1/);
+    assert.match(all, /fencerecord\.stockade\.io\/node-1-0123456789ab/);
   });
 });

@@ -175,7 +175,7 @@ describe("kubectl-stockade on the lab", () => {
       return path;
     };
     const viewer = await asUser("vera", "stockade-viewer");
-    for (const args of [["status"], ["explain", "node-1"], ["fence", "node-2", "--dry-run"]]) {
+    for (const args of [["status"], ["explain", "node-1"], ["history", "node-1"], ["fence", "node-2", "--dry-run"]]) {
       const r = await plugin(args, { kubeconfig: viewer });
       assert.equal(r.code, 0, `${args.join(" ")} as stockade-viewer: ${show(r)}`);
     }
@@ -191,7 +191,13 @@ describe("kubectl-stockade on the lab", () => {
     assert.equal(await bed.getFence("node-2"), undefined);
 
     const admin = await asUser("ada", "stockade-fence-admin");
-    for (const args of [["status"], ["explain", "node-2"], ["fence", "node-2", "--yes"], ["unfence", "node-2", "--yes"]]) {
+    for (const args of [
+      ["status"],
+      ["explain", "node-2"],
+      ["history", "node-2"],
+      ["fence", "node-2", "--yes"],
+      ["unfence", "node-2", "--yes"],
+    ]) {
       const r = await plugin(args, { kubeconfig: admin });
       assert.equal(r.code, 0, `${args.join(" ")} as stockade-fence-admin: ${show(r)}`);
     }
@@ -261,5 +267,16 @@ describe("kubectl-stockade on the lab", () => {
     const e = await plugin(["explain", "node-2"]);
     assert.match(e.stdout, /^Verdict:\s+HasFence$/m, show(e));
     assert.match(e.stdout, /^NodeFence: node-2 phase Released, origin Automatic$/m, show(e));
+    // Its fence history: this episode, newest first.
+    const h = await waitFor("history node-2 to show the episode Released", async () => {
+      const r = await plugin(["history", "node-2", "-o", "json"]);
+      assert.equal(r.code, 0, show(r));
+      const data = JSON.parse(r.stdout) as { episodes: { origin: string; outcome: string; evidence: { method: string } | null }[] };
+      return data.episodes[0]?.outcome === "Released" ? data : undefined;
+    });
+    assert.deepEqual([h.episodes[0]?.origin, h.episodes[0]?.evidence?.method], ["Automatic", "PowerOffConfirmed"]);
+    const table = await plugin(["history", "node-2"], { viaKubectl: true });
+    assert.match(table.stdout, /^STARTED\s+ENDED\s+ORIGIN\s+OUTCOME/m, show(table));
+    assert.match(table.stdout, /\s-\s+Automatic\s+Released\s+PowerOffConfirmed\s+1: lab-ipmi Succeeded\s+[1-9]\d*\s/m, show(table));
   });
 });

@@ -29,7 +29,8 @@ import { paths } from "../../lab/state.ts";
 import { refusal } from "../../lab/refusal.ts";
 import { Bed, NETWORK_FENCES, SECRETS_NS } from "../../lab/bed.ts";
 import { NetworkFenceDouble } from "../../lab/test-doubles/csi-addons-network-fence.ts";
-import type { NodeFence } from "../../src/api/v1alpha1.ts";
+import { GROUP, VERSION, type FenceRecord, type NodeFence } from "../../src/api/v1alpha1.ts";
+import { HISTORY_NODE_LABEL, nodeLabelValue } from "../../src/decide/fence-history.ts";
 import { LOCK_ANNOTATION, formatLock, isGated, parseLock } from "../../src/decide/claim-lock.ts";
 import { ADMISSION_POLICY, ATTEST_VERB } from "../../src/kube/admission-check.ts";
 import { errorMessage, Kube, statusCode } from "../../src/kube/api.ts";
@@ -329,6 +330,16 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
       },
       { timeoutMs: 60_000 },
     );
+    // Fence history: an ended record of this node from long ago (past the 400 days kept) is deleted by the retention
+    // that runs when the next episode's record is created (fencerecords list, delete).
+    const stale: FenceRecord = {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: "FenceRecord",
+      metadata: { name: `${node}-000000000000`, labels: { [HISTORY_NODE_LABEL]: nodeLabelValue(node) } },
+      spec: { nodeName: node, nodeFence: { name: node, uid: "00000000-0000-0000-0000-000000000000" }, origin: "Manual" },
+      status: { outcome: "Released", startTime: "2020-01-01T00:00:00Z", endTime: "2020-01-02T00:00:00Z", endReason: "Deleted" },
+    };
+    await bed.custom.createClusterCustomObject({ group: GROUP, version: VERSION, plural: "fencerecords", body: stale });
     await bed.lab.crash(node);
     const second = await bed.waitForFence(
       node,
@@ -337,6 +348,14 @@ describe("RBAC: the operator as the bundle's ServiceAccount", () => {
     );
     assert.equal(second.spec.origin, "Automatic");
     assert.equal(second.status?.evidence?.method, "PowerOffConfirmed", "a level with a power agent proves the machine off");
+    const history = async () =>
+      (
+        (await bed.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "fencerecords" })) as { items: FenceRecord[] }
+      ).items.filter((r) => r.spec.nodeName === node);
+    await waitFor("the stale FenceRecord deleted by retention, both episodes kept", async () => {
+      const uids = (await history()).map((r) => r.spec.nodeFence.uid).sort();
+      return JSON.stringify(uids) === JSON.stringify([first.metadata!.uid!, second.metadata!.uid!].sort()) || undefined;
+    });
     await bed.unfence(node);
     await waitFor(
       "the storage fence lifted and removed",

@@ -22,7 +22,11 @@ test("defaults, and flags win over environment variables", () => {
     webhookBindAddress: { host: "0.0.0.0", port: 9443 },
     webhookHosts: ["stockade-webhook.stockade-system.svc", "stockade-webhook.stockade-system.svc.cluster.local"],
     webhookSecret: "stockade-webhook-tls",
+    historyPerNode: 20,
+    historyMaxAgeDays: 400,
   });
+  const h = parseConfig(["--history-per-node", "3"], { STOCKADE_HISTORY_MAX_AGE_DAYS: "30" })!;
+  assert.deepEqual([h.historyPerNode, h.historyMaxAgeDays], [3, 30]);
   const w = parseConfig(
     ["--webhook-hosts", "127.0.0.1, lab.example", "--webhook-bind-address", "0", "--leader-election-namespace", "ops"],
     {},
@@ -53,6 +57,8 @@ test("bad input is refused with a message naming the flag and what is expected",
     [[], { STOCKADE_LOG_LEVEL: "verbose" }, /invalid --log-level "verbose"/],
     [["--fence-workers", "0"], {}, /invalid --fence-workers "0": expected a whole number from 1 to 64/],
     [["--fence-workers", "2.5"], {}, /--fence-workers/],
+    [["--history-per-node", "0"], {}, /invalid --history-per-node "0": expected a whole number from 1 to 1000/],
+    [[], { STOCKADE_HISTORY_MAX_AGE_DAYS: "9999" }, /--history-max-age-days "9999": expected a whole number from 1 to 3650/],
     [[], { STOCKADE_WATCH_STALE_SECONDS: "5" }, /--watch-stale-seconds "5": expected a whole number from 10 to 3600/],
     [["--health-bind-address", "8081"], {}, /expected HOST:PORT/],
     [["--health-bind-address", "x:70000"], {}, /expected HOST:PORT/],

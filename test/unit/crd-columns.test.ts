@@ -1,5 +1,5 @@
 // The CRDs' `kubectl get` columns answer the first question about each kind: is it Ready, what type, what
-// phase; no column repeats the object's name, and no level is shown counted from 0.
+// phase; no column repeats the object's name, and no level is shown counted from 0 (status.levelNumber counts from 1).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -41,11 +41,20 @@ test("FencingPolicy: Ready first, then what it does and what holds it back", () 
   );
 });
 
-test("NodeFence: no column repeats the name (the node's), none shows the 0-based status.currentLevel", () => {
+test("NodeFence: no column repeats the name (the node's); the Level column counts from 1 (status.levelNumber)", () => {
   const cols = columns("stockade.io_nodefences.yaml");
   assert.deepEqual(
     cols.map((c) => c.name),
-    ["Phase", "Origin", "Evidence", "Age"],
+    ["Phase", "Origin", "Level", "Evidence", "Age"],
+  );
+  assert.deepEqual(
+    { ...cols.find((c) => c.name === "Level") },
+    {
+      name: "Level",
+      type: "integer",
+      description: "The escalation level being tried, or the one that confirmed the fence, counted from 1.",
+      jsonPath: ".status.levelNumber",
+    },
   );
   for (const c of cols) {
     assert.notEqual(c.jsonPath, ".spec.nodeName", c.name);
@@ -53,8 +62,28 @@ test("NodeFence: no column repeats the name (the node's), none shows the 0-based
   }
 });
 
+test("FenceRecord: its node (the name is the node's and an id), outcome, who asked, evidence, level from 1, when", () => {
+  assert.deepEqual(
+    columns("stockade.io_fencerecords.yaml").map((c) => [c.name, c.jsonPath]),
+    [
+      ["Node", ".spec.nodeName"],
+      ["Outcome", ".status.outcome"],
+      ["Origin", ".spec.origin"],
+      ["Evidence", ".status.evidence.method"],
+      ["Level", ".status.levelNumber"],
+      ["Started", ".status.startTime"],
+      ["Ended", ".status.endTime"],
+    ],
+  );
+});
+
 test("no column of any kind is the object's name or a level counted from 0", () => {
-  for (const f of ["stockade.io_fenceagents.yaml", "stockade.io_fencingpolicies.yaml", "stockade.io_nodefences.yaml"])
+  for (const f of [
+    "stockade.io_fenceagents.yaml",
+    "stockade.io_fencingpolicies.yaml",
+    "stockade.io_nodefences.yaml",
+    "stockade.io_fencerecords.yaml",
+  ])
     for (const c of columns(f)) {
       assert.notEqual(c.jsonPath, ".metadata.name", `${f} ${c.name}`);
       assert.doesNotMatch(c.jsonPath, /currentLevel/, `${f} ${c.name}`);

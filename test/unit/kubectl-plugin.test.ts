@@ -12,6 +12,8 @@ import type { AddressInfo } from "node:net";
 import { age, clip, humanDuration, iso, table } from "../../src/cli/format.ts";
 import { renderStatus, statusReport } from "../../src/cli/status.ts";
 import { explainReport, renderExplain } from "../../src/cli/explain.ts";
+import { describeLevels, historyReport, renderHistory } from "../../src/cli/history.ts";
+import type { FenceRecord } from "../../src/api/v1alpha1.ts";
 import { policyProblems, volumeSafetyWarnings } from "../../src/cli/check.ts";
 import { retryAfterSeconds } from "../../src/cli/cluster.ts";
 import { main } from "../../src/cli/kubectl-stockade.ts";
@@ -314,6 +316,51 @@ describe("command line", () => {
     }
   });
 
+  test("fence --replace waits until the old NodeFence is gone (its finalizer: the operator's cleanup) before creating the new one", async () => {
+    const oldFence = { ...fence("node-1", { phase: "Unfenced" }, { origin: "Manual" }), metadata: { name: "node-1", uid: "old-uid" } };
+    let gets = 0;
+    let deletedAt = -1;
+    const order: string[] = [];
+    await withApiserver(
+      (req, res) => {
+        const url = req.url ?? "";
+        res.setHeader("Content-Type", "application/json");
+        if (url.startsWith("/api/v1/nodes/node-1"))
+          return res.end(JSON.stringify({ apiVersion: "v1", kind: "Node", metadata: { name: "node-1", labels: {} } }));
+        if (url.includes("fencingpolicies"))
+          return res.end(
+            JSON.stringify({
+              items: [{ apiVersion: "stockade.io/v1alpha1", kind: "FencingPolicy", metadata: { name: "default" }, spec: {} }],
+            }),
+          );
+        if (url.includes("nodefences") && req.method === "GET") {
+          gets++;
+          // Still there for three reads after its delete: the finalizer.
+          const there = deletedAt < 0 || gets - deletedAt <= 3;
+          return res.end(JSON.stringify({ items: there ? [oldFence] : [] }));
+        }
+        if (url.includes("nodefences") && req.method === "DELETE") {
+          order.push("delete");
+          deletedAt = gets;
+          return res.end(JSON.stringify({ kind: "Status", status: "Success" }));
+        }
+        if (url.includes("nodefences") && req.method === "POST") {
+          order.push(`create after ${gets - deletedAt} reads`);
+          res.writeHead(201);
+          return res.end(JSON.stringify(fence("node-1")));
+        }
+        res.writeHead(404);
+        res.end(JSON.stringify({ kind: "Status", code: 404, message: `not found ${url}` }));
+      },
+      async (server) => {
+        const r = await cli(["fence", "node-1", "--replace", "--yes", "--kubeconfig", kubeconfig(server)]);
+        assert.equal(r.code, 0, r.err);
+        assert.deepEqual(order, ["delete", "create after 4 reads"], "created only once a read no longer shows the old one");
+        assert.match(r.out, /deleted \(it was Unfenced\)[\s\S]*created \(origin Manual/);
+      },
+    );
+  });
+
   test("version prints package.json's version and the Node.js running it, without a cluster", async () => {
     const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
     const r = await cli(["version", "--kubeconfig", "/nonexistent"]);
@@ -339,8 +386,9 @@ describe("command line", () => {
   test("--help for the plugin and each command", async () => {
     const top = await cli(["--help"]);
     assert.equal(top.code, 0);
-    for (const c of ["status", "fence NODE", "unfence NODE", "explain NODE", "check"]) assert.match(top.out, new RegExp(`^  ${c}\\s`, "m"));
-    for (const c of ["status", "fence", "unfence", "explain", "check", "version"]) {
+    for (const c of ["status", "fence NODE", "unfence NODE", "explain NODE", "history NODE", "check"])
+      assert.match(top.out, new RegExp(`^  ${c}\\s`, "m"));
+    for (const c of ["status", "fence", "unfence", "explain", "history", "check", "version"]) {
       const r = await cli([c, "--help"]);
       assert.equal(r.code, 0, c);
       assert.match(r.out, new RegExp(`^Usage: kubectl stockade ${c}`), c);
@@ -354,6 +402,8 @@ describe("command line", () => {
       [["frob"], /unknown command "frob"/],
       [["fence"], /fence takes exactly one NODE/],
       [["explain", "a", "b"], /explain takes exactly one NODE/],
+      [["history"], /history takes exactly one NODE/],
+      [["history", "n", "--reason", "x"], /history does not take --reason/],
       [["status", "--reason", "x"], /status does not take --reason/],
       [["check", "--timeout", "0"], /--timeout must be a whole number of seconds from 1 to 600/],
       [["status", "--bogus"], /Unknown option '--bogus'/],
@@ -420,6 +470,94 @@ describe("command line", () => {
         assert.equal(ok.code, 0, ok.err);
         assert.equal(tooMany, -1, "the 429 was retried");
         assert.match(ok.out, /all 0 node\(s\) heartbeating/);
+      },
+    );
+  });
+});
+
+const episode = (
+  uid: string,
+  o: { start: number; end?: number; outcome: string; reason: string; origin?: "Manual" | "Automatic" },
+): FenceRecord => ({
+  apiVersion: "stockade.io/v1alpha1",
+  kind: "FenceRecord",
+  metadata: { name: `node-7-${uid}`, labels: { "stockade.io/node": "node-7" } },
+  spec: { nodeName: "node-7", nodeFence: { name: "node-7", uid }, origin: o.origin ?? "Automatic", policy: "default", reason: o.reason },
+  status: {
+    outcome: o.outcome as "Released",
+    startTime: at(o.start).toISO() ?? "",
+    ...(o.end !== undefined ? { endTime: at(o.end).toISO() ?? "", endReason: "UnfenceRequested" } : {}),
+    evidence: { method: "PowerOffConfirmed", agents: ["ipmi"] },
+    levelNumber: 2,
+    levels: [
+      { round: 1, level: 1, agents: [{ name: "ipmi", outcome: "TimedOut" }] },
+      { round: 1, level: 2, agents: [{ name: "pdu", outcome: "Succeeded" }] },
+    ],
+    podsReleased: 3,
+    volumesReleased: 1,
+  },
+});
+
+describe("history", () => {
+  const older = episode("aaa", { start: 100, end: 500, outcome: "Released", reason: "no heartbeat since 00:01" });
+  const newer = episode("bbb", { start: 900, outcome: "Failed", reason: "suspect disk", origin: "Manual" });
+  test("every kept episode of the node, newest first: when, origin, outcome, evidence, levels from 1, counts, reason", () => {
+    const out = renderHistory({ now: at(1000), node: "node-7", records: [older, newer], fence: undefined });
+    const lines = out.split("\n");
+    assert.match(lines[0]!, /FENCE HISTORY OF node-7: 2 episode\(s\), newest first/);
+    assert.match(lines[1]!, /^STARTED\s+ENDED\s+ORIGIN\s+OUTCOME\s+EVIDENCE\s+LEVELS\s+PODS\s+VOLUMES\s+REASON$/);
+    assert.match(lines[2]!, /Manual\s+Failed\s+PowerOffConfirmed\s+1: ipmi TimedOut; 2: pdu Succeeded\s+3\s+1\s+suspect disk/);
+    assert.match(lines[3]!, /\(UnfenceRequested\)\s+Automatic\s+Released\s+PowerOffConfirmed .*no heartbeat since 00:01/);
+    assert.equal(describeLevels([{ round: 2, level: 1, agents: [{ name: "ipmi", outcome: "Succeeded" }] }]), "round 2, 1: ipmi Succeeded");
+  });
+  test("a NodeFence started without a record yet is said; no record at all is said", () => {
+    const f = fence("node-7", { phase: "Fencing" });
+    f.metadata.uid = "ccc";
+    const out = renderHistory({ now: at(1000), node: "node-7", records: [], fence: f });
+    assert.match(out, /none kept/);
+    assert.match(out, /NodeFence node-7 \(phase Fencing\) has no FenceRecord yet/);
+    f.metadata.uid = "aaa";
+    assert.doesNotMatch(renderHistory({ now: at(1000), node: "node-7", records: [older], fence: f }), /no FenceRecord yet/);
+  });
+  test("-o: historyReport gives every episode as data, newest first", () => {
+    const r = historyReport({ now: at(1000), node: "node-7", records: [older, newer], fence: undefined }) as {
+      episodes: { outcome: string; level: number; ended: string | null; origin: string; podsReleased: number }[];
+    };
+    assert.deepEqual(
+      r.episodes.map((e) => [e.outcome, e.origin, e.level, e.ended !== null, e.podsReleased]),
+      [
+        ["Failed", "Manual", 2, false, 3],
+        ["Released", "Automatic", 2, true, 3],
+      ],
+    );
+  });
+  test("history NODE -o json lists the node's FenceRecords by its label and keeps only that node's", async () => {
+    const other = { ...episode("ddd", { start: 1, outcome: "Released", reason: "x" }), spec: { ...older.spec, nodeName: "node-77" } };
+    const seen: string[] = [];
+    await withApiserver(
+      (req, res) => {
+        const url = req.url ?? "";
+        seen.push(url);
+        res.setHeader("Content-Type", "application/json");
+        res.writeHead(200);
+        if (url.startsWith("/apis/stockade.io/v1alpha1/fencerecords")) return res.end(JSON.stringify({ items: [older, other, newer] }));
+        res.end(JSON.stringify({ items: [] }));
+      },
+      async (server) => {
+        const r = await cli(["history", "node-7", "-o", "json", "--kubeconfig", kubeconfig(server)]);
+        assert.equal(r.code, 0, r.err);
+        const data = JSON.parse(r.out) as { node: string; episodes: { record: string }[] };
+        assert.equal(data.node, "node-7");
+        assert.deepEqual(
+          data.episodes.map((e) => e.record),
+          ["node-7-bbb", "node-7-aaa"],
+        );
+        assert.ok(
+          seen.some(
+            (u) => u.startsWith("/apis/stockade.io/v1alpha1/fencerecords") && u.includes("labelSelector=stockade.io%2Fnode%3Dnode-7"),
+          ),
+          seen.join(" "),
+        );
       },
     );
   });

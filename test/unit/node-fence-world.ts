@@ -3,7 +3,8 @@
 import type { V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
 import { ApiException } from "@kubernetes/client-node";
 import pino from "pino";
-import type { FenceAgent, NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
+import type { FenceAgent, FenceRecord, NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
+import { FenceHistory } from "../../src/controllers/fence-history.ts";
 import { NodeFenceController } from "../../src/controllers/node-fence.ts";
 import { FINALIZER } from "../../src/decide/fence-machine.ts";
 import type { Kube } from "../../src/kube/api.ts";
@@ -34,6 +35,8 @@ export interface WorldOptions {
   viewReuseMs?: number;
   /** The FenceAgents in the cache (default: ipmi). */
   agents?: FenceAgent[];
+  /** Keep fence history (FenceRecords, logged as "history <verb>"); `fail`: every record write answers 500 while true. */
+  history?: { fail?: () => boolean };
 }
 
 export function world(pods: V1Pod[], o: WorldOptions = {}) {
@@ -122,6 +125,31 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
       if (!leading()) throw new Error(`not leading: ${what}`);
     },
   };
+  const records = new Map<string, FenceRecord>();
+  const failing = () => {
+    if (o.history?.fail?.()) throw new ApiException(500, "Internal Server Error", {}, {});
+  };
+  const recordKube = {
+    createFenceRecord: async (r: FenceRecord) => {
+      calls.push("history create");
+      failing();
+      if (records.has(r.metadata?.name ?? "")) throw new ApiException(409, "AlreadyExists", {}, {});
+      records.set(r.metadata?.name ?? "", structuredClone(r));
+      return r;
+    },
+    replaceFenceRecord: async (r: FenceRecord) => {
+      calls.push("history replace");
+      failing();
+      records.set(r.metadata?.name ?? "", structuredClone(r));
+      return r;
+    },
+    listFenceRecords: async () => {
+      calls.push("history list");
+      return [...records.values()];
+    },
+    deleteFenceRecord: async () => true,
+  };
+  const history = o.history ? new FenceHistory({ kube: recordKube, log: pino({ level: "silent" }), clock: () => at(1000) }) : undefined;
   const controller = new NodeFenceController({
     kube: kube as unknown as Kube,
     caches: caches as unknown as Caches,
@@ -131,6 +159,7 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     leadership: leadership as unknown as Leadership,
     metrics: o.metrics,
     viewReuseMs: o.viewReuseMs,
+    history,
   });
-  return { controller, calls, statusWrites, events: recorded, fence: () => fence, maxInFlight: () => maxInFlight };
+  return { controller, calls, statusWrites, events: recorded, fence: () => fence, maxInFlight: () => maxInFlight, records };
 }
