@@ -10,7 +10,7 @@ import type { V1Pod } from "@kubernetes/client-node";
 import { renew } from "../../src/admission/certificates.ts";
 import { AdmissionServer, FORCE_DELETE_PATH, MAX_FRESH_CHECKS, type AdmissionDeps } from "../../src/admission/server.ts";
 import { FORCE_DELETE_ANNOTATION } from "../../src/admission/force-delete.ts";
-import { pod } from "./decide-fixtures.ts";
+import { pod, policy } from "./decide-fixtures.ts";
 
 const NOW = DateTime.fromISO("2026-01-01T00:10:00Z", { zone: "utc" });
 const tls = renew({}, "ca", ["127.0.0.1"], new Date("2026-01-01T00:00:00Z"));
@@ -53,7 +53,9 @@ const kube = new Proxy(
 const caches = {
   synced: true,
   pvcs: { list: () => [], get: () => undefined },
-  policies: { list: () => [] },
+  // A live policy that selects every node: the guard covers node-2 (decide/scope.ts).
+  policies: { list: () => [policy("default")] },
+  fences: { list: () => [] },
 };
 // The recorder the server was built with before: anything it records is a write on behalf of the caller.
 const recorder = new Proxy(

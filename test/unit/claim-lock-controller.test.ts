@@ -9,7 +9,7 @@ import { DateTime } from "luxon";
 import { ClaimLockController } from "../../src/controllers/claim-lock.ts";
 import { CLAIM_GATE, LOCK_ANNOTATION, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
 import { SOLE_LEADER } from "../../src/runtime/leader.ts";
-import { pod as mkPod, pvc as mkPvc } from "./decide-fixtures.ts";
+import { pod as mkPod, policy as mkPolicy, pvc as mkPvc } from "./decide-fixtures.ts";
 
 function gatedPod(name: string, uid: string): V1Pod {
   const p = mkPod(name, { claims: ["data"], uid });
@@ -25,7 +25,7 @@ function world() {
   const pods = new Map<string, V1Pod>();
   let claim: V1PersistentVolumeClaim = {
     ...mkPvc("data", ["ReadWriteOnce"]),
-    // No FencingPolicy in this world: the claim is opted in.
+    // Opted in: guarded whatever the live policy's readWriteOnceVolumes says.
     metadata: { name: "data", namespace: "default", resourceVersion: "10", annotations: { "stockade.io/claim-guard": "true" } },
   };
   /** What the controller's cache shows of the claim (by default, the claim as it is now). */
@@ -107,11 +107,14 @@ function world() {
   };
 }
 
-function controller(w: ReturnType<typeof world>) {
+/** The live FencingPolicy whose scope (every namespace) has the world's pods: the claim lock is kept for them. */
+const LIVE = [mkPolicy("default")];
+
+function controller(w: ReturnType<typeof world>, policies = LIVE) {
   const silent = { info() {}, warn() {}, error() {}, debug() {} };
   const caches = {
     pods: { get: (name: string) => w.pods.get(name), on() {}, list: () => [...w.pods.values()] },
-    policies: { list: () => [] },
+    policies: { list: () => policies },
     pvcs: { on() {}, get: () => w.cachedClaim() },
     fences: { on() {} },
   };
@@ -153,6 +156,23 @@ test("uncontended: the gated pod is granted token 1 and its gate lifted with the
   const a = w.pods.get("app-a")!;
   assert.deepEqual(a.spec?.schedulingGates, []);
   assert.equal(a.metadata?.annotations?.["stockade.io/claim-token"], "1");
+});
+
+test("out of every live policy's scope (none, a dry run, claimLock: false, another namespace): the gate comes off with no grant", async () => {
+  for (const policies of [
+    [],
+    [mkPolicy("default", { dryRun: true })],
+    [mkPolicy("default", { claimLock: false })],
+    [mkPolicy("default", { guardedPods: { namespaces: ["other"] } })],
+  ]) {
+    const w = world();
+    w.pods.set("app-a", gatedPod("app-a", "uid-a"));
+    await controller(w, policies).reconcile("default/app-a");
+    const lock = parseLock(w.claim());
+    assert.ok(lock.ok);
+    assert.equal(lock.lock, undefined, `no grant written: ${JSON.stringify(policies.map((p) => p.spec))}`);
+    assert.deepEqual(w.pods.get("app-a")!.spec?.schedulingGates, [], "the gate lifted");
+  }
 });
 
 test("a claim the cache shows held by the pod is read fresh: a lock that moved on is not taken for this pod's", async () => {
@@ -238,7 +258,7 @@ function wired(w: ReturnType<typeof world>) {
     kube: w.kube as never,
     caches: {
       pods: { get: (name: string) => w.pods.get(name), on: on("pods"), list: () => [...w.pods.values()] },
-      policies: { list: () => [], on: on("policies") },
+      policies: { list: () => LIVE, on: on("policies") },
       pvcs: { on: on("pvcs"), get: () => w.cachedClaim() },
       fences: { on: on("fences") },
     } as never,
