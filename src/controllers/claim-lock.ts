@@ -81,7 +81,7 @@ export class ClaimLockController {
   private readonly waits = new Map<string, SharedWait>();
   /** What each gated pod was last told it waits for (its WaitingForClaim Event), to tell it again only when that changes. */
   private readonly told = new Map<string, string>();
-  /** Claims (uid) already told that their stockade.io/claim-guard=false is ignored. */
+  /** Claims (uid) already told that their stockade.io/claim-guard=false is ignored (a Warning Event, once per operator run). */
   private readonly ignoredOptOut = new Set<string>();
 
   constructor(d: ClaimLockDeps) {
@@ -259,7 +259,7 @@ export class ClaimLockController {
     if (scope.covered && claims.some((c) => !c)) return { requeueAfterMs: RECHECK_MS };
     const guarded = scope.covered ? claims.filter((c): c is V1PersistentVolumeClaim => !!c && claimGuard(c, scope.claims).guarded) : [];
     for (const c of scope.covered ? claims : []) {
-      const uid = c?.metadata?.uid ?? "";
+      const uid = c?.metadata?.uid || `${namespace}/${c?.metadata?.name}`;
       if (c?.metadata?.annotations?.[CLAIM_GUARD_ANNOTATION] !== "false" || this.ignoredOptOut.has(uid)) continue;
       this.ignoredOptOut.add(uid);
       const msg = `claim ${c.metadata?.name}: the annotation ${CLAIM_GUARD_ANNOTATION}=false no longer opts a claim out (only "true", opting one in, is read); to opt a workload out, label its pods ${GUARDED_LABEL}=false (docs/api.md, "Opting out")`;

@@ -83,6 +83,8 @@ function world() {
     claim: () => claim,
     cachedClaim: () => clone(cached ? cached() : claim),
     setCachedClaim: (c: () => V1PersistentVolumeClaim) => (cached = c),
+    annotateClaim: (a: Record<string, string>) =>
+      (claim = { ...claim, metadata: { ...claim.metadata, annotations: { ...claim.metadata?.annotations, ...a } } }),
     onList: (h: () => void) => (hook = h),
     /** Another worker's whole grant of the claim to pod p (created gated just before). */
     grantTo: (p: V1Pod) => {
@@ -365,4 +367,21 @@ test("a gated pod's own events (creation, status) wake none of the claim's other
   lifted.spec!.schedulingGates = [];
   emit("update", lifted, gatedPod("app-3", "uid-3"));
   assert.deepEqual(queued.sort(), ["default/app-0", "default/app-1", "default/app-2"]);
+});
+
+test("a claim still carrying the old opt-out (claim-guard=false) is guarded anyway, and told so once with a Warning Event", async () => {
+  const w = world();
+  w.annotateClaim({ "stockade.io/claim-guard": "false" }); // a ReadWriteOnce claim: guarded by the live policy
+  w.pods.set("app-a", gatedPod("app-a", "uid-a"));
+  const { ctl, recorded } = wired(w);
+  await ctl.reconcile("default/app-a");
+  const lock = parseLock(w.claim());
+  assert.ok(lock.ok);
+  assert.deepEqual(lock.lock?.holder, { pod: "app-a", uid: "uid-a" }, "granted by compare-and-swap, not let go");
+  w.pods.set("app-b", gatedPod("app-b", "uid-b"));
+  await ctl.reconcile("default/app-b");
+  const told = recorded.filter((r) => r.reason === "ClaimOptOutIgnored");
+  assert.equal(told.length, 1, "once per claim");
+  assert.equal(told[0]!.pod, "data");
+  assert.match(told[0]!.message, /no longer opts a claim out.*stockade\.io\/guarded=false/);
 });
