@@ -97,9 +97,10 @@ export function guardScope(i: GuardScopeInput): GuardScope {
       : { covered: false, why: "not guarded" };
   }
   // Stockade is fencing this node (or holds it fenced): its guarded pods are its to release, whatever the policies
-  // say now (the fence runs with the snapshot taken when it started).
+  // say now (the fence runs with the snapshot taken when it started). A NodeFence that has not started (no snapshot:
+  // waiting for its Node or for a policy that selects it) fences nothing yet.
   const phase = i.fence?.status?.phase ?? "";
-  if (i.fence && UNDER_WAY.has(phase)) {
+  if (i.fence?.status?.policySnapshot && UNDER_WAY.has(phase)) {
     const g = guardedWhy(i.pod, i.fence.status?.policySnapshot?.guardedPods, i.pvc);
     if (g) return { covered: true, guarded: g, why: `NodeFence ${nodeName} is ${phase || "new"}`, fencePhase: phase || "Pending" };
   }

@@ -166,8 +166,12 @@ describe("guardScope: the force-delete guard", () => {
       assert.equal(s.covered && s.fencePhase, phase);
       assert.equal(s.covered && s.policy, undefined, "no fence suggested: one is under way");
     }
-    const fresh = guardScope(input({ fence: fence("node-a"), policies: [] }));
-    assert.equal(fresh.covered && fresh.fencePhase, "Pending", "a NodeFence just created, no status yet");
+    const started = fence("node-a");
+    started.status = { policySnapshot: { escalation: [], guardedPods: {} } };
+    const s = guardScope(input({ fence: started, policies: [] }));
+    assert.equal(s.covered && s.fencePhase, "Pending", "started (a snapshot taken), no phase written yet");
+    assert.equal(covered(input({ fence: fence("node-a"), policies: [] })), false, "not started: waiting for a policy, it fences nothing");
+    assert.equal(covered(input({ fence: fence("node-a", { phase: "Pending" }), policies: [] })), false, "Pending without a snapshot");
   });
 
   test("a NodeFence under way guards with its snapshot's pod scope", () => {
@@ -180,7 +184,7 @@ describe("guardScope: the force-delete guard", () => {
   });
 
   test("an Unfenced NodeFence covers nothing by itself", () => {
-    const f = fence("node-a", { phase: "Unfenced" });
+    const f = fence("node-a", { phase: "Unfenced", policySnapshot: { escalation: [], guardedPods: {} } });
     assert.equal(covered(input({ fence: f, policies: [] })), false);
     assert.equal(covered(input({ fence: f })), true, "the live policy still does");
   });
