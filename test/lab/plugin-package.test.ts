@@ -25,7 +25,17 @@ test("npm pack + npm install -g puts kubectl-stockade on PATH, and it runs from 
   assert.deepEqual(Object.keys(pkg.bin), ["kubectl-stockade"]);
   const stage = join(tmp, "stage");
   mkdirSync(stage);
-  for (const f of ["package.json", "package-lock.json", "tsconfig.json", "tsconfig.build.json", "README.md", "bin", "src", "crds", "manifests"])
+  for (const f of [
+    "package.json",
+    "package-lock.json",
+    "tsconfig.json",
+    "tsconfig.build.json",
+    "README.md",
+    "bin",
+    "src",
+    "crds",
+    "manifests",
+  ])
     cpSync(join(repo, f), join(stage, f), { recursive: true });
   symlinkSync(join(repo, "node_modules"), join(stage, "node_modules"));
   execFileSync("npm", ["pack", "--pack-destination", tmp], { cwd: stage, env, stdio: "pipe" });
