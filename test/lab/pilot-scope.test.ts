@@ -1,4 +1,4 @@
-// Issue 28 item 1 on a real apiserver (kwok lab, the bundle's webhooks pointed at an operator replica on the host):
+// Issue 28 item 1 (docs/pilot.md, the example policy applied as the page says) on a real apiserver (kwok lab, the bundle's webhooks pointed at an operator replica on the host):
 // the force-delete guard and the claim gate act only on what a live FencingPolicy covers.
 //   - no FencingPolicy: a force delete of a StatefulSet pod goes through, a pod on a ReadWriteOnce claim is not gated;
 //   - a dry-run policy: the same;
@@ -10,7 +10,9 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
 import { AppsV1Api } from "@kubernetes/client-node";
+import { join } from "node:path";
 import { Bed } from "../../lab/bed.ts";
+import { repoRoot } from "../../lab/bins.ts";
 import { waitFor } from "../../lab/health.ts";
 import { CLAIM_GATE } from "../../src/decide/claim-lock.ts";
 
@@ -27,7 +29,8 @@ describe("pilot scope: the guard and the gate act only where a live FencingPolic
     bed = await Bed.up({ nodes: 2, name: "pilot-scope", runtime: "kwok", webhooks: true });
     [nodeA, nodeB] = bed.lab.nodes() as [string, string];
     apps = bed.lab.kc.makeApiClient(AppsV1Api);
-    await bed.kubectl("label", "node", nodeA, "pool=pilot");
+    // docs/pilot.md, step 1, as written: the pool's node labelled for the example policy.
+    await bed.kubectl("label", "node", nodeA, "stockade.io/pilot=true");
     for (const ns of ["pilot", "other", "medik8s"]) await bed.lab.core.createNamespace({ body: { metadata: { name: ns } } });
     for (const ns of ["pilot", "other"])
       await bed.lab.core.createNamespacedPersistentVolumeClaim({
@@ -103,7 +106,7 @@ describe("pilot scope: the guard and the gate act only where a live FencingPolic
     return (created.spec?.schedulingGates ?? []).map((g) => g.name);
   };
   const setPolicy = (spec: Record<string, unknown>) =>
-    bed.kubectl("patch", "fencingpolicy", "pilot", "--type=merge", "-p", JSON.stringify({ spec }));
+    bed.kubectl("patch", "fencingpolicy", "default", "--type=merge", "-p", JSON.stringify({ spec }));
 
   test("no FencingPolicy: a StatefulSet pod's force delete goes through, a claim pod is not gated", async () => {
     const pod = await statefulPod("pilot", nodeA);
@@ -112,8 +115,10 @@ describe("pilot scope: the guard and the gate act only where a live FencingPolic
     assert.deepEqual(await claimPodGates("pilot"), []);
   });
 
-  test("a dry-run policy selecting node A guards and gates nothing", async () => {
-    await bed.policy("pilot", { nodeSelector: { matchLabels: { pool: "pilot" } }, guardedPods: { namespaces: ["pilot"] }, dryRun: true });
+  test("the example policy (docs/pilot.md: a dry run over the labelled pool, the pilot's namespace named) guards and gates nothing", async () => {
+    await bed.kubectl("apply", "-f", join(repoRoot, "manifests/examples/40-fencingpolicy.yaml"));
+    await setPolicy({ guardedPods: { namespaces: ["pilot"] } }); // the $EDITOR step
+    assert.match(await bed.kubectl("get", "fencingpolicies"), /^default\s+\S*\s+off\s+true\s+false/m, "DRYRUN true");
     const pod = await statefulPod("pilot", nodeA);
     // Give the operator's cache the policy's creation first: what is checked is its answer, not its lag.
     await new Promise((r) => setTimeout(r, 2_000));
@@ -133,7 +138,7 @@ describe("pilot scope: the guard and the gate act only where a live FencingPolic
     });
     const refused = await forceDelete("pilot", onA);
     assert.match(refused, /force-delete\.stockade\.io/);
-    assert.match(refused, /guarded by Stockade \(FencingPolicy pilot\) \(owned by a StatefulSet\)/);
+    assert.match(refused, /guarded by Stockade \(FencingPolicy default\) \(owned by a StatefulSet\)/);
     assert.match(refused, new RegExp(`kubectl stockade fence ${nodeA}`));
     assert.equal(await gone("pilot", onA), false, "still there");
     assert.equal(await forceDelete("pilot", onB), "", "node B: no live policy selects it");
