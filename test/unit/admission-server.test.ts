@@ -50,11 +50,12 @@ const kube = new Proxy(
   },
   recordAll(""),
 );
+let policies = [policy("default")];
 const caches = {
   synced: true,
   pvcs: { list: () => [], get: () => undefined },
   // A live policy that selects every node: the guard covers node-2 (decide/scope.ts).
-  policies: { list: () => [policy("default")] },
+  policies: { list: () => policies },
   fences: { list: () => [] },
 };
 // The recorder the server was built with before: anything it records is a write on behalf of the caller.
@@ -129,6 +130,26 @@ describe("the force-delete webhook writes nothing to the API", () => {
     assert.deepEqual(events, [], "no Event");
     assert.deepEqual(writes(), [], "no API write");
     assert.deepEqual(calls.sort(), ["getNodeFence", "readLease", "readNode"], "the fresh reads only");
+  });
+
+  test("issue 28: with no FencingPolicy the delete goes through without a read; with a dry run, after reading the node", async () => {
+    try {
+      policies = [];
+      calls.length = 0;
+      const none = await review(forceDelete(victim()));
+      assert.equal(none.response.allowed, true);
+      assert.deepEqual(calls, [], "no policy, no NodeFence: nothing to read");
+      policies = [policy("default", { dryRun: true })];
+      const dry = await review(forceDelete(victim()));
+      assert.equal(dry.response.allowed, true);
+      assert.match(
+        dry.response.auditAnnotations?.reason ?? "",
+        /not guarded: FencingPolicy default, which selects node node-2, is a dry run/,
+      );
+      assert.deepEqual(calls.sort(), ["getNodeFence", "readLease", "readNode"]);
+    } finally {
+      policies = [policy("default")];
+    }
   });
 
   test("an acknowledged force delete, dry run or not, is allowed with a warning and an audit annotation, and writes nothing", async () => {
