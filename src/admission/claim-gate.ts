@@ -21,7 +21,7 @@ export function gatePod(pod: V1Pod, pvc: (name: string) => V1PersistentVolumeCla
   if (pod.spec?.nodeName)
     return {
       allowed: false,
-      message: `pod ${name} sets spec.nodeName (${pod.spec.nodeName}) and uses guarded claim(s) ${why}: Stockade holds such pods with a scheduling gate until the claim is free, which a pod bound at creation cannot have. Let the scheduler place it (nodeSelector or affinity instead of nodeName), or opt the claim out with the annotation stockade.io/claim-guard=false (docs/volumes.md)`,
+      message: `pod ${name} sets spec.nodeName (${pod.spec.nodeName}) and uses guarded claim(s) ${why}: Stockade holds such pods with a scheduling gate until the claim is free, which a pod bound at creation cannot have. Let the scheduler place it (nodeSelector or affinity instead of nodeName), or opt the pod out with the label stockade.io/guarded=false (docs/volumes.md)`,
     };
   const gates = pod.spec?.schedulingGates;
   if (gates?.some((g) => g.name === CLAIM_GATE)) return { allowed: true, gated: true, why, patch: [] };

@@ -16,8 +16,17 @@ export interface ForceDeleteFacts {
   username: string;
   /** gracePeriodSeconds of the request's DeleteOptions (undefined: the pod's own grace period). */
   gracePeriodSeconds: number | undefined;
-  /** Why the pod is guarded, or undefined when it is not. */
+  /** Why the pod is guarded, or undefined when it is not (or outside every live policy's scope: decide/scope.ts). */
   guarded: string | undefined;
+  /**
+   * The live FencingPolicy that selects the pod's node, when one does: only then can `kubectl stockade fence` of it
+   * work, so only then does the refusal suggest it.
+   */
+  policy?: string;
+  /** The phase of a NodeFence of the pod's node under way: Stockade releases the pod itself once it is confirmed. */
+  fencePhase?: string;
+  /** What put the pod in the guard's scope, said when neither a policy nor a fence does (decide/scope.ts). */
+  coveredBy?: string;
   /** The operator's own user (its ServiceAccount). */
   operatorUsers: readonly string[];
   /** Does the pod's Node object exist (fresh read)? For the message only: a deleted Node proves nothing. */
@@ -66,12 +75,50 @@ export function checkForceDelete(f: ForceDeleteFacts): ForceDeleteAnswer {
     f.nodeExists ? undefined : `its Node object is gone, which proves nothing (a live kubelet re-creates it)`,
   ].filter(Boolean);
   const how = f.gracePeriodSeconds === 0 ? "force-delete" : "delete at once (its effective grace period is 0)";
+  const by = f.policy ? ` (FencingPolicy ${f.policy})` : "";
+  const other = otherRemediator(f.username);
+  const safe = f.fencePhase
+    ? `Stockade is fencing node ${node} (NodeFence ${node}, phase ${f.fencePhase}): the pod is released as soon as the machine is confirmed powered off (kubectl stockade explain ${node}). `
+    : f.policy
+      ? `The safe path: kubectl stockade fence ${node} — the pod is released as soon as the machine is confirmed powered off. `
+      : f.coveredBy
+        ? `Guarded here because ${f.coveredBy}. `
+        : "";
+  const remediator = other
+    ? `The request comes from ${f.username}, which looks like ${other.name}: NodeHealthCheck is remediating node ${node} with it while Stockade guards the node${by}. ` +
+      `Let one of them act on a node, not both: ${other.disable}, or take the node out of the FencingPolicy's nodeSelector (docs/pilot.md, "Living beside NodeHealthCheck"). `
+    : "";
   return {
     allowed: false,
     message:
-      `refusing to ${how} pod ${pod}: it is guarded by Stockade (${f.guarded}) and its node ${node} is not confirmed fenced, ` +
+      `refusing to ${how} pod ${pod}: it is guarded by Stockade${by} (${f.guarded}) and its node ${node} is not confirmed fenced, ` +
       `so its containers may still be running and writing${notProof.length ? ` (${notProof.join("; ")})` : ""}; a force delete lets its replacement start next to it (two writers of one volume or identity). ` +
-      `The safe path: kubectl stockade fence ${node} — the pod is released as soon as the machine is confirmed powered off. ` +
+      remediator +
+      safe +
       `To force-delete anyway and accept that risk: kubectl annotate pod -n ${f.pod.metadata?.namespace} ${f.pod.metadata?.name} ${FORCE_DELETE_ANNOTATION}="<why>" and delete again (the apiserver's audit log records who did).`,
   };
+}
+
+/**
+ * The other node remediators whose own grace-0 deletes the guard refuses on the nodes it covers, by the username their
+ * controller runs as (a ServiceAccount whose name starts as the medik8s operators' Deployments do). Named in the
+ * refusal, with what to disable; never let through for it: their fence is not one Stockade can check.
+ */
+export const REMEDIATORS: readonly { pattern: RegExp; name: string; disable: string }[] = [
+  {
+    pattern: /^system:serviceaccount:[^:]+:fence-agents-remediation-/,
+    name: "Fence Agents Remediation (FAR)",
+    disable:
+      "remove the node from the NodeHealthCheck's selector (or drop the FenceAgentsRemediationTemplate from its remediation templates)",
+  },
+  {
+    pattern: /^system:serviceaccount:[^:]+:self-node-remediation-/,
+    name: "Self Node Remediation (SNR)",
+    disable: "remove the node from the NodeHealthCheck's selector (or drop the SelfNodeRemediationTemplate from its remediation templates)",
+  },
+];
+
+/** The known remediator the username belongs to, if it is one. */
+export function otherRemediator(username: string): { name: string; disable: string } | undefined {
+  return REMEDIATORS.find((r) => r.pattern.test(username));
 }

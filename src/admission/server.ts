@@ -12,8 +12,8 @@ import { createSecureContext } from "node:tls";
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import type { Logger } from "pino";
-import { claimGuard, claimNames, claimPolicy, fencedSince, heartbeatsNow } from "../decide/claim-lock.ts";
-import { isGuarded } from "../decide/guarded-pods.ts";
+import { fencedSince, heartbeatsNow } from "../decide/claim-lock.ts";
+import { gateScope, guardScope, guardedWhy } from "../decide/scope.ts";
 import { isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Metrics } from "../metrics.ts";
@@ -151,9 +151,14 @@ export class AdmissionServer {
     if (r.operation !== "CREATE" || r.kind?.kind !== "Pod" || !pod) return { uid: r.uid, allowed: true };
     const ns = r.namespace ?? pod.metadata?.namespace ?? "";
     pod.metadata = { ...pod.metadata, namespace: ns };
-    // Until the caches have synced, every exclusive claim counts as guarded: the gate is lifted later if not.
-    const policy = claimPolicy(this.d.caches.synced ? this.d.caches.policies.list() : undefined);
-    const answer = gatePod(pod, this.pvcLookup(ns), policy);
+    // Only pods in the scope of a live policy that keeps the claim lock (decide/scope.ts). Until the caches have
+    // synced, every exclusive claim counts as guarded: the gate is lifted later if not.
+    const scope = gateScope(pod, this.d.caches.synced ? this.d.caches.policies.list() : undefined);
+    if (!scope.covered) {
+      this.d.metrics?.admissionRequests.inc({ webhook: "claim-gate", outcome: "allowed" });
+      return { uid: r.uid, allowed: true };
+    }
+    const answer = gatePod(pod, this.pvcLookup(ns), scope.claims);
     const name = pod.metadata?.name || `${pod.metadata?.generateName ?? ""}*`;
     if (!answer.allowed) {
       this.d.metrics?.admissionRequests.inc({ webhook: "claim-gate", outcome: "denied" });
@@ -203,17 +208,19 @@ export class AdmissionServer {
       if (!pod || effectiveGracePeriod(grace, pod) !== 0) return { uid: r.uid, allowed: true };
     }
     const ns = pod.metadata?.namespace ?? r.namespace ?? "";
-    const pvcs = new Map(caches.pvcs.list(ns).map((p) => [`${ns}/${p.metadata?.name}`, p] as const));
-    const policy = claimPolicy(caches.synced ? caches.policies.list() : undefined);
-    const fencing = isGuarded(pod, mergedGuardedPods(caches), pvcs);
-    const claim = claimNames(pod).find((c) => claimGuard(caches.pvcs.get(c, ns), policy).guarded);
-    const guarded = fencing.guarded ? fencing.why : claim ? `uses guarded claim ${claim}` : undefined;
+    const pvc = this.pvcLookup(ns);
+    const policies = caches.synced ? caches.policies.list() : undefined;
     const node = pod.spec?.nodeName;
-    // Fresh, all three: the fence's fingerprint is compared with the Node and Lease as they are now.
+    // Could any policy guard it at all (the most a policy guards: decide/scope.ts narrows)? Then read fresh, all
+    // three: which policy selects the node is decided on its labels as they are now (a node just labelled into a
+    // policy is covered at once), and a fence's fingerprint is compared with the Node and Lease as they are now.
+    const mayBeGuarded = !!guardedWhy(pod, undefined, pvc) && (!policies || policies.length > 0 || caches.fences.list().length > 0);
     const [nodeObj, lease, fence] =
-      node && guarded
+      node && mayBeGuarded
         ? await Promise.all([kube.readNode(node), kube.readLease(node), kube.getNodeFence(node)])
         : [undefined, undefined, undefined];
+    const scope = node && mayBeGuarded ? guardScope({ pod, node: nodeObj, fence, policies, pvc }) : undefined;
+    const guarded = scope?.covered ? scope.guarded : undefined;
     const now = this.d.clock?.() ?? DateTime.utc();
     const user = r.userInfo?.username ?? "";
     const answer = checkForceDelete({
@@ -221,6 +228,9 @@ export class AdmissionServer {
       username: user,
       gracePeriodSeconds: grace,
       guarded,
+      ...(scope?.covered && scope.policy ? { policy: scope.policy } : {}),
+      ...(scope?.covered && scope.fencePhase ? { fencePhase: scope.fencePhase } : {}),
+      ...(scope?.covered ? { coveredBy: scope.why } : {}),
       operatorUsers: this.operatorUsers,
       nodeExists: !!nodeObj,
       nodeHeartbeats: heartbeatsNow(nodeObj, lease, now),
@@ -244,17 +254,9 @@ export class AdmissionServer {
         auditAnnotations: { decision: "acknowledged", acknowledged: answer.acknowledged, reason: msg },
       };
     }
-    return { uid: r.uid, allowed: true, auditAnnotations: { decision: "allowed", reason: answer.why } };
+    const why = answer.why === "not guarded" && scope && !scope.covered ? `not guarded: ${scope.why}` : answer.why;
+    return { uid: r.uid, allowed: true, auditAnnotations: { decision: "allowed", reason: why } };
   }
-}
-
-function mergedGuardedPods(caches: Caches): { statefulSets: boolean; readWriteOnceVolumes: boolean } {
-  const ps = caches.synced ? caches.policies.list() : [];
-  if (!ps.length) return { statefulSets: true, readWriteOnceVolumes: true };
-  return {
-    statefulSets: ps.some((p) => p.spec?.guardedPods?.statefulSets ?? true),
-    readWriteOnceVolumes: ps.some((p) => p.spec?.guardedPods?.readWriteOnceVolumes ?? true),
-  };
 }
 
 function deny(uid: string, code: number, reason: string, message: string): AdmissionResponse {

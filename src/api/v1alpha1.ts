@@ -240,8 +240,10 @@ export interface FencingPolicySpec {
    */
   nodeSelector?: FencingPolicySpecNodeSelector;
   /**
-   * Which pods on a fenced node are guarded (released only after a confirmed fence). The pod label stockade.io/guarded
-   * "true" opts any pod in, "false" opts a pod out.
+   * Which pods are guarded: released only after a confirmed fence of their node, their force delete refused
+   * (forceDeleteGuard), their claims locked (claimLock). Only pods of the namespaces and labels named here are in the
+   * policy's scope. The pod label stockade.io/guarded "true" opts a pod of that scope in, "false" opts any pod out
+   * (the one way to opt a pod out).
    * @default {}
    */
   guardedPods?: FencingPolicySpecGuardedPods;
@@ -276,7 +278,21 @@ export interface FencingPolicySpec {
    */
   guards?: FencingPolicySpecGuards;
   /**
-   * Decide and report (DryRun condition, Events) but never fence.
+   * Keep the claim lock for the guarded claims of the pods in this policy's scope (guardedPods.namespaces and
+   * podSelector): such a pod is created with a scheduling gate and starts only once no other instance can use its
+   * claim. Off in a dry run.
+   * @default true
+   */
+  claimLock?: boolean;
+  /**
+   * Refuse a force delete (grace period 0, or an eviction or delete the apiserver carries out at once) of a guarded
+   * pod on a node this policy selects unless the node is confirmed fenced. Off in a dry run.
+   * @default true
+   */
+  forceDeleteGuard?: boolean;
+  /**
+   * Decide and report (DryRun condition, Events) but never fence; the claim lock and the force-delete guard are off
+   * for the nodes and pods of a dry-run policy.
    * @default false
    */
   dryRun?: boolean;
@@ -306,10 +322,22 @@ export interface FencingPolicySpecNodeSelectorMatchExpressions {
 }
 
 /**
- * Which pods on a fenced node are guarded (released only after a confirmed fence). The pod label stockade.io/guarded
- * "true" opts any pod in, "false" opts a pod out.
+ * Which pods are guarded: released only after a confirmed fence of their node, their force delete refused
+ * (forceDeleteGuard), their claims locked (claimLock). Only pods of the namespaces and labels named here are in the
+ * policy's scope. The pod label stockade.io/guarded "true" opts a pod of that scope in, "false" opts any pod out (the
+ * one way to opt a pod out).
  */
 export interface FencingPolicySpecGuardedPods {
+  /**
+   * Only pods of these namespaces are guarded by this policy; absent or empty, every namespace (except those the
+   * webhooks exclude: kube-system, the operator's, and namespaces labelled stockade.io/webhooks=disabled).
+   */
+  namespaces?: string[];
+  /**
+   * Only pods whose labels match are guarded by this policy (a metav1.LabelSelector); absent, every pod. Select whole
+   * workloads: every pod of one claim or one StatefulSet should match alike.
+   */
+  podSelector?: FencingPolicySpecGuardedPodsPodSelector;
   /**
    * Guard pods owned by a StatefulSet.
    * @default true
@@ -320,6 +348,27 @@ export interface FencingPolicySpecGuardedPods {
    * @default true
    */
   readWriteOnceVolumes?: boolean;
+}
+
+/**
+ * Only pods whose labels match are guarded by this policy (a metav1.LabelSelector); absent, every pod. Select whole
+ * workloads: every pod of one claim or one StatefulSet should match alike.
+ */
+export interface FencingPolicySpecGuardedPodsPodSelector {
+  /** Label key to value; a pod must have every one. */
+  matchLabels?: Record<string, string>;
+  /** Label requirements; a pod must satisfy every one. */
+  matchExpressions?: FencingPolicySpecGuardedPodsPodSelectorMatchExpressions[];
+}
+
+/** A label requirement. */
+export interface FencingPolicySpecGuardedPodsPodSelectorMatchExpressions {
+  /** The label key. */
+  key: string;
+  /** How the key relates to the values. */
+  operator: "In" | "NotIn" | "Exists" | "DoesNotExist";
+  /** Values for In and NotIn; empty for Exists and DoesNotExist. */
+  values?: string[];
 }
 
 /** When a silent node is fenced. */
@@ -650,6 +699,22 @@ export interface NodeFenceStatusPolicySnapshotRelease {
 export interface NodeFenceStatusPolicySnapshotGuardedPods {
   statefulSets?: boolean;
   readWriteOnceVolumes?: boolean;
+  /** Only pods of these namespaces are guarded; absent or empty, every namespace. */
+  namespaces?: string[];
+  /** Only pods whose labels match are guarded; absent, every pod. */
+  podSelector?: NodeFenceStatusPolicySnapshotGuardedPodsPodSelector;
+}
+
+/** Only pods whose labels match are guarded; absent, every pod. */
+export interface NodeFenceStatusPolicySnapshotGuardedPodsPodSelector {
+  matchLabels?: Record<string, string>;
+  matchExpressions?: NodeFenceStatusPolicySnapshotGuardedPodsPodSelectorMatchExpressions[];
+}
+
+export interface NodeFenceStatusPolicySnapshotGuardedPodsPodSelectorMatchExpressions {
+  key: string;
+  operator: string;
+  values?: string[];
 }
 
 /**

@@ -6,6 +6,7 @@ import type { FencingPolicy } from "../api/v1alpha1.ts";
 import { decideFleet, podsByNode, type FleetInput } from "../decide/fleet.ts";
 import { DEFAULT_FENCE_AFTER_SECONDS, isInjectedToleration, podWaitSeconds, unreachableToleration } from "../decide/forgiveness.ts";
 import { isFinished, isGuarded } from "../decide/guarded-pods.ts";
+import { describeScope } from "../decide/scope.ts";
 import { policyForNode } from "../decide/selectors.ts";
 import { CliError, type Cluster } from "./cluster.ts";
 import { clip, dash, iso, table, when } from "./format.ts";
@@ -28,9 +29,12 @@ function describePolicy(p: FencingPolicy): string {
   const d = p.spec.detection ?? {};
   const levels = p.spec.escalation.map((l, i) => `level ${i + 1}: ${l.agents.map((a) => a.name).join(" + ")}`).join(", ");
   const flags = [p.spec.dryRun ? "dryRun" : "", p.spec.paused ? "paused" : ""].filter(Boolean).join(", ");
+  const off = (on: boolean | undefined, field: string) =>
+    p.spec.dryRun ? "off (a dry run)" : on === false ? `off (${field}: false)` : "on";
   return [
     `heartbeatTimeoutSeconds ${d.heartbeatTimeoutSeconds ?? 40}, fenceAfterSeconds ${d.fenceAfterSeconds ?? DEFAULT_FENCE_AFTER_SECONDS}, honorPodTolerations ${d.honorPodTolerations ?? true}`,
     `escalation ${levels}; action ${p.spec.action ?? "off"}${flags ? `; ${flags}` : ""}`,
+    `pods: ${describeScope(p.spec.guardedPods)}; force-delete guard ${off(p.spec.forceDeleteGuard, "forceDeleteGuard")}; claim lock ${off(p.spec.claimLock, "claimLock")}`,
   ].join("\n");
 }
 

@@ -12,8 +12,8 @@ import {
   MAX_CONTINUED_TOKEN,
   TOKENS_ANNOTATION,
   TOKEN_ANNOTATION,
+  CLAIM_GUARD_ANNOTATION,
   claimGuard,
-  claimPolicy,
   claimNames,
   decideClaim,
   fencedSince,
@@ -24,6 +24,8 @@ import {
   podTokens,
   tokenAnnotation,
 } from "../decide/claim-lock.ts";
+import { GUARDED_LABEL } from "../decide/guarded-pods.ts";
+import { gateScope } from "../decide/scope.ts";
 import { isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Metrics } from "../metrics.ts";
@@ -79,6 +81,8 @@ export class ClaimLockController {
   private readonly waits = new Map<string, SharedWait>();
   /** What each gated pod was last told it waits for (its WaitingForClaim Event), to tell it again only when that changes. */
   private readonly told = new Map<string, string>();
+  /** Claims (uid) already told that their stockade.io/claim-guard=false is ignored (a Warning Event, once per operator run). */
+  private readonly ignoredOptOut = new Set<string>();
 
   constructor(d: ClaimLockDeps) {
     this.d = d;
@@ -235,7 +239,9 @@ export class ClaimLockController {
           }),
         ),
       );
-    const missing = names.filter((_, i) => !claims[i]);
+    // A pod out of every live policy's scope waits for nothing (its gate comes off below), not even a missing claim.
+    const inScope = gateScope(cached, caches.policies.list()).covered;
+    const missing = inScope ? names.filter((_, i) => !claims[i]) : [];
     if (missing.length) {
       await events.record(podRef(cached), "Normal", "ClaimMissing", `waiting for claim ${missing.join(", ")} to exist before granting it`);
       return { requeueAfterMs: RECHECK_MS };
@@ -246,8 +252,20 @@ export class ClaimLockController {
     const tList = performance.now();
     const pod = pods.find((p) => p.metadata?.uid === cached.metadata?.uid);
     if (!pod || !isGated(pod) || pod.metadata?.deletionTimestamp) return;
-    const policy = claimPolicy(caches.policies.list());
-    const guarded = claims.filter((c): c is V1PersistentVolumeClaim => !!c && claimGuard(c, policy).guarded);
+    // Out of every live policy's scope now (the policy deleted, turned to a dry run, claimLock: false, the pod's
+    // namespace no longer named): no claim of the pod is guarded, and the gate comes off without a grant.
+    const scope = gateScope(pod, caches.policies.list());
+    // In scope after all (its labels changed since the cached copy), with a claim not read: look again later.
+    if (scope.covered && claims.some((c) => !c)) return { requeueAfterMs: RECHECK_MS };
+    const guarded = scope.covered ? claims.filter((c): c is V1PersistentVolumeClaim => !!c && claimGuard(c, scope.claims).guarded) : [];
+    for (const c of scope.covered ? claims : []) {
+      const uid = c?.metadata?.uid || `${namespace}/${c?.metadata?.name}`;
+      if (c?.metadata?.annotations?.[CLAIM_GUARD_ANNOTATION] !== "false" || this.ignoredOptOut.has(uid)) continue;
+      this.ignoredOptOut.add(uid);
+      const msg = `claim ${c.metadata?.name}: the annotation ${CLAIM_GUARD_ANNOTATION}=false no longer opts a claim out (only "true", opting one in, is read); to opt a workload out, label its pods ${GUARDED_LABEL}=false (docs/api.md, "Opting out")`;
+      log.warn({ pod: key, claim: c.metadata?.name }, msg);
+      await events.record(pvcRef(c), "Warning", "ClaimOptOutIgnored", msg);
+    }
     // Where the claims' other users are bound: is that node fenced, and still off? Read fresh, all at once.
     const users = pods.filter(
       (p) => p.metadata?.uid !== pod.metadata?.uid && guarded.some((c) => claimNames(p).includes(c.metadata?.name ?? "")),

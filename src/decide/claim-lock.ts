@@ -6,7 +6,7 @@
 // Pure: the controller (controllers/claim-lock.ts) feeds it fresh reads and applies what it returns.
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
-import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
+import type { NodeFence } from "../api/v1alpha1.ts";
 import { heartbeatChanges, heartbeatOf } from "./fence-machine.ts";
 import { GUARDED_LABEL, isFinished } from "./guarded-pods.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime } from "./node-health.ts";
@@ -15,7 +15,10 @@ import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime } from "./node-health.ts"
 export const CLAIM_GATE = "stockade.io/claim-lock";
 /** On a PVC: the lock record (JSON, see ClaimLock). Written only by Stockade, only by compare-and-swap. */
 export const LOCK_ANNOTATION = "stockade.io/claim-lock";
-/** On a PVC: "true" guards it whatever its access modes, "false" never guards it. */
+/**
+ * On a PVC: "true" guards it whatever its access modes (in a live policy's scope). "false" opted a claim out before
+ * issue 28 and is no longer read: the one opt-out is the pod label stockade.io/guarded=false (docs/api.md).
+ */
 export const CLAIM_GUARD_ANNOTATION = "stockade.io/claim-guard";
 /** On a pod: the fencing token of each claim it holds, JSON {"claim name": token}. */
 export const TOKENS_ANNOTATION = "stockade.io/claim-tokens";
@@ -89,27 +92,21 @@ const exclusive = (pvc: V1PersistentVolumeClaim) =>
 
 /** What decides whether a claim is guarded, besides the claim itself: the FencingPolicies' guardedPods.readWriteOnceVolumes. */
 export interface ClaimPolicy {
-  /** Some FencingPolicy guards pods that use ReadWriteOnce claims (its guardedPods.readWriteOnceVolumes, default true). */
+  /** A live FencingPolicy whose scope has the pod guards pods that use ReadWriteOnce claims (guardedPods.readWriteOnceVolumes, default true). */
   readWriteOnceVolumes: boolean;
-}
-
-/** What the FencingPolicies say about claims; without their list yet (caches not synced), exclusive claims count as guarded. */
-export function claimPolicy(policies: readonly FencingPolicy[] | undefined): ClaimPolicy {
-  if (!policies) return { readWriteOnceVolumes: true };
-  return { readWriteOnceVolumes: policies.some((p) => p.spec?.guardedPods?.readWriteOnceVolumes ?? true) };
 }
 
 export type ClaimGuard = { guarded: true; why: string } | { guarded: false; why: string };
 
 /**
- * Is the claim lock kept for this claim? The PVC's stockade.io/claim-guard annotation decides first; otherwise a
- * ReadWriteOnce or ReadWriteOncePod claim is guarded when a FencingPolicy guards such claims. A claim not seen
- * yet (pvc undefined) is guarded: the gate is cheap to lift once it is seen, a start without it is not undoable.
+ * Is the claim lock kept for this claim (of a pod in a live policy's scope: decide/scope.ts)? The PVC's
+ * stockade.io/claim-guard=true opts it in; otherwise a ReadWriteOnce or ReadWriteOncePod claim is guarded when the
+ * policies guard such claims. A claim not seen yet (pvc undefined) is guarded: the gate is cheap to lift once it is
+ * seen, a start without it is not undoable. The annotation's "false" is not an opt-out (the pod label is the one).
  */
 export function claimGuard(pvc: V1PersistentVolumeClaim | undefined, policy: ClaimPolicy): ClaimGuard {
   if (!pvc) return { guarded: true, why: "the claim does not exist yet" };
   const opt = pvc.metadata?.annotations?.[CLAIM_GUARD_ANNOTATION];
-  if (opt === "false") return { guarded: false, why: `opted out by annotation ${CLAIM_GUARD_ANNOTATION}=false` };
   if (opt === "true") return { guarded: true, why: `opted in by annotation ${CLAIM_GUARD_ANNOTATION}=true` };
   if (!exclusive(pvc)) return { guarded: false, why: `access modes ${(pvc.spec?.accessModes ?? []).join(", ") || "none"}` };
   if (!policy.readWriteOnceVolumes) return { guarded: false, why: "no FencingPolicy guards ReadWriteOnce claims" };

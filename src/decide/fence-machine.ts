@@ -159,7 +159,12 @@ export function snapshotOf(p: FencingPolicy): NodeFenceStatusPolicySnapshot {
       deleteVolumeAttachments: s.release?.deleteVolumeAttachments ?? true,
       outOfServiceTaint: s.release?.outOfServiceTaint ?? false,
     },
-    guardedPods: { statefulSets: s.guardedPods?.statefulSets ?? true, readWriteOnceVolumes: s.guardedPods?.readWriteOnceVolumes ?? true },
+    guardedPods: {
+      statefulSets: s.guardedPods?.statefulSets ?? true,
+      readWriteOnceVolumes: s.guardedPods?.readWriteOnceVolumes ?? true,
+      ...(s.guardedPods?.namespaces?.length ? { namespaces: [...s.guardedPods.namespaces] } : {}),
+      ...(s.guardedPods?.podSelector ? { podSelector: s.guardedPods.podSelector } : {}),
+    },
     heartbeatTimeoutSeconds: s.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     unfenceOnReboot: s.unfenceOnReboot ?? false,
   };

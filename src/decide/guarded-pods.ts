@@ -1,13 +1,26 @@
 // Which pods Stockade protects: those whose identity or volume must never run twice. By default
-// StatefulSet pods and pods holding a ReadWriteOnce volume; the stockade.io/guarded label opts any
-// pod in ("true") or out ("false").
-import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+// StatefulSet pods and pods holding a ReadWriteOnce volume, of the namespaces and labels the policy names
+// (guardedPods.namespaces, podSelector; none named: every pod); the stockade.io/guarded label opts a pod of
+// that scope in ("true"), or any pod out ("false": the one spelling of an opt-out).
+import type { V1LabelSelector, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import { matchesSelector } from "./selectors.ts";
 
 export const GUARDED_LABEL = "stockade.io/guarded";
 
 export interface GuardedPodsPolicy {
   statefulSets?: boolean;
   readWriteOnceVolumes?: boolean;
+  /** Only pods of these namespaces; absent or empty: every namespace. */
+  namespaces?: string[];
+  /** Only pods whose labels match; absent: every pod. */
+  podSelector?: V1LabelSelector;
+}
+
+/** Is the pod in the scope of a policy's guardedPods (namespaces and podSelector)? The opt-out label is not looked at here. */
+export function inPodScope(pod: V1Pod, g: Pick<GuardedPodsPolicy, "namespaces" | "podSelector"> | undefined): boolean {
+  const ns = g?.namespaces ?? [];
+  if (ns.length && !ns.includes(pod.metadata?.namespace ?? "")) return false;
+  return !g?.podSelector || matchesSelector(pod.metadata?.labels, g.podSelector);
 }
 
 export type Guarded = { guarded: true; why: string } | { guarded: false; why: string };
@@ -18,6 +31,7 @@ const exclusive = (modes: string[] | undefined) => (modes ?? []).some((m) => m =
 export function isGuarded(pod: V1Pod, policy: GuardedPodsPolicy | undefined, pvcs: ReadonlyMap<string, V1PersistentVolumeClaim>): Guarded {
   const label = pod.metadata?.labels?.[GUARDED_LABEL];
   if (label === "false") return { guarded: false, why: `opted out by label ${GUARDED_LABEL}=false` };
+  if (!inPodScope(pod, policy)) return { guarded: false, why: "outside the policy's namespaces or podSelector" };
   if (label === "true") return { guarded: true, why: `opted in by label ${GUARDED_LABEL}=true` };
   if ((policy?.statefulSets ?? true) && pod.metadata?.ownerReferences?.some((o) => o.kind === "StatefulSet" && o.controller)) {
     return { guarded: true, why: "owned by a StatefulSet" };

@@ -262,6 +262,8 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
         minZoneSize: 2,
         maxWatchStalenessSeconds: 60,
       },
+      claimLock: true,
+      forceDeleteGuard: true,
       dryRun: false,
       paused: false,
     });

@@ -8,6 +8,7 @@ import {
   FORCE_DELETE_ANNOTATION,
   checkForceDelete,
   effectiveGracePeriod,
+  otherRemediator,
   type ForceDeleteFacts,
 } from "../../src/admission/force-delete.ts";
 import { CLAIM_GATE, CLAIM_GUARD_ANNOTATION } from "../../src/decide/claim-lock.ts";
@@ -60,13 +61,13 @@ describe("gatePod", () => {
     assert.equal((gatePod(newPod({ claims: ["later"] }), lookup, on) as { gated: boolean }).gated, true);
   });
 
-  test("an opted-in shared claim gates; an opted-out exclusive one does not", () => {
+  test("an opted-in shared claim gates; the claim annotation's old opt-out (false) no longer opts an exclusive one out", () => {
     const rwx = pvc("rwx", ["ReadWriteMany"]);
     rwx.metadata!.annotations = { [CLAIM_GUARD_ANNOTATION]: "true" };
     assert.equal((gatePod(newPod({ claims: ["rwx"] }), () => rwx, on) as { gated: boolean }).gated, true);
     const rwo = pvc("rwo", ["ReadWriteOnce"]);
     rwo.metadata!.annotations = { [CLAIM_GUARD_ANNOTATION]: "false" };
-    assert.equal((gatePod(newPod({ claims: ["rwo"] }), () => rwo, on) as { gated: boolean }).gated, false);
+    assert.equal((gatePod(newPod({ claims: ["rwo"] }), () => rwo, on) as { gated: boolean }).gated, true);
   });
 
   test("a pod bound at creation (spec.nodeName) with a guarded claim is refused with the way out", () => {
@@ -74,7 +75,10 @@ describe("gatePod", () => {
     p.spec!.nodeName = "node-1";
     const a = gatePod(p, lookup, on);
     assert.equal(a.allowed, false);
-    assert.match((a as { message: string }).message, /sets spec.nodeName \(node-1\).*nodeSelector or affinity.*claim-guard=false/);
+    assert.match(
+      (a as { message: string }).message,
+      /sets spec.nodeName \(node-1\).*nodeSelector or affinity.*stockade\.io\/guarded=false/,
+    );
   });
 });
 
@@ -97,6 +101,7 @@ describe("checkForceDelete", () => {
       username: "alice",
       gracePeriodSeconds: 0,
       guarded: "owned by a StatefulSet",
+      policy: "default",
       operatorUsers: ["system:serviceaccount:stockade-system:stockade"],
       nodeExists: true,
       nodeHeartbeats: false,
@@ -113,6 +118,35 @@ describe("checkForceDelete", () => {
     assert.match(m, /two writers/);
     assert.match(m, /kubectl stockade fence node-2/);
     assert.match(m, new RegExp(FORCE_DELETE_ANNOTATION));
+  });
+
+  test("`kubectl stockade fence` is suggested only where a live policy selects the node; a fence under way is named instead", () => {
+    const none = (checkForceDelete(facts({ policy: undefined })) as { message: string }).message;
+    assert.doesNotMatch(none, /stockade fence/);
+    assert.match(none, /refusing to force-delete pod default\/db-0: it is guarded by Stockade \(owned/);
+    const fencing = (checkForceDelete(facts({ policy: undefined, fencePhase: "Fencing" })) as { message: string }).message;
+    assert.doesNotMatch(fencing, /kubectl stockade fence/);
+    assert.match(fencing, /Stockade is fencing node node-2 \(NodeFence node-2, phase Fencing\)/);
+    assert.match((checkForceDelete(facts()) as { message: string }).message, /guarded by Stockade \(FencingPolicy default\)/);
+  });
+
+  test("issue 28 item 6: a grace-0 delete by FAR or SNR is refused too, naming the other remediator and what to disable", () => {
+    const far = "system:serviceaccount:openshift-workload-availability:fence-agents-remediation-controller-manager";
+    const snr = "system:serviceaccount:medik8s:self-node-remediation-controller-manager";
+    for (const [username, name, template] of [
+      [far, "Fence Agents Remediation \\(FAR\\)", "FenceAgentsRemediationTemplate"],
+      [snr, "Self Node Remediation \\(SNR\\)", "SelfNodeRemediationTemplate"],
+    ] as const) {
+      const a = checkForceDelete(facts({ username }));
+      assert.equal(a.allowed, false, `${username}: no silent allow inside the scope`);
+      const m = (a as { message: string }).message;
+      assert.match(m, new RegExp(`The request comes from ${username.replace(/[.]/g, "\\.")}, which looks like ${name}`));
+      assert.match(m, new RegExp(`NodeHealthCheck's selector \\(or drop the ${template}`));
+      assert.match(m, /docs\/pilot\.md/);
+    }
+    assert.equal(otherRemediator("alice"), undefined);
+    assert.equal(otherRemediator("system:serviceaccount:x:fence-agents-remediation"), undefined, "the prefix, with its dash");
+    assert.doesNotMatch((checkForceDelete(facts()) as { message: string }).message, /NodeHealthCheck/);
   });
 
   test("allowed: a graceful delete, an unguarded pod, a pod never scheduled, a finished pod", () => {

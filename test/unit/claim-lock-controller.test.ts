@@ -9,7 +9,7 @@ import { DateTime } from "luxon";
 import { ClaimLockController } from "../../src/controllers/claim-lock.ts";
 import { CLAIM_GATE, LOCK_ANNOTATION, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
 import { SOLE_LEADER } from "../../src/runtime/leader.ts";
-import { pod as mkPod, pvc as mkPvc } from "./decide-fixtures.ts";
+import { pod as mkPod, policy as mkPolicy, pvc as mkPvc } from "./decide-fixtures.ts";
 
 function gatedPod(name: string, uid: string): V1Pod {
   const p = mkPod(name, { claims: ["data"], uid });
@@ -25,7 +25,7 @@ function world() {
   const pods = new Map<string, V1Pod>();
   let claim: V1PersistentVolumeClaim = {
     ...mkPvc("data", ["ReadWriteOnce"]),
-    // No FencingPolicy in this world: the claim is opted in.
+    // Opted in: guarded whatever the live policy's readWriteOnceVolumes says.
     metadata: { name: "data", namespace: "default", resourceVersion: "10", annotations: { "stockade.io/claim-guard": "true" } },
   };
   /** What the controller's cache shows of the claim (by default, the claim as it is now). */
@@ -83,6 +83,8 @@ function world() {
     claim: () => claim,
     cachedClaim: () => clone(cached ? cached() : claim),
     setCachedClaim: (c: () => V1PersistentVolumeClaim) => (cached = c),
+    annotateClaim: (a: Record<string, string>) =>
+      (claim = { ...claim, metadata: { ...claim.metadata, annotations: { ...claim.metadata?.annotations, ...a } } }),
     onList: (h: () => void) => (hook = h),
     /** Another worker's whole grant of the claim to pod p (created gated just before). */
     grantTo: (p: V1Pod) => {
@@ -107,11 +109,14 @@ function world() {
   };
 }
 
-function controller(w: ReturnType<typeof world>) {
+/** The live FencingPolicy whose scope (every namespace) has the world's pods: the claim lock is kept for them. */
+const LIVE = [mkPolicy("default")];
+
+function controller(w: ReturnType<typeof world>, policies = LIVE) {
   const silent = { info() {}, warn() {}, error() {}, debug() {} };
   const caches = {
     pods: { get: (name: string) => w.pods.get(name), on() {}, list: () => [...w.pods.values()] },
-    policies: { list: () => [] },
+    policies: { list: () => policies },
     pvcs: { on() {}, get: () => w.cachedClaim() },
     fences: { on() {} },
   };
@@ -153,6 +158,23 @@ test("uncontended: the gated pod is granted token 1 and its gate lifted with the
   const a = w.pods.get("app-a")!;
   assert.deepEqual(a.spec?.schedulingGates, []);
   assert.equal(a.metadata?.annotations?.["stockade.io/claim-token"], "1");
+});
+
+test("out of every live policy's scope (none, a dry run, claimLock: false, another namespace): the gate comes off with no grant", async () => {
+  for (const policies of [
+    [],
+    [mkPolicy("default", { dryRun: true })],
+    [mkPolicy("default", { claimLock: false })],
+    [mkPolicy("default", { guardedPods: { namespaces: ["other"] } })],
+  ]) {
+    const w = world();
+    w.pods.set("app-a", gatedPod("app-a", "uid-a"));
+    await controller(w, policies).reconcile("default/app-a");
+    const lock = parseLock(w.claim());
+    assert.ok(lock.ok);
+    assert.equal(lock.lock, undefined, `no grant written: ${JSON.stringify(policies.map((p) => p.spec))}`);
+    assert.deepEqual(w.pods.get("app-a")!.spec?.schedulingGates, [], "the gate lifted");
+  }
 });
 
 test("a claim the cache shows held by the pod is read fresh: a lock that moved on is not taken for this pod's", async () => {
@@ -238,7 +260,7 @@ function wired(w: ReturnType<typeof world>) {
     kube: w.kube as never,
     caches: {
       pods: { get: (name: string) => w.pods.get(name), on: on("pods"), list: () => [...w.pods.values()] },
-      policies: { list: () => [], on: on("policies") },
+      policies: { list: () => LIVE, on: on("policies") },
       pvcs: { on: on("pvcs"), get: () => w.cachedClaim() },
       fences: { on: on("fences") },
     } as never,
@@ -345,4 +367,21 @@ test("a gated pod's own events (creation, status) wake none of the claim's other
   lifted.spec!.schedulingGates = [];
   emit("update", lifted, gatedPod("app-3", "uid-3"));
   assert.deepEqual(queued.sort(), ["default/app-0", "default/app-1", "default/app-2"]);
+});
+
+test("a claim still carrying the old opt-out (claim-guard=false) is guarded anyway, and told so once with a Warning Event", async () => {
+  const w = world();
+  w.annotateClaim({ "stockade.io/claim-guard": "false" }); // a ReadWriteOnce claim: guarded by the live policy
+  w.pods.set("app-a", gatedPod("app-a", "uid-a"));
+  const { ctl, recorded } = wired(w);
+  await ctl.reconcile("default/app-a");
+  const lock = parseLock(w.claim());
+  assert.ok(lock.ok);
+  assert.deepEqual(lock.lock?.holder, { pod: "app-a", uid: "uid-a" }, "granted by compare-and-swap, not let go");
+  w.pods.set("app-b", gatedPod("app-b", "uid-b"));
+  await ctl.reconcile("default/app-b");
+  const told = recorded.filter((r) => r.reason === "ClaimOptOutIgnored");
+  assert.equal(told.length, 1, "once per claim");
+  assert.equal(told[0]!.pod, "data");
+  assert.match(told[0]!.message, /no longer opts a claim out.*stockade\.io\/guarded=false/);
 });

@@ -100,14 +100,14 @@ describe("claimGuard", () => {
     assert.equal(claimGuard(claim(undefined, ["ReadWriteOncePod"]), on).guarded, true);
     assert.equal(claimGuard(claim(undefined, ["ReadWriteOnce"]), { readWriteOnceVolumes: false }).guarded, false);
   });
-  test("shared claims are not, unless opted in; opting out wins over the access mode", () => {
+  test("shared claims are not, unless opted in; the annotation's old opt-out (false) is no longer read", () => {
     assert.equal(claimGuard(claim(undefined, ["ReadWriteMany"]), on).guarded, false);
     const rwx = claim(undefined, ["ReadWriteMany"]);
     rwx.metadata!.annotations = { [CLAIM_GUARD_ANNOTATION]: "true" };
     assert.equal(claimGuard(rwx, { readWriteOnceVolumes: false }).guarded, true);
     const rwo = claim();
     rwo.metadata!.annotations = { [CLAIM_GUARD_ANNOTATION]: "false" };
-    assert.equal(claimGuard(rwo, on).guarded, false);
+    assert.equal(claimGuard(rwo, on).guarded, true);
   });
   test("a claim not seen yet is guarded", () => assert.equal(claimGuard(undefined, { readWriteOnceVolumes: false }).guarded, true));
 });

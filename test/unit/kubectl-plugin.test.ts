@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
+import type { FencingPolicy } from "../../src/api/v1alpha1.ts";
 import { age, clip, humanDuration, iso, table } from "../../src/cli/format.ts";
 import { renderStatus, statusReport } from "../../src/cli/status.ts";
 import { explainReport, renderExplain } from "../../src/cli/explain.ts";
@@ -105,6 +106,19 @@ describe("explain", () => {
     assert.match(out, /^default\/cache\s+yes\s+uses ReadWriteOnce claim data\s+4s/m);
     assert.match(out, /^default\/web\s+no\s+opted out by label/m);
     assert.match(out, /no hold: fencing is not held back/);
+    assert.match(out, /^ {2}pods: every namespace; force-delete guard on; claim lock on$/m);
+  });
+
+  test("explain says what the policy's scope is and which of the guard and the claim lock act (issue 28)", () => {
+    const w = world();
+    const withPolicy = (spec: Partial<FencingPolicy["spec"]>) =>
+      renderExplain({ ...w, policies: [{ ...w.policies[0]!, spec: { ...w.policies[0]!.spec, ...spec } }] }, "node-2");
+    assert.match(withPolicy({ dryRun: true }), /pods: every namespace; force-delete guard off \(a dry run\); claim lock off \(a dry run\)/);
+    assert.match(
+      withPolicy({ guardedPods: { namespaces: ["shop"] }, forceDeleteGuard: false }),
+      /pods: namespaces shop; force-delete guard off \(forceDeleteGuard: false\); claim lock on/,
+    );
+    assert.match(withPolicy({ guardedPods: { namespaces: ["shop"] } }), /^default\/db-0\s+no\s+outside the policy's namespaces/m);
   });
 
   test("-o: explainReport gives the verdict, why and health as data", () => {
