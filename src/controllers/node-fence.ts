@@ -31,7 +31,7 @@ import {
   OUT_OF_SERVICE_TAINT,
   agentRunning,
   attemptFacts,
-  heartbeatsAgain,
+  noLongerDue,
   nextStep,
   targetNode,
   type FenceObservation,
@@ -86,6 +86,7 @@ const WARNING_WAITS = new Set([
   "NoPolicy",
   "ConfirmationRefused",
   "StorageFenceNotLifted",
+  "ControlPlaneNode",
 ]);
 
 export class NodeFenceController {
@@ -650,9 +651,9 @@ export class NodeFenceController {
             throw new AgentError("Cancelled", (err as Error).message);
           }
           if (o !== "off" || !automatic) return;
-          // Automatic fencing needs sustained silence, re-read right before each power command.
+          // Automatic fencing needs sustained silence (or its trigger condition still held), re-read right before each power command.
           const [n, l] = await this.readFresh(current);
-          const why = heartbeatsAgain({ fence: current, node: n, lease: l, now: this.d.clock() });
+          const why = noLongerDue({ fence: current, node: n, lease: l, now: this.d.clock() });
           if (why) throw new AgentError("Cancelled", why);
         };
         const opts = {
