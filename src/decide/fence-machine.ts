@@ -242,6 +242,20 @@ function triggerGone(o: Pick<Fresh, "fence" | "node">, h: NodeHealth | undefined
   return `its condition ${c.type}=${c.status} no longer holds and the node heartbeats (${describeHealth(h)})`;
 }
 
+/** The fence's policy as it is now (undefined when it was deleted: a control-plane node is then refused). */
+const policyOf = (o: Pick<FenceObservation, "fence" | "policies">): FencingPolicy | undefined =>
+  o.policies.find((p) => p.metadata?.name === o.fence.status?.policy);
+
+/**
+ * Why no power-off may be tried now on this fresh read of the Node: a control-plane or etcd node under a policy that
+ * does not allow it (any fence), or what made an automatic fence due gone (see triggerGone); undefined while it may.
+ */
+export function powerOffRefused(o: Fresh & Pick<FenceObservation, "policies" | "pods">): string | undefined {
+  const refused = quorumRefusal(o.node, nodePods(o), policyOf(o));
+  if (refused) return refused;
+  return o.fence.spec.origin === "Automatic" ? noLongerDue(o) : undefined;
+}
+
 /** Why an automatic fence must not power the node off (see triggerGone), or undefined while it may. */
 export function noLongerDue(o: Fresh): string | undefined {
   return triggerGone(o, healthOf(o));
@@ -649,6 +663,17 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
 
   const busy = attempts.findIndex((a) => a.outcome === "InProgress");
   if (busy >= 0) return inProgressStep(o, busy, health, levelDeadline);
+
+  // A node that became a control-plane or etcd node since the fence started (or whose policy no longer allows it) gets
+  // no further power-off try, manual or automatic: the same check as at the start, on this read.
+  const refused = quorumRefusal(o.node, nodePods(o), policyOf(o));
+  if (refused)
+    return {
+      kind: "wait",
+      reason: "ControlPlaneNode",
+      message: `${refused}: no further power-off is tried (set it on the policy, or delete this NodeFence)`,
+      requeueAfterMs: 30_000,
+    };
 
   if (levelDeadline && o.now >= levelDeadline)
     return levelFailed(o, levels.length, level, `the level's ${spec.timeoutSeconds} s time limit passed`);

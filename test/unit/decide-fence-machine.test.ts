@@ -25,6 +25,7 @@ import {
   heartbeatOf,
   nextStep,
   noLongerDue,
+  powerOffRefused,
   RETRY_MAX_SECONDS,
   retryDelaySeconds,
   snapshotOf,
@@ -2021,5 +2022,29 @@ describe("issue 28 items 3 and 4: a fence a node condition triggered, and contro
       spec: { origin: "Manual" },
     });
     assert.equal(allowed.kind, "start");
+  });
+
+  test("labelled control-plane after the fence started: no further power-off try (fence machine and the fresh read before each try)", () => {
+    const cp = partitionedNode({ labels: { "node-role.kubernetes.io/control-plane": "" } });
+    for (const origin of ["Manual", "Automatic"] as const) {
+      const step = stepFor(fencing(), { node: cp, spec: { origin } });
+      assert.equal(step.kind === "wait" && step.reason, "ControlPlaneNode", `${origin}: ${step.kind}`);
+      assert.match(step.kind === "wait" ? step.message : "", /no further power-off is tried/);
+    }
+    assert.equal(stepFor(fencing(), { node: cp, policies: [policy("default", { allowControlPlane: true })] }).kind, "runAgent");
+    const fresh = (n: V1Node, origin: "Manual" | "Automatic", policies = [policy("default")]) => ({
+      fence: fenceOf(fencing(), { origin }),
+      node: n,
+      lease: lease("node-1", at(999)),
+      now: at(1000),
+      policies,
+      pods: [],
+    });
+    assert.match(powerOffRefused(fresh(cp, "Manual")) ?? "", /control-plane node/);
+    assert.equal(powerOffRefused(fresh(cp, "Manual", [policy("default", { allowControlPlane: true })])), undefined);
+    // A policy deleted since: a control-plane node is refused, any other node is not for that.
+    assert.match(powerOffRefused(fresh(cp, "Manual", [])) ?? "", /FencingPolicy \(none\)/);
+    assert.equal(powerOffRefused(fresh(alive(at(999)), "Manual", [])), undefined, "a manual fence of a node that heartbeats");
+    assert.match(powerOffRefused(fresh(alive(at(999)), "Automatic")) ?? "", /heartbeats again/);
   });
 });
