@@ -291,6 +291,20 @@ export interface FencingPolicySpec {
    */
   forceDeleteGuard?: boolean;
   /**
+   * What else makes a node due for fencing besides silence. Silence (spec.detection) is always a trigger; these add
+   * node conditions held for a time, as node-problem-detector and the kubelet report them.
+   * @default {}
+   */
+  triggers?: FencingPolicySpecTriggers;
+  /**
+   * Allow fencing control-plane nodes (labelled node-role.kubernetes.io/control-plane or
+   * node-role.kubernetes.io/master) and nodes that run a member of the cluster's etcd (a static etcd pod in
+   * kube-system). False by default: such a node is never fenced, automatically or by a NodeFence, since its loss may
+   * break the control plane's quorum.
+   * @default false
+   */
+  allowControlPlane?: boolean;
+  /**
    * Decide and report (DryRun condition, Events) but never fence; the claim lock and the force-delete guard are off
    * for the nodes and pods of a dry-run policy.
    * @default false
@@ -481,17 +495,47 @@ export interface FencingPolicySpecGuards {
   maxWatchStalenessSeconds?: number;
 }
 
+/**
+ * What else makes a node due for fencing besides silence. Silence (spec.detection) is always a trigger; these add node
+ * conditions held for a time, as node-problem-detector and the kubelet report them.
+ */
+export interface FencingPolicySpecTriggers {
+  /**
+   * Fence a node whose condition has had this status for forSeconds, measured on the operator's own clock from when it
+   * first saw it so (e.g. Ready=False for 300 s, KernelDeadlock=True, ReadonlyFilesystem=True). The node still
+   * heartbeats: its machine is powered off and confirmed off, then nothing is released until it is silent. 0-16
+   * triggers, each condition type once.
+   */
+  nodeConditions?: FencingPolicySpecTriggersNodeConditions[];
+}
+
+/** A node condition that, held for forSeconds, makes the node due for fencing. */
+export interface FencingPolicySpecTriggersNodeConditions {
+  /** The node condition's type, e.g. Ready, KernelDeadlock, ReadonlyFilesystem. */
+  type: string;
+  /** The status that makes the node due (True, False or Unknown). */
+  status: "True" | "False" | "Unknown";
+  /** How long, 30-86400 seconds, the condition must have held, on the operator's clock. */
+  forSeconds: number;
+}
+
 /** FencingPolicyStatus is what the operator last observed about this policy. */
 export interface FencingPolicyStatus {
   /** The metadata.generation the status was computed from. */
   observedGeneration?: number;
   /**
    * Ready: the policy is usable. StormGuard: True while a guard holds fencing back, with the reason. DryRun: True
-   * while the policy would have fenced.
+   * while the policy would have fenced. QuorumGuard: True while a node due for fencing is not fenced because it is a
+   * control-plane node or runs an etcd member (spec.allowControlPlane).
    */
   conditions?: FencingPolicyStatusConditions[];
   /** Names of the selected nodes that are partitioned now. */
   partitionedNodes?: string[];
+  /**
+   * The trigger conditions the operator sees held on the selected nodes, and since when on its own clock
+   * (spec.triggers.nodeConditions): a restarted or newly elected operator resumes the wait from here.
+   */
+  heldConditions?: FencingPolicyStatusHeldConditions[];
   /** NodeFences of this policy in progress now. */
   activeFences?: number;
 }
@@ -510,6 +554,23 @@ export interface FencingPolicyStatusConditions {
   reason: string;
   /** Human-readable details of the last transition. */
   message: string;
+}
+
+/** One node condition held. */
+export interface FencingPolicyStatusHeldConditions {
+  /** The node. */
+  node: string;
+  /** The condition's type. */
+  type: string;
+  /** The condition's status. */
+  status: string;
+  /** When the operator first saw it held (its own clock). */
+  since: string;
+  /**
+   * The condition's lastTransitionTime as the node wrote it, compared by value only: a change means it flipped in
+   * between, and the wait starts again.
+   */
+  lastTransitionTime?: string;
 }
 
 /** A list of FencingPolicy objects, as the API returns them. */
@@ -555,10 +616,36 @@ export interface NodeFenceSpec {
   /** Why the node is fenced, for people (at most 1024 characters). */
   reason?: string;
   /**
+   * What made the operator fence (Automatic fences only); absent, the node's silence. A fence for a node condition
+   * goes on only while a fresh read shows the condition still held (or the node silent), and is cancelled otherwise.
+   * Immutable.
+   */
+  trigger?: NodeFenceSpecTrigger;
+  /**
    * Set to true to ask for the node to be unfenced (powered on, its fenced taint removed).
    * @default false
    */
   unfence?: boolean;
+}
+
+/**
+ * What made the operator fence (Automatic fences only); absent, the node's silence. A fence for a node condition goes
+ * on only while a fresh read shows the condition still held (or the node silent), and is cancelled otherwise.
+ * Immutable.
+ */
+export interface NodeFenceSpecTrigger {
+  /** The node condition, held for its policy's forSeconds. */
+  nodeCondition: NodeFenceSpecTriggerNodeCondition;
+}
+
+/** The node condition, held for its policy's forSeconds. */
+export interface NodeFenceSpecTriggerNodeCondition {
+  /** The condition's type. */
+  type: string;
+  /** The condition's status. */
+  status: "True" | "False" | "Unknown";
+  /** How long it had to hold. */
+  forSeconds?: number;
 }
 
 /**

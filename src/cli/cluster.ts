@@ -167,6 +167,14 @@ export class Cluster {
     return this.call("list pods in all namespaces", async () => (await this.kube.core.listPodForAllNamespaces()).items);
   }
 
+  /** The kube-system pods bound to this node (where a static etcd member's mirror pod is). */
+  kubeSystemPodsOn(node: string): Promise<V1Pod[]> {
+    return this.call(
+      `list pods in kube-system on node ${node}`,
+      async () => (await this.kube.core.listNamespacedPod({ namespace: "kube-system", fieldSelector: `spec.nodeName=${node}` })).items,
+    );
+  }
+
   /** Claims by "namespace/name". */
   async pvcs(): Promise<Map<string, V1PersistentVolumeClaim>> {
     const items = await this.call(

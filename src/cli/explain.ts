@@ -7,6 +7,7 @@ import { decideFleet, podsByNode, type FleetInput } from "../decide/fleet.ts";
 import { DEFAULT_FENCE_AFTER_SECONDS, isInjectedToleration, podWaitSeconds, unreachableToleration } from "../decide/forgiveness.ts";
 import { isFinished, isGuarded } from "../decide/guarded-pods.ts";
 import { describeScope } from "../decide/scope.ts";
+import { controlPlaneRole } from "../decide/quorum.ts";
 import { policyForNode } from "../decide/selectors.ts";
 import { CliError, type Cluster } from "./cluster.ts";
 import { clip, dash, iso, table, when } from "./format.ts";
@@ -28,11 +29,15 @@ export async function gatherFleet(c: Cluster, now: DateTime): Promise<FleetInput
 function describePolicy(p: FencingPolicy): string {
   const d = p.spec.detection ?? {};
   const levels = p.spec.escalation.map((l, i) => `level ${i + 1}: ${l.agents.map((a) => a.name).join(" + ")}`).join(", ");
-  const flags = [p.spec.dryRun ? "dryRun" : "", p.spec.paused ? "paused" : ""].filter(Boolean).join(", ");
+  const flags = [p.spec.dryRun ? "dryRun" : "", p.spec.paused ? "paused" : "", p.spec.allowControlPlane ? "allowControlPlane" : ""]
+    .filter(Boolean)
+    .join(", ");
+  const triggers = (p.spec.triggers?.nodeConditions ?? []).map((t) => `${t.type}=${t.status} for ${t.forSeconds} s`);
   const off = (on: boolean | undefined, field: string) =>
     p.spec.dryRun ? "off (a dry run)" : on === false ? `off (${field}: false)` : "on";
   return [
     `heartbeatTimeoutSeconds ${d.heartbeatTimeoutSeconds ?? 40}, fenceAfterSeconds ${d.fenceAfterSeconds ?? DEFAULT_FENCE_AFTER_SECONDS}, honorPodTolerations ${d.honorPodTolerations ?? true}`,
+    `condition triggers: ${triggers.length ? triggers.join(", ") : "none (silence only)"}`,
     `escalation ${levels}; action ${p.spec.action ?? "off"}${flags ? `; ${flags}` : ""}`,
     `pods: ${describeScope(p.spec.guardedPods)}; force-delete guard ${off(p.spec.forceDeleteGuard, "forceDeleteGuard")}; claim lock ${off(p.spec.claimLock, "claimLock")}`,
   ].join("\n");
@@ -67,12 +72,36 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
     for (const l of describePolicy(policy).split("\n")) out.push(`  ${l}`);
     if (conflicts.length)
       out.push(`  also selected by ${conflicts.map((p) => p.metadata?.name).join(", ")} (ignored: the first policy by name applies)`);
+    const triggers = policy.spec.triggers?.nodeConditions ?? [];
+    if (triggers.length) {
+      out.push("Condition triggers (held since: the operator's first sight, as recorded in the policy's status):");
+      for (const t of triggers) {
+        const s = x.triggers?.find((y) => y.trigger.type === t.type);
+        const c = node.status?.conditions?.find((y) => y.type === t.type);
+        const head = `  ${t.type}=${t.status} for ${t.forSeconds} s:`;
+        if (s)
+          out.push(
+            `${head} HELD since ${s.sighting.since} (${Math.floor(s.held)} s); ${s.left > 0 ? `${Math.ceil(s.left)} s left` : "due"}`,
+          );
+        else if (c?.status === t.status)
+          out.push(
+            `${head} held now (${x.verdict === "HasFence" ? "not counted while its NodeFence runs" : "the wait starts at the operator's next look"})`,
+          );
+        else out.push(`${head} not held (${c ? `${t.type}=${c.status}` : `no ${t.type} condition`})`);
+      }
+    }
   }
+  out.push(`Control plane: ${controlPlaneLine(node, [...i.pods.on(nodeName)], policy)}`);
 
   const fence = i.fences.get(nodeName);
   if (fence) {
     out.push(`NodeFence: ${nodeName} phase ${fence.status?.phase ?? "(new)"}, origin ${fence.spec.origin ?? "Manual"}`);
+    const t = fence.spec.trigger?.nodeCondition;
+    if (fence.spec.origin === "Automatic")
+      out.push(`  trigger:      ${t ? `condition ${t.type}=${t.status} held for ${t.forSeconds ?? "?"} s` : "silence (no heartbeat)"}`);
     if (fence.spec.reason) out.push(`  reason:       ${clip(fence.spec.reason, 200)}`);
+    const fenced = fence.status?.conditions?.find((c) => c.type === "Fenced");
+    if (fenced?.reason === "ControlPlaneNode") out.push(`  refused:      ${clip(fenced.message, 400)}`);
     if (fence.status?.evidence)
       out.push(
         `  evidence:     ${fence.status.evidence.method} at ${iso(fence.status.evidence.time)}${fence.status.evidence.detail ? `: ${fence.status.evidence.detail}` : ""}`,
@@ -124,6 +153,17 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
   return out.join("\n") + "\n";
 }
 
+function controlPlaneLine(
+  node: Parameters<typeof controlPlaneRole>[0],
+  pods: Parameters<typeof controlPlaneRole>[1],
+  policy: FencingPolicy | undefined,
+): string {
+  const role = controlPlaneRole(node, pods);
+  if (!role) return "no (not labelled control-plane or master, no etcd member on it)";
+  if (policy?.spec.allowControlPlane) return `yes: ${role}; fenced anyway: FencingPolicy ${policy.metadata?.name} sets allowControlPlane`;
+  return `yes: ${role}; never fenced (its loss may break the control plane's quorum) unless its policy sets spec.allowControlPlane`;
+}
+
 /** `explain NODE -o json|yaml`: the verdict, why, the node's health and its policy, as data. */
 export function explainReport(i: FleetInput, nodeName: string): Record<string, unknown> {
   const node = i.nodes.find((n) => n.metadata?.name === nodeName);
@@ -146,10 +186,20 @@ export function explainReport(i: FleetInput, nodeName: string): Record<string, u
     },
     policy: policy?.metadata?.name ?? null,
     alsoSelectedBy: conflicts.map((p) => p.metadata?.name),
+    triggers: (x.triggers ?? []).map((t) => ({
+      type: t.trigger.type,
+      status: t.trigger.status,
+      forSeconds: t.trigger.forSeconds,
+      heldSince: t.sighting.since,
+      heldSeconds: Math.floor(t.held),
+      secondsLeft: Math.ceil(t.left),
+    })),
+    controlPlane: controlPlaneRole(node, [...i.pods.on(nodeName)]) ?? null,
     nodeFence: fence
       ? {
           phase: fence.status?.phase ?? null,
           origin: fence.spec.origin ?? "Manual",
+          trigger: fence.spec.trigger?.nodeCondition ?? null,
           level: fence.status?.currentLevel === undefined ? null : fence.status.currentLevel + 1,
         }
       : null,

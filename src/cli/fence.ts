@@ -7,6 +7,7 @@ import { PatchStrategy, setHeaderOptions } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import { API_VERSION, GROUP, VERSION, type NodeFence } from "../api/v1alpha1.ts";
 import { CONFIRMED_OFF_ANNOTATION } from "../agents/manual.ts";
+import { quorumRefusal } from "../decide/quorum.ts";
 import { policyForNode } from "../decide/selectors.ts";
 import { statusCode } from "../kube/api.ts";
 import { CliError, describeApiError, type Cluster } from "./cluster.ts";
@@ -64,6 +65,12 @@ export async function fence(c: Cluster, node: string, o: FenceOptions, now: Date
   const lines: string[] = [];
   const plan: string[] = [];
   const governing = policies.find((p) => p.metadata?.name === policy);
+  // The operator would not start it (the NodeFence would wait with reason ControlPlaneNode): refuse before creating it.
+  const refused = quorumRefusal(n, await c.kubeSystemPodsOn(node), governing);
+  if (refused)
+    throw new CliError(
+      `${refused}. A control-plane or etcd node is fenced only under a policy with spec.allowControlPlane: true (pass --policy NAME for one that selects it); nothing changed`,
+    );
   // The operator's fence machine holds only automatic NodeFences for a paused policy, and a policy's dryRun
   // only stops it creating them: a Manual NodeFence is executed either way. Say so before asking.
   if (governing?.spec.paused)

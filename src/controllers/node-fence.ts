@@ -31,7 +31,7 @@ import {
   OUT_OF_SERVICE_TAINT,
   agentRunning,
   attemptFacts,
-  heartbeatsAgain,
+  powerOffRefused,
   nextStep,
   targetNode,
   type FenceObservation,
@@ -102,6 +102,7 @@ const WARNING_WAITS = new Set([
   "NoPolicy",
   "ConfirmationRefused",
   "StorageFenceNotLifted",
+  "ControlPlaneNode",
 ]);
 
 export class NodeFenceController {
@@ -694,7 +695,6 @@ export class NodeFenceController {
     );
     if (agent.spec.type === "manual" && op === "off") return current; // the state machine watches for the confirmation
     const target = targetNode(current, node);
-    const automatic = current.spec.origin === "Automatic";
     const operation = async (signal: AbortSignal): Promise<Omit<OperationResult, "state">> => {
       let secretValues: string[] = [];
       try {
@@ -721,10 +721,18 @@ export class NodeFenceController {
           } catch (err) {
             throw new AgentError("Cancelled", (err as Error).message);
           }
-          if (o !== "off" || !automatic) return;
-          // Automatic fencing needs sustained silence, re-read right before each power command.
+          if (o !== "off") return;
+          // Re-read right before each power command: never a control-plane or etcd node its policy does not allow; and
+          // automatic fencing needs sustained silence (or its trigger condition still held).
           const [n, l] = await this.readFresh(current);
-          const why = heartbeatsAgain({ fence: current, node: n, lease: l, now: this.d.clock() });
+          const why = powerOffRefused({
+            fence: current,
+            node: n,
+            lease: l,
+            now: this.d.clock(),
+            policies: this.d.caches.policies.list(),
+            pods: this.d.caches.podsOn(nodeName),
+          });
           if (why) throw new AgentError("Cancelled", why);
         };
         const opts = {

@@ -10,6 +10,8 @@ import { decideFleet, type FenceIntent, type FleetDecision, type PolicyState } f
 import { nameList } from "../decide/name-list.ts";
 import { NODE_DOWN } from "../decide/node-down.ts";
 import { lagSecondsOf, nodeChangedBeyondHeartbeat } from "../decide/node-health.ts";
+import { stillHeld, type Sighting } from "../decide/node-conditions.ts";
+import { quorumRefusal } from "../decide/quorum.ts";
 import type { Kube } from "../kube/api.ts";
 import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -103,6 +105,8 @@ export class NodeHealthController {
   /** Nodes the last decision found Healthy, Ready and not lagging, with what it saw of their Leases. */
   private readonly routine = new Map<string, Routine>();
   private pass = 0;
+  /** Trigger conditions held, as the last decision saw them: measured on this process's monotonic clock too. */
+  private sightings = new Map<string, Sighting>();
   private readonly failing = new Map<string, { failures: number; retryAt: number }>();
   /**
    * NodeFences this controller decided to create, by node: waiting for a slot, being created, or created and not in
@@ -129,8 +133,10 @@ export class NodeHealthController {
 
   decide(): FleetDecision {
     const c = this.d.caches;
-    return decideFleet({
+    const d = decideFleet({
       now: this.d.clock(),
+      mono: performance.now(),
+      sightings: this.sightings,
       nodes: c.nodes.list(),
       leases: { get: (n) => c.leaseOf(n) },
       pods: c.podsByNode,
@@ -140,6 +146,8 @@ export class NodeHealthController {
       fences: this.fencesWithCreating(),
       watchStalenessSeconds: c.heartbeatStalenessSeconds(),
     });
+    this.sightings = d.sightings;
+    return d;
   }
 
   /** The cached NodeFences, with a new one in place for each that this controller is creating (see `creating`). */
@@ -455,8 +463,17 @@ export class NodeHealthController {
     if (!policy) return undefined;
     const { node, health: h } = await kube.freshHealth(intent.node, policy.spec.detection?.heartbeatTimeoutSeconds, this.d.clock());
     if (!node || !h) return undefined;
-    if (h.state !== "Partitioned") {
-      log.info({ node: intent.node, health: h.state }, `not fencing ${intent.node}: a fresh read shows it is ${h.state}`);
+    // Silence, or the node condition that made it due, still holds on the fresh read.
+    const t = intent.trigger;
+    if (h.state !== "Partitioned" && !(t && stillHeld(node, t))) {
+      const why = t ? `its condition ${t.type}=${t.status} no longer holds and it is ${h.state}` : `it is ${h.state}`;
+      log.info({ node: intent.node, health: h.state, trigger: t }, `not fencing ${intent.node}: a fresh read shows ${why}`);
+      return undefined;
+    }
+    // Never a node whose loss may break the control plane's quorum (labels read fresh; etcd members from the cache).
+    const refused = quorumRefusal(node, this.d.caches.podsByNode.on(intent.node), policy);
+    if (refused) {
+      log.warn({ node: intent.node, policy: intent.policy }, refused);
       return undefined;
     }
     if (intent.replaces) {
@@ -474,7 +491,13 @@ export class NodeHealthController {
       apiVersion: API_VERSION,
       kind: "NodeFence",
       metadata: { name: intent.node, labels: { [ORIGIN_LABEL]: "automatic" } },
-      spec: { nodeName: intent.node, origin: "Automatic", policy: intent.policy, reason: intent.reason.slice(0, 1024) },
+      spec: {
+        nodeName: intent.node,
+        origin: "Automatic",
+        policy: intent.policy,
+        reason: intent.reason.slice(0, 1024),
+        ...(t ? { trigger: { nodeCondition: { type: t.type, status: t.status, forSeconds: t.forSeconds } } } : {}),
+      },
     };
     try {
       const created = await kube.createNodeFence(body);
@@ -556,7 +579,39 @@ export class NodeHealthController {
           },
       now,
     );
-    const status = { ...p.status, conditions, observedGeneration: gen, partitionedNodes: s.partitioned, activeFences: s.activeFences };
+    const cp = s.controlPlane;
+    conditions = setCondition(
+      conditions,
+      cp.length
+        ? {
+            type: "QuorumGuard",
+            status: "True",
+            reason: "ControlPlaneNode",
+            message: cp
+              .map((x) => x.message)
+              .join("; ")
+              .slice(0, 32_000),
+            observedGeneration: gen,
+          }
+        : {
+            type: "QuorumGuard",
+            status: "False",
+            reason: p.spec.allowControlPlane ? "ControlPlaneAllowed" : "NoControlPlaneNodeDue",
+            message: p.spec.allowControlPlane
+              ? "spec.allowControlPlane: control-plane and etcd nodes are fenced like the others"
+              : "no control-plane or etcd node is due for fencing",
+            observedGeneration: gen,
+          },
+      now,
+    );
+    const status = {
+      ...p.status,
+      conditions,
+      observedGeneration: gen,
+      partitionedNodes: s.partitioned,
+      activeFences: s.activeFences,
+      heldConditions: s.held,
+    };
     if (canonical(status) === canonical(p.status)) return;
     const before = findCondition(p.status?.conditions as Condition[] | undefined, "StormGuard");
     const updated = await this.d.kube.replaceStatus("fencingpolicies", { ...p, status } as FencingPolicy);
@@ -570,6 +625,19 @@ export class NodeHealthController {
       await this.d.events.record(pref, "Normal", "StormGuardReleased", "no guard holds fencing back any more");
     }
     if (wouldFence) await this.d.events.record(pref, "Normal", "WouldFence", wouldFence);
+    // Each control-plane node newly refused: a Warning on the policy and on the Node.
+    const refusedBefore = findCondition(p.status?.conditions as Condition[] | undefined, "QuorumGuard");
+    for (const x of s.controlPlane) {
+      if (refusedBefore?.status === "True" && refusedBefore.message.includes(x.message)) continue;
+      this.d.log.warn({ policy: p.metadata?.name, node: x.node }, x.message);
+      await this.d.events.record(pref, "Warning", "ControlPlaneNode", x.message);
+      await this.d.events.record(
+        ref("Node", x.node, this.d.caches.nodes.get(x.node)?.metadata?.uid),
+        "Warning",
+        "ControlPlaneNode",
+        x.message,
+      );
+    }
     const ready = findCondition(updated.status?.conditions as Condition[] | undefined, "Ready");
     const readyBefore = findCondition(p.status?.conditions as Condition[] | undefined, "Ready");
     if (s.raisedTimeouts.length && ready?.message !== readyBefore?.message)

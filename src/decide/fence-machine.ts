@@ -17,7 +17,9 @@
 //   finalizer goes, or is explicitly abandoned by an administrator; until then status and Events say it is held;
 // - before each release step on power or manual evidence the node's heartbeat must be exactly what it was right after
 //   the confirmation (StorageFenced proves the storage cut, which a heartbeat does not undo: docs/safety.md §3);
-// - an automatic fence needs the node partitioned at every step that could power it off.
+// - an automatic fence needs the node partitioned at every step that could power it off — or, for a fence a node
+//   condition triggered (spec.trigger), that condition still held on the fresh read;
+// - a control-plane or etcd node is never fenced unless its policy allows it (decide/quorum.ts).
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1Taint, V1VolumeAttachment } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type {
@@ -36,6 +38,8 @@ import { isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
 import { claimNames, parseLock } from "./claim-lock.ts";
 import { orderPodsForRelease } from "./priority.ts";
+import { stillHeld } from "./node-conditions.ts";
+import { quorumRefusal } from "./quorum.ts";
 import { matchesSelector, policyForNode } from "./selectors.ts";
 
 export const FENCED_TAINT = "stockade.io/fenced";
@@ -230,10 +234,36 @@ function describeHealth(h: NodeHealth | undefined): string {
   return `last heartbeat ${beat}, Ready=${h.ready}`;
 }
 
-/** Why an automatic fence must not power the node off (it heartbeats again), or undefined while it is partitioned. */
-export function heartbeatsAgain(o: Fresh): string | undefined {
-  const h = healthOf(o);
-  return heartbeats(h) ? `the node heartbeats again (${describeHealth(h)})` : undefined;
+/**
+ * Why an automatic fence must not go on (power the node off, start, retry), or undefined while what made it due still
+ * holds on this read: the node partitioned (or its Node deleted), or — for a fence a node condition triggered — that
+ * condition still held.
+ */
+function triggerGone(o: Pick<Fresh, "fence" | "node">, h: NodeHealth | undefined): string | undefined {
+  if (!heartbeats(h)) return undefined;
+  const c = o.fence.spec.trigger?.nodeCondition;
+  if (!c) return `the node heartbeats again (${describeHealth(h)})`;
+  if (stillHeld(o.node, c)) return undefined;
+  return `its condition ${c.type}=${c.status} no longer holds and the node heartbeats (${describeHealth(h)})`;
+}
+
+/** The fence's policy as it is now (undefined when it was deleted: a control-plane node is then refused). */
+const policyOf = (o: Pick<FenceObservation, "fence" | "policies">): FencingPolicy | undefined =>
+  o.policies.find((p) => p.metadata?.name === o.fence.status?.policy);
+
+/**
+ * Why no power-off may be tried now on this fresh read of the Node: a control-plane or etcd node under a policy that
+ * does not allow it (any fence), or what made an automatic fence due gone (see triggerGone); undefined while it may.
+ */
+export function powerOffRefused(o: Fresh & Pick<FenceObservation, "policies" | "pods">): string | undefined {
+  const refused = quorumRefusal(o.node, nodePods(o), policyOf(o));
+  if (refused) return refused;
+  return o.fence.spec.origin === "Automatic" ? noLongerDue(o) : undefined;
+}
+
+/** Why an automatic fence must not power the node off (see triggerGone), or undefined while it may. */
+export function noLongerDue(o: Fresh): string | undefined {
+  return triggerGone(o, healthOf(o));
 }
 
 /** The fenced node's pods: whoever observes may pass more, and nothing of another node is ever released. */
@@ -478,13 +508,8 @@ export function nextStep(o: FenceObservation): Step {
     const policy = o.policies.find((p) => p.metadata?.name === st.policy);
     if (automatic && policy?.spec.paused)
       return { kind: "wait", reason: "Paused", message: `FencingPolicy ${st.policy} is paused`, requeueAfterMs: 10_000 };
-    if (automatic && heartbeats(health))
-      return (
-        holdStorage(o, health) ?? {
-          kind: "cancel",
-          message: `the node heartbeats again (${describeHealth(health)}): nothing was powered off or released`,
-        }
-      );
+    const gone = automatic ? triggerGone(o, health) : undefined;
+    if (gone) return holdStorage(o, health) ?? { kind: "cancel", message: `${gone}: nothing was powered off or released` };
     return { kind: "begin" };
   }
 
@@ -556,13 +581,8 @@ export function nextStep(o: FenceObservation): Step {
 function failedStep(o: FenceObservation, health: NodeHealth | undefined): Step {
   const st = o.fence.status ?? {};
   const retryAt = toDateTime(st.nextRetryTime) ?? o.now;
-  if (o.fence.spec.origin === "Automatic" && heartbeats(health))
-    return (
-      holdStorage(o, health) ?? {
-        kind: "cancel",
-        message: `the node heartbeats again (${describeHealth(health)}): the failed fence is not retried`,
-      }
-    );
+  const gone = o.fence.spec.origin === "Automatic" ? triggerGone(o, health) : undefined;
+  if (gone) return holdStorage(o, health) ?? { kind: "cancel", message: `${gone}: the failed fence is not retried` };
   if (o.now < retryAt)
     return {
       kind: "wait",
@@ -611,6 +631,13 @@ function startStep(o: FenceObservation): Step {
     policy = policyForNode(o.node, o.policies).policy;
     if (!policy) return wait("NoPolicy", `no FencingPolicy selects node ${nodeName}: create one whose nodeSelector matches it`);
   }
+  // Manual or automatic, a node whose loss may break the control plane's quorum is not fenced unless the policy allows it.
+  const refused = quorumRefusal(o.node, nodePods(o), policy);
+  if (refused)
+    return wait(
+      "ControlPlaneNode",
+      `${refused}: set it on the policy to fence such nodes, or delete this NodeFence (nothing was powered off or released)`,
+    );
   return {
     kind: "start",
     policy: policy.metadata?.name ?? "",
@@ -627,14 +654,10 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
   const round = st.round ?? 0;
   const attempts = attemptsOf(f);
 
-  // An automatic fence powers nothing off once the node heartbeats again, whatever was tried before.
-  if (f.spec.origin === "Automatic" && heartbeats(health))
-    return (
-      holdStorage(o, health) ?? {
-        kind: "cancel",
-        message: `the node heartbeats again (${describeHealth(health)}): fencing cancelled, nothing was released`,
-      }
-    );
+  // An automatic fence powers nothing off once the node heartbeats again (or its trigger condition cleared), whatever
+  // was tried before.
+  const gone = f.spec.origin === "Automatic" ? triggerGone(o, health) : undefined;
+  if (gone) return holdStorage(o, health) ?? { kind: "cancel", message: `${gone}: fencing cancelled, nothing was released` };
 
   const levels = snap.escalation;
   const level = st.currentLevel ?? 0;
@@ -645,6 +668,17 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
 
   const busy = attempts.findIndex((a) => a.outcome === "InProgress");
   if (busy >= 0) return inProgressStep(o, busy, health, levelDeadline);
+
+  // A node that became a control-plane or etcd node since the fence started (or whose policy no longer allows it) gets
+  // no further power-off try, manual or automatic: the same check as at the start, on this read.
+  const refused = quorumRefusal(o.node, nodePods(o), policyOf(o));
+  if (refused)
+    return {
+      kind: "wait",
+      reason: "ControlPlaneNode",
+      message: `${refused}: no further power-off is tried (set it on the policy, or delete this NodeFence)`,
+      requeueAfterMs: 30_000,
+    };
 
   if (levelDeadline && o.now >= levelDeadline)
     return levelFailed(o, levels.length, level, `the level's ${spec.timeoutSeconds} s time limit passed`);

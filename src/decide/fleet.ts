@@ -10,6 +10,16 @@ import { isGuarded } from "./guarded-pods.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, type NodeHealth } from "./node-health.ts";
 import { desiredNodeDown, hasNodeDown, nodeDownChange, type NodeDownChange } from "./node-down.ts";
 import { orderCandidates, podPriority, type Candidate } from "./priority.ts";
+import {
+  heldForStatus,
+  persistedSightings,
+  triggerStates,
+  type ConditionTrigger,
+  type HeldCondition,
+  type Sighting,
+  type TriggerState,
+} from "./node-conditions.ts";
+import { quorumRefusal } from "./quorum.ts";
 import { governingPolicy, matchesSelector } from "./selectors.ts";
 import { evaluateGuards, type Hold } from "./storm-guard.ts";
 
@@ -28,6 +38,10 @@ export interface FleetInput {
   /** NodeFences by name (= node name). */
   fences: ReadonlyMap<string, NodeFence>;
   watchStalenessSeconds: number;
+  /** The operator's monotonic clock (ms, performance.now()); undefined where there is none (the CLI). */
+  mono?: number;
+  /** What the last pass saw of trigger conditions held (FleetDecision.sightings); absent: only the policies' status. */
+  sightings?: Pick<ReadonlyMap<string, Sighting>, "get">;
 }
 
 /**
@@ -59,7 +73,18 @@ export function podsByNode(pods: readonly V1Pod[]): PodsByNode {
 }
 
 export type Verdict =
-  "Healthy" | "NoPolicy" | "NothingToProtect" | "Tolerated" | "Waiting" | "Paused" | "Held" | "Queued" | "DryRun" | "Fence" | "HasFence";
+  | "Healthy"
+  | "NoPolicy"
+  | "NothingToProtect"
+  | "Tolerated"
+  | "Waiting"
+  | "Paused"
+  | "Held"
+  | "Queued"
+  | "DryRun"
+  | "Fence"
+  | "HasFence"
+  | "ControlPlane";
 
 export interface NodeDecision {
   node: string;
@@ -67,6 +92,8 @@ export interface NodeDecision {
   message: string;
   policy?: string;
   health: NodeHealth;
+  /** The policy's condition triggers that hold on the node now, with how long held and how long left. */
+  triggers?: readonly TriggerState[];
 }
 
 export interface FenceIntent {
@@ -76,6 +103,8 @@ export interface FenceIntent {
   lastHeartbeat: string | undefined;
   /** An Unfenced NodeFence of an earlier episode is in the way and must be replaced. */
   replaces: NodeFence | undefined;
+  /** The node condition that made it due; undefined: the node's silence. */
+  trigger?: ConditionTrigger;
 }
 
 export interface PolicyState {
@@ -86,6 +115,10 @@ export interface PolicyState {
   activeFences: number;
   wouldFence: string[];
   queued: string[];
+  /** Trigger conditions held on the nodes this policy governs, for its status (where the next leader resumes from). */
+  held: HeldCondition[];
+  /** Nodes due for fencing that are not fenced because they hold up the control plane, and why. */
+  controlPlane: { node: string; message: string }[];
 }
 
 export interface FleetDecision {
@@ -95,6 +128,8 @@ export interface FleetDecision {
   policies: Map<string, PolicyState>;
   /** When to look again if nothing happens before. */
   nextCheck: DateTime | undefined;
+  /** Trigger conditions held now, as seen by this pass: the next pass's `sightings`. */
+  sightings: Map<string, Sighting>;
 }
 
 export const ACTIVE_PHASES = new Set(["", "Pending", "Fencing"]);
@@ -107,12 +142,30 @@ export const FENCED_PHASES = new Set(["Fenced", "Releasing", "Released", "Unfenc
 const phaseOf = (f: NodeFence) => f.status?.phase ?? "";
 const iso = (d: DateTime | undefined) => d?.toUTC().toISO({ suppressMilliseconds: true }) ?? undefined;
 
+const NONE_HELD: readonly TriggerState[] = [];
+
 export function decideFleet(i: FleetInput): FleetDecision {
   const decisions: NodeDecision[] = [];
   const nodeDown: NodeDownChange[] = [];
   // Each node's health, at the node's index in i.nodes: a Map by name cost a tenth of a pass at 5,000 nodes.
   const healths: NodeHealth[] = new Array<NodeHealth>(i.nodes.length);
-  const candidates = new Map<string, (Candidate & { policy: FencingPolicy; health: NodeHealth; why: string })[]>();
+  // Whether a trigger condition of its policy holds on the node (any time yet): the storm guard counts it unhealthy.
+  const conditionHeld: boolean[] = new Array<boolean>(i.nodes.length).fill(false);
+  const candidates = new Map<
+    string,
+    (Candidate & {
+      policy: FencingPolicy;
+      health: NodeHealth;
+      why: string;
+      trigger?: ConditionTrigger;
+      triggers?: readonly TriggerState[];
+    })[]
+  >();
+  const sightings = new Map<string, Sighting>();
+  const heldBy = new Map<string, Sighting[]>();
+  const persisted = new Map<string, Map<string, HeldCondition>>();
+  const clocks = { now: i.now, mono: i.mono };
+  const noSightings = { get: () => undefined };
   let nextCheckMs: number | undefined;
   const wake = (ms: number | undefined) => {
     if (ms !== undefined && (nextCheckMs === undefined || ms < nextCheckMs)) nextCheckMs = ms;
@@ -139,14 +192,41 @@ export function decideFleet(i: FleetInput): FleetDecision {
       const c = nodeDownChange(p, want);
       if (c) nodeDown.push(c);
     }
+    // The policy's condition triggers that hold on the node: each measured from when the operator first saw it held.
+    const pname = policy?.metadata?.name ?? "";
+    const triggers = policy?.spec.triggers?.nodeConditions;
+    let held: readonly TriggerState[] = NONE_HELD;
+    if (triggers?.length && !holding) {
+      let p = persisted.get(pname);
+      if (!p) persisted.set(pname, (p = persistedSightings(policy?.status?.heldConditions)));
+      held = triggerStates(node, triggers, i.sightings ?? noSightings, p, clocks, sightings);
+      if (held.length) {
+        conditionHeld[k] = true;
+        const list = heldBy.get(pname);
+        if (list) list.push(...held.map((t) => t.sighting));
+        else
+          heldBy.set(
+            pname,
+            held.map((t) => t.sighting),
+          );
+      }
+    }
     const decide = (verdict: Verdict, message: string) =>
-      decisions.push({ node: name, verdict, message, policy: policy?.metadata?.name, health: h });
+      decisions.push({
+        node: name,
+        verdict,
+        message,
+        policy: policy?.metadata?.name,
+        health: h,
+        ...(held.length ? { triggers: held } : {}),
+      });
 
     if (holding) {
       decide("HasFence", `NodeFence ${name} is ${phaseOf(fence) || "new"}`);
       continue;
     }
-    if (h.state !== "Partitioned") {
+    const partitioned = h.state === "Partitioned";
+    if (!partitioned && !held.length) {
       decide("Healthy", h.state === "Healthy" ? "heartbeats are current" : `not partitioned yet (Ready=${h.ready})`);
       continue;
     }
@@ -156,34 +236,66 @@ export function decideFleet(i: FleetInput): FleetDecision {
     }
     const pvcs = i.pvcs;
     // On a partitioned node no phase is proof (the pod GC controller writes Failed itself): a Failed pod may still run.
+    // On a node that heartbeats a finished pod is finished, but is not released either (nothing to release).
     const guarded = i.pods.on(name).filter((p) => !provenFinished(p, false) && isGuarded(p, policy.spec.guardedPods, pvcs).guarded);
     if (!guarded.length) {
       decide("NothingToProtect", "no guarded pods on the node: fencing it would release nothing");
       continue;
     }
-    const waits = guarded.map((p) => podWaitSeconds(p, policy.spec.detection)).filter((w): w is number => w !== null);
-    if (!waits.length) {
-      decide("Tolerated", "every guarded pod tolerates node.kubernetes.io/unreachable forever");
-      continue;
-    }
-    const wait = Math.min(...waits);
-    const partitionedSince = h.partitionedSince ?? i.now;
     // After a storm, the wait starts again when the storm ended: when a network comes back, kubelets
     // reconnect over seconds, and the last ones are not dead machines (only ever delays a fence).
     const stormEnd = stormEndedAt(policy);
-    const since = stormEnd && stormEnd > partitionedSince ? stormEnd : partitionedSince;
-    const fenceAt = since.plus({ seconds: wait });
-    if (i.now < fenceAt) {
-      decide(
-        "Waiting",
-        since === partitionedSince
-          ? `partitioned since ${iso(since)}; guarded pods wait ${wait} s, until ${iso(fenceAt)}`
-          : `partitioned since ${iso(partitionedSince)}, through a storm that ended at ${iso(since)}; guarded pods wait ${wait} s from then, until ${iso(fenceAt)}`,
-      );
-      wake(fenceAt.toMillis());
+    // Each reason the node may be due (its silence, each condition held), with when; the first due decides.
+    const reasons: { at: DateTime; waiting: string; why: string; waited: number; trigger?: ConditionTrigger }[] = [];
+    let tolerated = false;
+    if (partitioned) {
+      const waits = guarded.map((p) => podWaitSeconds(p, policy.spec.detection)).filter((w): w is number => w !== null);
+      if (!waits.length) tolerated = true;
+      else {
+        const wait = Math.min(...waits);
+        const partitionedSince = h.partitionedSince ?? i.now;
+        const since = stormEnd && stormEnd > partitionedSince ? stormEnd : partitionedSince;
+        reasons.push({
+          at: since.plus({ seconds: wait }),
+          waiting:
+            since === partitionedSince
+              ? `partitioned since ${iso(since)}; guarded pods wait ${wait} s, until ${iso(since.plus({ seconds: wait }))}`
+              : `partitioned since ${iso(partitionedSince)}, through a storm that ended at ${iso(since)}; guarded pods wait ${wait} s from then, until ${iso(since.plus({ seconds: wait }))}`,
+          why: `no heartbeat since ${iso(h.lastHeartbeat)} (Ready=${h.ready}); ${guarded.length} guarded pod(s) waited ${wait} s`,
+          waited: i.now.diff(since, "seconds").seconds,
+        });
+      }
+    }
+    for (const t of held) {
+      const c = t.trigger;
+      const sinceStorm = stormEnd ? Math.max(0, i.now.diff(stormEnd, "seconds").seconds) : Infinity;
+      const counted = Math.min(t.held, sinceStorm);
+      const at = i.now.plus({ seconds: Math.max(0, c.forSeconds - counted) });
+      const cond = `condition ${c.type}=${c.status}`;
+      reasons.push({
+        at,
+        waiting:
+          counted < t.held
+            ? `${cond} held since ${t.sighting.since} (operator's clock), through a storm that ended at ${iso(stormEnd)}; fenced after ${c.forSeconds} s from then, at ${iso(at)} (${Math.ceil(c.forSeconds - counted)} s left)`
+            : `${cond} held since ${t.sighting.since} (operator's clock, ${Math.floor(t.held)} s); fenced after ${c.forSeconds} s, at ${iso(at)} (${Math.ceil(c.forSeconds - counted)} s left)`,
+        why: `${cond} held for ${Math.floor(t.held)} s (since ${t.sighting.since}, operator's clock), at least forSeconds ${c.forSeconds}; ${guarded.length} guarded pod(s)`,
+        waited: counted,
+        trigger: { type: c.type, status: c.status, forSeconds: c.forSeconds },
+      });
+    }
+    if (!reasons.length) {
+      decide("Tolerated", "every guarded pod tolerates node.kubernetes.io/unreachable forever");
       continue;
     }
-    const pname = policy.metadata?.name ?? "";
+    const first = reasons.reduce((a, b) => (b.at < a.at ? b : a));
+    if (i.now < first.at) {
+      decide(
+        "Waiting",
+        tolerated ? `${first.waiting} (its silence alone would not fence it: every guarded pod tolerates it forever)` : first.waiting,
+      );
+      wake(first.at.toMillis());
+      continue;
+    }
     const list = candidates.get(pname) ?? [];
     list.push({
       node: name,
@@ -191,8 +303,10 @@ export function decideFleet(i: FleetInput): FleetDecision {
       health: h,
       priority: Math.max(...guarded.map(podPriority)),
       atDisruptionLimit: guarded.filter((p) => atDisruptionLimit(p, i.pdbs)).length,
-      waitedSeconds: i.now.diff(since, "seconds").seconds,
-      why: `no heartbeat since ${iso(h.lastHeartbeat)} (Ready=${h.ready}); ${guarded.length} guarded pod(s) waited ${wait} s`,
+      waitedSeconds: first.waited,
+      why: first.why,
+      ...(first.trigger ? { trigger: first.trigger } : {}),
+      ...(held.length ? { triggers: held } : {}),
     });
     candidates.set(pname, list);
   }
@@ -211,7 +325,11 @@ export function decideFleet(i: FleetInput): FleetDecision {
       guards: policy.spec.guards,
       nodes: selected.map((k) => {
         const h = healths[k]!;
-        return { name: nameAt(k), labels: i.nodes[k]!.metadata?.labels ?? {}, unhealthy: h.silent || h.lagging || h.ready !== "True" };
+        return {
+          name: nameAt(k),
+          labels: i.nodes[k]!.metadata?.labels ?? {},
+          unhealthy: h.silent || h.lagging || h.ready !== "True" || conditionHeld[k]!,
+        };
       }),
       activeFences: active,
       watchStalenessSeconds: i.watchStalenessSeconds,
@@ -228,15 +346,34 @@ export function decideFleet(i: FleetInput): FleetDecision {
       activeFences: active,
       wouldFence: [],
       queued: [],
+      held: heldForStatus(heldBy.get(pname) ?? []),
+      controlPlane: [],
     };
     policies.set(pname, state);
     let slots = verdict.slots;
     // One string shared by every held node's decision, not a copy each.
     const held = verdict.holds.map((h) => h.message).join("; ");
     for (const c of orderCandidates(candidates.get(pname) ?? [])) {
-      const d = (verdict: Verdict, message: string) => decisions.push({ node: c.node, verdict, message, policy: pname, health: c.health });
+      const d = (verdict: Verdict, message: string) =>
+        decisions.push({
+          node: c.node,
+          verdict,
+          message,
+          policy: pname,
+          health: c.health,
+          ...(c.triggers ? { triggers: c.triggers } : {}),
+        });
       const blocked = verdict.blocked.get(c.node);
-      if (policy.spec.paused) d("Paused", `FencingPolicy ${pname} is paused; would fence: ${c.why}`);
+      // Never the node whose loss may break the control plane's quorum, whatever else holds (dry run included).
+      const refused = quorumRefusal(
+        i.nodes.find((n) => n.metadata?.name === c.node),
+        i.pods.on(c.node),
+        policy,
+      );
+      if (refused) {
+        d("ControlPlane", `${refused}; would fence: ${c.why}`);
+        state.controlPlane.push({ node: c.node, message: refused });
+      } else if (policy.spec.paused) d("Paused", `FencingPolicy ${pname} is paused; would fence: ${c.why}`);
       else if (verdict.holds.length) d("Held", held);
       else if (stormInStatus(policy)) {
         // The storm ends now (its end is recorded in the policy's status by this pass): its wait starts now.
@@ -256,12 +393,19 @@ export function decideFleet(i: FleetInput): FleetDecision {
         slots--;
         d("Fence", c.why);
         const old = i.fences.get(c.node);
-        create.push({ node: c.node, policy: pname, reason: c.why, lastHeartbeat: iso(c.health.lastHeartbeat), replaces: old });
+        create.push({
+          node: c.node,
+          policy: pname,
+          reason: c.why,
+          lastHeartbeat: iso(c.health.lastHeartbeat),
+          replaces: old,
+          ...(c.trigger ? { trigger: c.trigger } : {}),
+        });
       }
     }
   }
   const nextCheck = nextCheckMs === undefined ? undefined : DateTime.fromMillis(nextCheckMs, { zone: "utc" });
-  return { decisions, nodeDown, create, policies, nextCheck };
+  return { decisions, nodeDown, create, policies, nextCheck, sightings };
 }
 
 /** The policy's status says a storm guard holds (written by an earlier pass). */

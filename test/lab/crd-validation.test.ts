@@ -264,6 +264,8 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
       },
       claimLock: true,
       forceDeleteGuard: true,
+      triggers: {},
+      allowControlPlane: false,
       dryRun: false,
       paused: false,
     });
@@ -362,6 +364,43 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
     const updated = (await replace({ ...created.spec, reason: "second", unfence: true })) as NodeFence;
     assert.equal(updated.spec.reason, "second");
     assert.equal(updated.spec.unfence, true);
+  });
+
+  test("an Automatic NodeFence's spec.trigger (what made the operator fence) cannot be added, removed or changed", async () => {
+    const name = "node-triggered";
+    const trigger = { nodeCondition: { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 } };
+    const created = await create<NodeFence>({
+      ...minimal.nodeFence,
+      metadata: { name },
+      spec: { nodeName: name, origin: "Automatic" as const, trigger },
+    });
+    assert.deepEqual(created.spec.trigger, trigger);
+    const replace = (spec: NodeFence["spec"]) =>
+      custom.replaceClusterCustomObject({ group: GROUP, version: VERSION, plural: NODE_FENCES, name, body: { ...created, spec } });
+    const changed = await refusal(
+      replace({ ...created.spec, trigger: { nodeCondition: { ...trigger.nodeCondition, status: "False" } } }),
+      "changing spec.trigger",
+    );
+    assert.match(changed, /spec\.trigger is immutable/);
+    const without = { ...created.spec };
+    delete without.trigger;
+    assert.match(await refusal(replace(without), "removing spec.trigger"), /spec\.trigger is immutable/);
+    const plain = await create<NodeFence>({
+      ...minimal.nodeFence,
+      metadata: { name: "node-untriggered" },
+      spec: { nodeName: "node-untriggered", origin: "Automatic" as const },
+    });
+    const added = await refusal(
+      custom.replaceClusterCustomObject({
+        group: GROUP,
+        version: VERSION,
+        plural: NODE_FENCES,
+        name: "node-untriggered",
+        body: { ...plain, spec: { ...plain.spec, trigger } },
+      }),
+      "adding spec.trigger",
+    );
+    assert.match(added, /spec\.trigger is immutable/);
   });
 
   test("the status the operator writes is accepted, and the printer columns show it", async () => {

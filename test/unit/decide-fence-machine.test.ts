@@ -24,6 +24,8 @@ import {
   heartbeatChanges,
   heartbeatOf,
   nextStep,
+  noLongerDue,
+  powerOffRefused,
   RETRY_MAX_SECONDS,
   retryDelaySeconds,
   snapshotOf,
@@ -1950,5 +1952,121 @@ describe("issue 28: the agent monitor never blocks a fence", () => {
     const monitored = walk(sim({ fence: fenceOf(undefined, {}, []), agents: agentMap(failing(agent("ipmi")), failing(agent("pdu"))) }));
     assert.deepEqual(describeSteps(monitored), describeSteps(healthy));
     assert.ok(describeSteps(monitored).includes("runAgent off L0 ipmi"));
+  });
+});
+
+describe("issue 28 items 3 and 4: a fence a node condition triggered, and control-plane nodes", () => {
+  const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 };
+  /** node-1 heartbeating (Lease and Ready renewed at `t`), KernelDeadlock as given. */
+  function alive(t: DateTime, kd: "True" | "False" = "True", labels: Record<string, string> = {}): V1Node {
+    const n = node("node-1", { ready: "True", heartbeat: t, bootID: "boot-1", labels });
+    n.status!.conditions!.push({ type: "KernelDeadlock", status: kd, reason: "DockerHung", lastTransitionTime: T0.toJSDate() });
+    return n;
+  }
+
+  test("a heartbeating node whose trigger condition holds is powered off, confirmed, and released only once silent", () => {
+    const s = sim({
+      node: alive(at(1000)),
+      lease: lease("node-1", at(1000)),
+      pods: [stsPod("db-0")],
+      fence: fenceOf(undefined, { trigger: { nodeCondition: KD } }, []),
+    });
+    // The sim's machine stops heartbeating once powered off: its Lease and Ready stay at 1000.
+    const first = describeSteps(walk(s));
+    assert.deepEqual(first, [
+      "addFinalizer",
+      "start",
+      "begin",
+      "runAgent off L0 ipmi",
+      "record Succeeded",
+      "confirmed PowerOffConfirmed",
+      "wait WaitingForSilence",
+    ]);
+    assert.equal(s.fence.status?.evidence?.heartbeat?.silent, false, "confirmed while it still heartbeat");
+    assert.equal(s.fence.status?.releases, undefined, "nothing released before silence");
+    s.now = s.now.plus({ seconds: 15 });
+    const rest = describeSteps(walk(s));
+    assert.deepEqual(rest.slice(0, 2), ["markNode", "release Pod db-0"]);
+    assert.equal(rest.at(-1), "done");
+  });
+
+  test("the trigger condition cleared while the node heartbeats: cancelled before any power-off (Pending, Fencing, a failed round)", () => {
+    const spec = { trigger: { nodeCondition: KD } };
+    const cleared = { node: alive(at(999), "False"), lease: lease("node-1", at(999)), spec };
+    const pending = stepFor({ ...fencing(), phase: "Pending" }, cleared);
+    assert.equal(pending.kind, "cancel");
+    assert.match(
+      pending.kind === "cancel" ? pending.message : "",
+      /its condition KernelDeadlock=True no longer holds and the node heartbeats/,
+    );
+    assert.equal(stepFor(fencing(), cleared).kind, "cancel");
+    assert.equal(stepFor({ ...fencing(), phase: "Failed", nextRetryTime: stamp(at(2000)) }, cleared).kind, "cancel");
+    // Still held: it goes on although the node heartbeats.
+    const held = { node: alive(at(999)), lease: lease("node-1", at(999)), spec };
+    assert.equal(stepFor({ ...fencing(), phase: "Pending" }, held).kind, "begin");
+    assert.equal(stepFor(fencing(), held).kind, "runAgent");
+    // Cleared, but the node went silent meanwhile (partitioned): its silence justifies it.
+    const silent = partitionedNode();
+    silent.status!.conditions!.push({ type: "KernelDeadlock", status: "False", reason: "x" });
+    assert.equal(stepFor(fencing(), { node: silent, spec }).kind, "runAgent");
+    // Without a trigger a heartbeating node is cancelled as before, whatever its conditions say.
+    assert.equal(stepFor(fencing(), { node: alive(at(999)), lease: lease("node-1", at(999)) }).kind, "cancel");
+  });
+
+  test("noLongerDue, the check right before each power-off try", () => {
+    const f = fenceOf(fencing(), { trigger: { nodeCondition: KD } });
+    const now = at(1000);
+    assert.equal(noLongerDue({ fence: f, node: alive(at(999)), lease: lease("node-1", at(999)), now }), undefined);
+    assert.match(noLongerDue({ fence: f, node: alive(at(999), "False"), lease: lease("node-1", at(999)), now }) ?? "", /no longer holds/);
+    assert.equal(noLongerDue({ fence: f, node: undefined, lease: undefined, now }), undefined, "a deleted Node is no heartbeat");
+    const plain = fenceOf(fencing());
+    assert.match(noLongerDue({ fence: plain, node: alive(at(999)), lease: lease("node-1", at(999)), now }) ?? "", /heartbeats again/);
+  });
+
+  test("a NodeFence (manual or automatic) of a control-plane or etcd node waits, refused, unless the policy allows it", () => {
+    const cp = partitionedNode({ labels: { "node-role.kubernetes.io/control-plane": "" } });
+    for (const origin of ["Manual", "Automatic"] as const) {
+      const step = stepFor(undefined, { node: cp, spec: { origin } });
+      assert.equal(step.kind, "wait");
+      assert.equal(step.kind === "wait" && step.reason, "ControlPlaneNode");
+      assert.match(
+        step.kind === "wait" ? step.message : "",
+        /node-1 is not fenced: it is a control-plane node .*spec\.allowControlPlane.*nothing was powered off/,
+      );
+    }
+    const etcd = pod("etcd-node-1", { node: "node-1", ns: "kube-system", labels: { component: "etcd" } });
+    etcd.metadata!.annotations = { "kubernetes.io/config.mirror": "x" };
+    const e = stepFor(undefined, { pods: [etcd], spec: { origin: "Manual" } });
+    assert.equal(e.kind === "wait" && e.reason, "ControlPlaneNode");
+    const allowed = stepFor(undefined, {
+      node: cp,
+      policies: [policy("default", { allowControlPlane: true })],
+      spec: { origin: "Manual" },
+    });
+    assert.equal(allowed.kind, "start");
+  });
+
+  test("labelled control-plane after the fence started: no further power-off try (fence machine and the fresh read before each try)", () => {
+    const cp = partitionedNode({ labels: { "node-role.kubernetes.io/control-plane": "" } });
+    for (const origin of ["Manual", "Automatic"] as const) {
+      const step = stepFor(fencing(), { node: cp, spec: { origin } });
+      assert.equal(step.kind === "wait" && step.reason, "ControlPlaneNode", `${origin}: ${step.kind}`);
+      assert.match(step.kind === "wait" ? step.message : "", /no further power-off is tried/);
+    }
+    assert.equal(stepFor(fencing(), { node: cp, policies: [policy("default", { allowControlPlane: true })] }).kind, "runAgent");
+    const fresh = (n: V1Node, origin: "Manual" | "Automatic", policies = [policy("default")]) => ({
+      fence: fenceOf(fencing(), { origin }),
+      node: n,
+      lease: lease("node-1", at(999)),
+      now: at(1000),
+      policies,
+      pods: [],
+    });
+    assert.match(powerOffRefused(fresh(cp, "Manual")) ?? "", /control-plane node/);
+    assert.equal(powerOffRefused(fresh(cp, "Manual", [policy("default", { allowControlPlane: true })])), undefined);
+    // A policy deleted since: a control-plane node is refused, any other node is not for that.
+    assert.match(powerOffRefused(fresh(cp, "Manual", [])) ?? "", /FencingPolicy \(none\)/);
+    assert.equal(powerOffRefused(fresh(alive(at(999)), "Manual", [])), undefined, "a manual fence of a node that heartbeats");
+    assert.match(powerOffRefused(fresh(alive(at(999)), "Automatic")) ?? "", /heartbeats again/);
   });
 });

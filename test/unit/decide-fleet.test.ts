@@ -105,6 +105,8 @@ describe("decideFleet: healthy fleet", () => {
       activeFences: 0,
       wouldFence: [],
       queued: [],
+      held: [],
+      controlPlane: [],
     });
   });
 

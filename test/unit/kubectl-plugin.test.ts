@@ -20,6 +20,7 @@ import { retryAfterSeconds } from "../../src/cli/cluster.ts";
 import { main } from "../../src/cli/kubectl-stockade.ts";
 import { podsByNode, type FleetInput } from "../../src/decide/fleet.ts";
 import type { V1Lease, V1Pod } from "@kubernetes/client-node";
+import type { DateTime } from "luxon";
 import { ApiException } from "@kubernetes/client-node";
 import { T0, at, fence, fenceMap, lease, leases, node, pod, policy, pvcMap, stsPod } from "./decide-fixtures.ts";
 
@@ -157,6 +158,68 @@ describe("explain", () => {
   });
 });
 
+describe("explain: condition triggers and control-plane nodes (issue 28 items 3 and 4)", () => {
+  /** node-1 heartbeats with KernelDeadlock=True, recorded by the operator as held since T0+2; a guarded pod on it. */
+  function sickWorld(now: DateTime, labels: Record<string, string> = {}): FleetInput {
+    const w = world(now);
+    const n = node("node-1", { heartbeat: now.minus({ seconds: 1 }), labels });
+    n.status!.conditions!.push({ type: "KernelDeadlock", status: "True", reason: "DockerHung", lastTransitionTime: T0.toJSDate() });
+    const p = policy("default", {
+      detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 4, honorPodTolerations: false },
+      triggers: {
+        nodeConditions: [
+          { type: "Ready", status: "False", forSeconds: 300 },
+          { type: "KernelDeadlock", status: "True", forSeconds: 60 },
+        ],
+      },
+    });
+    p.status = {
+      heldConditions: [
+        { node: "node-1", type: "KernelDeadlock", status: "True", since: at(2).toUTC().toISO()!, lastTransitionTime: T0.toUTC().toISO()! },
+      ],
+    };
+    // node-1 alone: with the silent node-2 too, two of two nodes unhealthy would be a storm.
+    return { ...w, nodes: [n], policies: [p], pods: podsByNode([...w.podList, stsPod("db-1", { node: "node-1" })]) };
+  }
+
+  test("each trigger: held since when (the operator's record), how long, how long left — or not held", () => {
+    const out = renderExplain(sickWorld(at(42)), "node-1");
+    assert.match(out, /^Verdict:\s+Waiting$/m);
+    assert.match(out, /condition triggers: Ready=False for 300 s, KernelDeadlock=True for 60 s/);
+    assert.match(out, /^ {2}Ready=False for 300 s: not held \(Ready=True\)$/m);
+    assert.match(out, /^ {2}KernelDeadlock=True for 60 s: HELD since 2026-01-01T00:00:02\.000Z \(40 s\); 20 s left$/m);
+    assert.match(out, /^Control plane: no /m);
+    const r = explainReport(sickWorld(at(42)), "node-1");
+    assert.deepEqual(r.triggers, [
+      { type: "KernelDeadlock", status: "True", forSeconds: 60, heldSince: "2026-01-01T00:00:02.000Z", heldSeconds: 40, secondsLeft: 20 },
+    ]);
+    assert.match(renderExplain(sickWorld(at(62)), "node-1"), /^Verdict:\s+Fence$/m);
+  });
+
+  test("a control-plane node due for fencing: verdict ControlPlane, and why", () => {
+    const out = renderExplain(sickWorld(at(62), { "node-role.kubernetes.io/control-plane": "" }), "node-1");
+    assert.match(out, /^Verdict:\s+ControlPlane$/m);
+    assert.match(out, /^Why:\s+node-1 is not fenced: it is a control-plane node .*quorum/m);
+    assert.match(out, /^Control plane: yes: it is a control-plane node \(label node-role\.kubernetes\.io\/control-plane\); never fenced/m);
+    assert.equal(
+      explainReport(sickWorld(at(62), { "node-role.kubernetes.io/control-plane": "" }), "node-1").controlPlane,
+      "it is a control-plane node (label node-role.kubernetes.io/control-plane)",
+    );
+  });
+
+  test("a NodeFence a condition triggered names its trigger", () => {
+    const w = {
+      ...sickWorld(at(62)),
+      fences: fenceMap(
+        fence("node-1", { phase: "Fencing" }, { trigger: { nodeCondition: { type: "KernelDeadlock", status: "True", forSeconds: 60 } } }),
+      ),
+    };
+    const out = renderExplain(w, "node-1");
+    assert.match(out, /^ {2}trigger: {6}condition KernelDeadlock=True held for 60 s$/m);
+    assert.match(out, /^ {2}KernelDeadlock=True for 60 s: held now \(not counted while its NodeFence runs\)$/m);
+  });
+});
+
 describe("status", () => {
   test("lists the partitioned node, the NodeFences, the pods with NodeDown and the policies' conditions", () => {
     const w = world(at(20));
@@ -267,6 +330,16 @@ describe("command line", () => {
       }
       if (url.startsWith("/api/v1/nodes/node-1"))
         res.end(JSON.stringify({ apiVersion: "v1", kind: "Node", metadata: { name: "node-1", labels: {} } }));
+      else if (url.startsWith("/api/v1/nodes/cp-1"))
+        res.end(
+          JSON.stringify({
+            apiVersion: "v1",
+            kind: "Node",
+            metadata: { name: "cp-1", labels: { "node-role.kubernetes.io/control-plane": "" } },
+          }),
+        );
+      else if (url.startsWith("/api/v1/namespaces/kube-system/pods?"))
+        res.end(JSON.stringify({ apiVersion: "v1", kind: "PodList", metadata: {}, items: [] }));
       else if (url.includes("fencingpolicies"))
         res.end(
           JSON.stringify({
@@ -324,6 +397,19 @@ describe("command line", () => {
       assert.equal(asked.length, 2, "--dry-run asks nothing");
       assert.match(dry.out, /^Would:\n {2}FencingPolicy default is paused/);
       assert.match(dry.out, /\(dry run: nothing changed\)\n$/);
+      // A control-plane node is refused before anything is asked (issue 28 item 4), --dry-run or not.
+      for (const argv of [
+        ["fence", "cp-1", "--yes"],
+        ["fence", "cp-1", "--dry-run"],
+      ]) {
+        const cp = await run(argv, "yes");
+        assert.equal(cp.code, 1, cp.err);
+        assert.match(
+          cp.err,
+          /cp-1 is not fenced: it is a control-plane node \(label node-role\.kubernetes\.io\/control-plane\), and losing it may break the control plane's quorum; FencingPolicy default does not set spec\.allowControlPlane\. .*nothing changed/,
+        );
+      }
+      assert.equal(asked.length, 2, "nothing asked for the control-plane node");
       // No write reached the server: it answers 500 to anything but GET, and nothing failed that way.
     } finally {
       server.close();
@@ -341,6 +427,8 @@ describe("command line", () => {
         res.setHeader("Content-Type", "application/json");
         if (url.startsWith("/api/v1/nodes/node-1"))
           return res.end(JSON.stringify({ apiVersion: "v1", kind: "Node", metadata: { name: "node-1", labels: {} } }));
+        // The control-plane check: no etcd mirror pod on node-1.
+        if (url.startsWith("/api/v1/namespaces/kube-system/pods?")) return res.end(JSON.stringify({ kind: "PodList", items: [] }));
         if (url.includes("fencingpolicies"))
           return res.end(
             JSON.stringify({
