@@ -47,6 +47,36 @@ describe("e2e: the operator installed in-cluster from manifests/", () => {
     );
   });
 
+  test("the agent monitor runs in the leader's pod: every node's BMC reachable and authenticated, asked from the pod's address, status only", async () => {
+    const nodes = bed.lab.nodes();
+    // A node never queried is due within the monitor's first minute; the bed's agent keeps the default interval.
+    const agent = await waitFor(
+      "FenceAgent lab-ipmi Reachable for every node",
+      async () => {
+        const a = await bed.agent("lab-ipmi");
+        const reachable = a.status?.conditions?.find((c) => c.type === "Reachable");
+        return reachable?.status === "True" && a.status?.monitor?.reachable === nodes.length ? a : undefined;
+      },
+      { timeoutMs: 120_000, intervalMs: 1_000 },
+    );
+    assert.equal(agent.status?.conditions?.find((c) => c.type === "Ready")?.status, "True", "Ready: configured, reachable, authenticated");
+    assert.equal(agent.status?.monitor?.failing, 0);
+    const leader = (await bed.leaderPod())!;
+    const ip = leader.status!.podIP!;
+    for (const node of nodes) {
+      const fromPod = bed.lab.bmcRequests(node).chassis.filter((r) => r.from?.address === ip);
+      assert.ok(
+        fromPod.some((r) => r.op === "get"),
+        `${node}'s BMC answered a power-status query from the leader pod ${leader.metadata?.name} (${ip})`,
+      );
+      assert.deepEqual(
+        fromPod.filter((r) => r.op === "set"),
+        [],
+        `the monitor never powers ${node} off or on`,
+      );
+    }
+  });
+
   test("the webhooks answer through their Service: a pod on a guarded claim is created gated, then granted and Running", async () => {
     assert.equal(await bed.webhookRefusal(), undefined, "a server-side dry-run of a pod with a claim is admitted");
     await bed.sanClaim("solo");
