@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -40,6 +40,8 @@ test("the README's first command is the demo, and `npm run demo -- --once` ends 
   const failover = lines.at(-1);
   assert.match(failover ?? "", /^failover: \d+\.\d s$/, `last line: ${failover}`);
   console.log(`demo ${failover}`);
+  // ~2.5 GB (four real nodes' containerd roots): kept only after a failure, for a look.
+  rmSync(dir, { recursive: true, force: true });
 });
 
 test("every flag in docs/configuration.md's table is one the operator knows, and the other way round", async () => {
@@ -55,7 +57,7 @@ test("the plugin's commands in the README and docs/kubectl-stockade.md are the p
   const documented = [...`${readme}\n${plugin}`.matchAll(/^kubectl stockade ([a-z]+)/gm)].map((m) => m[1]!);
   assert.deepEqual(
     [...new Set(documented)].sort(),
-    ["check", "confirm", "explain", "fence", "status", "unfence", "version"],
+    ["check", "confirm", "explain", "fence", "history", "status", "unfence", "version"],
     "docs/kubectl-stockade.md shows every command",
   );
   for (const cmd of documented) assert.match(help.stdout, new RegExp(`\\b${cmd}\\b`), `${cmd} is in the plugin's help`);
