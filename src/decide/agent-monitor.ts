@@ -2,7 +2,7 @@
 // are due for a status query, and how the answers fold into the FenceAgent's status. Pure: the schedule is a
 // function of (agent, node, times), the fold of the results the caller kept. The queries themselves (status only,
 // never off or on) are made by controllers/agent-monitor.ts; a failing query fences nothing.
-import type { FenceAgent } from "../api/v1alpha1.ts";
+import type { FenceAgent, FenceAgentStatusMonitor, FenceAgentStatusMonitorFailures } from "../api/v1alpha1.ts";
 import type { AgentErrorKind, PowerState } from "../agents/types.ts";
 
 /** When spec.monitor.intervalSeconds is unset. */
@@ -128,32 +128,11 @@ export function resultChanged(a: NodeResult | undefined, b: NodeResult): boolean
   return !a || a.ok !== b.ok || a.reason !== b.reason || (!b.ok && a.message !== b.message);
 }
 
-export interface MonitorFailure {
-  node: string;
-  reason: MonitorReason;
-  message: string;
-  /** When its failures began (RFC 3339). */
-  since: string;
-  /** Its last failed query (RFC 3339). */
-  lastQueryTime: string;
-}
+/** One failing node of status.monitor: the generated type, its reason narrowed to what the monitor writes. */
+export type MonitorFailure = FenceAgentStatusMonitorFailures & { reason: MonitorReason };
 
-/** status.monitor of a FenceAgent. */
-export interface MonitorSummary {
-  intervalSeconds: number;
-  /** The agent's metadata.generation the results were taken under. */
-  observedGeneration?: number;
-  /** Nodes the agent's policies give it: each is queried every interval. */
-  nodes: number;
-  reachable: number;
-  failing: number;
-  /** Not queried yet under this spec. */
-  pending: number;
-  /** The last query of any node (RFC 3339), absent before the first. */
-  lastQueryTime?: string;
-  /** The failing nodes, at most MAX_LISTED_FAILURES, longest failing first. */
-  failures: MonitorFailure[];
-}
+/** status.monitor of a FenceAgent, as the monitor writes it (failures always present, at most MAX_LISTED_FAILURES). */
+export type MonitorSummary = FenceAgentStatusMonitor & { failures: MonitorFailure[] };
 
 export interface ConditionVerdict {
   status: "True" | "False" | "Unknown";
