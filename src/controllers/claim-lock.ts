@@ -16,6 +16,7 @@ import {
   claimGuard,
   claimNames,
   decideClaim,
+  type ClaimDecision,
   fencedSince,
   formatLock,
   heartbeatsNow,
@@ -66,6 +67,12 @@ interface SharedWait {
   /** The uids of the pods that may still run an instance of the claim: one of them waits for nobody. */
   live: ReadonlySet<string>;
   message: string;
+}
+
+/** Where the guarded claims' other users are bound, read fresh: fenced (per claim, since when) and heartbeating now. */
+interface UserNodes {
+  fencedNodesFor: (pvc: V1PersistentVolumeClaim) => Map<string, Date>;
+  heartbeatingNodes: Set<string>;
 }
 
 const podRef = (p: V1Pod) => objectRef("Pod", p);
@@ -213,32 +220,14 @@ export class ClaimLockController {
 
   private async decide(key: string, cached: V1Pod, run: Run): Promise<{ requeueAfterMs: number } | void> {
     const { kube, caches, events, log } = this.d;
-    const slash = key.indexOf("/");
-    const namespace = key.slice(0, slash);
-    const name = key.slice(slash + 1);
+    const namespace = key.slice(0, key.indexOf("/"));
     const started = performance.now();
     // Order matters: every claim is read before the namespace's pods. A pod recorded as a claim's holder was
     // created before it was granted, so if the list (read after) does not show it, it is gone; read the other
     // way round, a pod created and granted in between would be missing from the list and taken for gone.
-    // The claims may come from the cache: a grant is a compare-and-swap on the very version decided on, so a
-    // stale claim fails its write (409) instead of granting twice. Only "held" lifts the gate without writing
-    // the claim, so a claim the cache shows held by this pod, or one the cache lacks, is read fresh.
     const names = claimNames(cached);
     const t0 = performance.now();
-    let claims = names.map((c) => caches.pvcs.get(c, namespace));
-    const heldHere = (c: V1PersistentVolumeClaim | undefined) => {
-      const parsed = c ? parseLock(c) : undefined;
-      return parsed?.ok && parsed.lock?.holder?.uid === cached.metadata?.uid;
-    };
-    if (claims.some((c) => !c || heldHere(c)))
-      claims = await Promise.all(
-        names.map((claim) =>
-          kube.core.readNamespacedPersistentVolumeClaim({ name: claim, namespace }).catch((err: unknown) => {
-            if (isNotFound(err)) return undefined;
-            throw err;
-          }),
-        ),
-      );
+    const claims = await this.readClaims(namespace, names, cached);
     // A pod out of every live policy's scope waits for nothing (its gate comes off below), not even a missing claim.
     const inScope = gateScope(cached, caches.policies.list()).covered;
     const missing = inScope ? names.filter((_, i) => !claims[i]) : [];
@@ -258,15 +247,59 @@ export class ClaimLockController {
     // In scope after all (its labels changed since the cached copy), with a claim not read: look again later.
     if (scope.covered && claims.some((c) => !c)) return { requeueAfterMs: RECHECK_MS };
     const guarded = scope.covered ? claims.filter((c): c is V1PersistentVolumeClaim => !!c && claimGuard(c, scope.claims).guarded) : [];
-    for (const c of scope.covered ? claims : []) {
+    await this.warnIgnoredOptOuts(key, namespace, scope.covered ? claims : []);
+    const users = await this.readUserNodes(pod, pods, guarded);
+    const granted = await this.grantClaims({ key, pod, pods, guarded, users, run, started });
+    if ("requeueAfterMs" in granted) return granted;
+    const tGrant = performance.now();
+    const merged = await this.liftGate(key, pod, granted.tokens);
+    const tLift = performance.now();
+    // Where a grant's time goes (ms): the fresh reads, the namespace list, the compare-and-swap, the gate's patch.
+    const phases = { read: tRead - t0, list: tList - tRead, grant: tGrant - tList, lift: tLift - tGrant, pods: pods.length };
+    log.info({ pod: key, tokens: merged, phases }, `pod ${key} holds its claims; gate lifted`);
+    await Promise.all(granted.later);
+  }
+
+  /**
+   * The pod's claims, in the order named. They may come from the cache: a grant is a compare-and-swap on the very
+   * version decided on, so a stale claim fails its write (409) instead of granting twice. Only "held" lifts the gate
+   * without writing the claim, so a claim the cache shows held by this pod, or one the cache lacks, is read fresh.
+   */
+  private async readClaims(namespace: string, names: string[], cached: V1Pod): Promise<(V1PersistentVolumeClaim | undefined)[]> {
+    const claims = names.map((c) => this.d.caches.pvcs.get(c, namespace));
+    const heldHere = (c: V1PersistentVolumeClaim | undefined) => {
+      const parsed = c ? parseLock(c) : undefined;
+      return parsed?.ok && parsed.lock?.holder?.uid === cached.metadata?.uid;
+    };
+    if (!claims.some((c) => !c || heldHere(c))) return claims;
+    return Promise.all(
+      names.map((claim) =>
+        this.d.kube.core.readNamespacedPersistentVolumeClaim({ name: claim, namespace }).catch((err: unknown) => {
+          if (isNotFound(err)) return undefined;
+          throw err;
+        }),
+      ),
+    );
+  }
+
+  /** A Warning, once per claim and operator run, for each claim that still carries the retired opt-out annotation. */
+  private async warnIgnoredOptOuts(key: string, namespace: string, claims: (V1PersistentVolumeClaim | undefined)[]): Promise<void> {
+    for (const c of claims) {
       const uid = c?.metadata?.uid || `${namespace}/${c?.metadata?.name}`;
       if (c?.metadata?.annotations?.[CLAIM_GUARD_ANNOTATION] !== "false" || this.ignoredOptOut.has(uid)) continue;
       this.ignoredOptOut.add(uid);
       const msg = `claim ${c.metadata?.name}: the annotation ${CLAIM_GUARD_ANNOTATION}=false no longer opts a claim out (only "true", opting one in, is read); to opt a workload out, label its pods ${GUARDED_LABEL}=false (docs/api.md, "Opting out")`;
-      log.warn({ pod: key, claim: c.metadata?.name }, msg);
-      await events.record(pvcRef(c), "Warning", "ClaimOptOutIgnored", msg);
+      this.d.log.warn({ pod: key, claim: c.metadata?.name }, msg);
+      await this.d.events.record(pvcRef(c), "Warning", "ClaimOptOutIgnored", msg);
     }
-    // Where the claims' other users are bound: is that node fenced, and still off? Read fresh, all at once.
+  }
+
+  /**
+   * Where the guarded claims' other users are bound: is that node fenced, and still off (per claim), and does it
+   * heartbeat now? Read fresh, all at once.
+   */
+  private async readUserNodes(pod: V1Pod, pods: V1Pod[], guarded: V1PersistentVolumeClaim[]): Promise<UserNodes> {
+    const { kube } = this.d;
     const users = pods.filter(
       (p) => p.metadata?.uid !== pod.metadata?.uid && guarded.some((c) => claimNames(p).includes(c.metadata?.name ?? "")),
     );
@@ -288,6 +321,26 @@ export class ClaimLockController {
       }
       return out;
     };
+    return { fencedNodesFor, heartbeatingNodes };
+  }
+
+  /**
+   * Decides each guarded claim for the pod and grants those it may have: the tokens it holds then, and the Events still
+   * to record; or, when a claim is in use or its record invalid, when to look again (the gate stays).
+   */
+  private async grantClaims(a: {
+    key: string;
+    pod: V1Pod;
+    pods: V1Pod[];
+    guarded: V1PersistentVolumeClaim[];
+    users: UserNodes;
+    run: Run;
+    started: number;
+  }): Promise<{ requeueAfterMs: number } | { tokens: Record<string, number>; later: Promise<void>[] }> {
+    const { key, pod, pods, guarded, run, started } = a;
+    const { fencedNodesFor, heartbeatingNodes } = a.users;
+    const { events, log } = this.d;
+    const namespace = key.slice(0, key.indexOf("/"));
     const tokens: Record<string, number> = {};
     const later: Promise<void>[] = [];
     for (const pvc of guarded) {
@@ -312,29 +365,48 @@ export class ClaimLockController {
           this.told.set(key, decision.message);
           await events.record(podRef(pod), "Normal", "WaitingForClaim", decision.message);
           return { requeueAfterMs: RECHECK_MS };
-        case "grant": {
-          if (decision.ignored) {
-            const msg = `claim ${claim}: ignored the fencing token of pod ${decision.ignored.join(", ")}: above ${MAX_CONTINUED_TOKEN} and the lock record's, so no grant gave it (a pod's annotations are written by whoever may update the pod); the next token is ${decision.token}`;
-            log.warn({ pod: key, claim, ignored: decision.ignored }, msg);
-            later.push(events.record(pvcRef(pvc), "Warning", "ClaimTokenIgnored", msg));
-          }
-          this.d.leadership.assertLeading(`grant claim ${namespace}/${claim} to pod ${name}`);
-          // The resourceVersion read above is the precondition: a concurrent grant makes this fail with 409.
-          await kube.casAnnotateClaim(pvc, { [LOCK_ANNOTATION]: formatLock(decision.record) });
-          tokens[claim] = decision.token;
-          this.d.metrics?.claimGrants.inc();
-          const msg = `granted claim ${claim} to pod ${name} with fencing token ${decision.token} (previous holder: ${decision.previous})`;
-          log.info({ pod: key, claim, token: decision.token }, msg);
-          // Events are not on the pod's path to its start: recorded once the gate is lifted.
-          later.push(
-            events.record(pvcRef(pvc), "Normal", "ClaimLockGranted", msg),
-            events.record(podRef(pod), "Normal", "ClaimLockGranted", msg),
-          );
+        case "grant":
+          tokens[claim] = await this.grant(key, pod, pvc, decision, later);
           break;
-        }
       }
     }
-    const tGrant = performance.now();
+    return { tokens, later };
+  }
+
+  /** Writes the grant decided on into the claim's lock record; its Events go to `later`. Returns the token. */
+  private async grant(
+    key: string,
+    pod: V1Pod,
+    pvc: V1PersistentVolumeClaim,
+    decision: Extract<ClaimDecision, { kind: "grant" }>,
+    later: Promise<void>[],
+  ): Promise<number> {
+    const { kube, events, log } = this.d;
+    const slash = key.indexOf("/");
+    const namespace = key.slice(0, slash);
+    const name = key.slice(slash + 1);
+    const claim = pvc.metadata?.name ?? "";
+    if (decision.ignored) {
+      const msg = `claim ${claim}: ignored the fencing token of pod ${decision.ignored.join(", ")}: above ${MAX_CONTINUED_TOKEN} and the lock record's, so no grant gave it (a pod's annotations are written by whoever may update the pod); the next token is ${decision.token}`;
+      log.warn({ pod: key, claim, ignored: decision.ignored }, msg);
+      later.push(events.record(pvcRef(pvc), "Warning", "ClaimTokenIgnored", msg));
+    }
+    this.d.leadership.assertLeading(`grant claim ${namespace}/${claim} to pod ${name}`);
+    // The resourceVersion read above is the precondition: a concurrent grant makes this fail with 409.
+    await kube.casAnnotateClaim(pvc, { [LOCK_ANNOTATION]: formatLock(decision.record) });
+    this.d.metrics?.claimGrants.inc();
+    const msg = `granted claim ${claim} to pod ${name} with fencing token ${decision.token} (previous holder: ${decision.previous})`;
+    log.info({ pod: key, claim, token: decision.token }, msg);
+    // Events are not on the pod's path to its start: recorded once the gate is lifted.
+    later.push(
+      events.record(pvcRef(pvc), "Normal", "ClaimLockGranted", msg),
+      events.record(podRef(pod), "Normal", "ClaimLockGranted", msg),
+    );
+    return decision.token;
+  }
+
+  /** Lifts the gate, the pod's tokens in the same write (a compare-and-swap on the pod read): the tokens it holds now. */
+  private async liftGate(key: string, pod: V1Pod, tokens: Record<string, number>): Promise<Record<string, number>> {
     this.d.leadership.assertLeading(`lift the claim-lock gate of pod ${key}`);
     const merged = { ...podTokens(pod), ...tokens };
     // The JSON map for programs that hold several claims; one plain number per claim for the downward API.
@@ -343,17 +415,13 @@ export class ClaimLockController {
     );
     const only: Record<string, string> = Object.values(merged).length === 1 ? { [TOKEN_ANNOTATION]: String(Object.values(merged)[0]) } : {};
     const annotations = Object.keys(merged).length ? { ...perClaim, ...only, [TOKENS_ANNOTATION]: JSON.stringify(merged) } : {};
-    await kube.casPatchPod(
+    await this.d.kube.casPatchPod(
       pod,
       annotations,
       (pod.spec?.schedulingGates ?? []).filter((g) => g.name !== CLAIM_GATE),
     );
     const ms = Date.now() - new Date(pod.metadata?.creationTimestamp ?? Date.now()).getTime();
     this.d.metrics?.claimGateSeconds.observe(ms / 1000);
-    const tLift = performance.now();
-    // Where a grant's time goes (ms): the fresh reads, the namespace list, the compare-and-swap, the gate's patch.
-    const phases = { read: tRead - t0, list: tList - tRead, grant: tGrant - tList, lift: tLift - tGrant, pods: pods.length };
-    log.info({ pod: key, tokens: merged, phases }, `pod ${key} holds its claims; gate lifted`);
-    await Promise.all(later);
+    return merged;
   }
 }

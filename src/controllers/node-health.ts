@@ -525,85 +525,16 @@ export class NodeHealthController {
     if (!s) return;
     const now = this.d.clock().toUTC().toISO({ suppressMilliseconds: true }) ?? "";
     const gen = p.metadata?.generation;
-    let conditions = (p.status?.conditions ?? []) as Condition[];
-    const hold = s.holds[0];
-    conditions = setCondition(
-      conditions,
-      hold
-        ? {
-            type: "StormGuard",
-            status: "True",
-            reason: hold.reason,
-            message: s.holds
-              .map((h) => h.message)
-              .join("; ")
-              .slice(0, 32_000),
-            observedGeneration: gen,
-          }
-        : { type: "StormGuard", status: "False", reason: "NoHold", message: "no guard holds fencing back", observedGeneration: gen },
-      now,
-    );
     const wouldFence = s.wouldFence.length ? `dry run: would fence ${nameList(s.wouldFence)}` : "";
-    conditions = setCondition(
-      conditions,
-      wouldFence
-        ? {
-            type: "DryRun",
-            status: "True",
-            reason: "WouldFence",
-            message: wouldFence,
-            observedGeneration: gen,
-          }
-        : { type: "DryRun", status: "False", reason: p.spec.dryRun ? "NothingToFence" : "Disabled", message: "", observedGeneration: gen },
-      now,
-    );
     const missing = p.spec.escalation.flatMap((l) => l.agents.map((a) => a.name)).filter((n) => !this.d.caches.agents.get(n));
-    conditions = setCondition(
-      conditions,
-      missing.length
-        ? {
-            type: "Ready",
-            status: "False",
-            reason: "AgentNotFound",
-            message: `FenceAgent ${[...new Set(missing)].join(", ")} does not exist: create it or fix spec.escalation (fences under this policy fail)`,
-            observedGeneration: gen,
-          }
-        : {
-            type: "Ready",
-            status: "True",
-            reason: "Accepted",
-            message: s.raisedTimeouts.length
-              ? `policy is in effect; heartbeatTimeoutSeconds ${p.spec.detection?.heartbeatTimeoutSeconds} is shorter than two renewals of the node Lease of ${s.raisedTimeouts.length} node(s), which would look silent while healthy: using ${[...new Set(s.raisedTimeouts.map((r) => r.seconds))].join("/")} s for them (e.g. ${s.raisedTimeouts[0]!.node})`
-              : "policy is in effect",
-            observedGeneration: gen,
-          },
-      now,
-    );
-    const cp = s.controlPlane;
-    conditions = setCondition(
-      conditions,
-      cp.length
-        ? {
-            type: "QuorumGuard",
-            status: "True",
-            reason: "ControlPlaneNode",
-            message: cp
-              .map((x) => x.message)
-              .join("; ")
-              .slice(0, 32_000),
-            observedGeneration: gen,
-          }
-        : {
-            type: "QuorumGuard",
-            status: "False",
-            reason: p.spec.allowControlPlane ? "ControlPlaneAllowed" : "NoControlPlaneNodeDue",
-            message: p.spec.allowControlPlane
-              ? "spec.allowControlPlane: control-plane and etcd nodes are fenced like the others"
-              : "no control-plane or etcd node is due for fencing",
-            observedGeneration: gen,
-          },
-      now,
-    );
+    let conditions = (p.status?.conditions ?? []) as Condition[];
+    for (const c of [
+      stormGuardCondition(s, gen),
+      dryRunCondition(p, wouldFence, gen),
+      readyCondition(p, s, missing, gen),
+      quorumGuardCondition(p, s, gen),
+    ])
+      conditions = setCondition(conditions, c, now);
     const status = {
       ...p.status,
       conditions,
@@ -613,9 +544,14 @@ export class NodeHealthController {
       heldConditions: s.held,
     };
     if (canonical(status) === canonical(p.status)) return;
-    const before = findCondition(p.status?.conditions as Condition[] | undefined, "StormGuard");
     const updated = await this.d.kube.replaceStatus("fencingpolicies", { ...p, status } as FencingPolicy);
     this.policyWritten.set(p.metadata?.name ?? "", { replaced: p.metadata?.resourceVersion, result: updated });
+    await this.announcePolicyStatus(p, updated, s, wouldFence);
+  }
+
+  /** The Events (and warnings) of a policy's status change: `p` as it was, `updated` as written. */
+  private async announcePolicyStatus(p: FencingPolicy, updated: FencingPolicy, s: PolicyState, wouldFence: string): Promise<void> {
+    const before = findCondition(p.status?.conditions as Condition[] | undefined, "StormGuard");
     const pref = ref("FencingPolicy", p.metadata?.name ?? "", p.metadata?.uid, undefined, API_VERSION);
     const after = findCondition(updated.status?.conditions as Condition[] | undefined, "StormGuard");
     if (after?.status === "True" && (before?.status !== "True" || before.message !== after.message)) {
@@ -650,4 +586,79 @@ function canonical(v: unknown): string {
   return JSON.stringify(v, (_k, x: unknown) =>
     x && typeof x === "object" && !Array.isArray(x) ? Object.fromEntries(Object.entries(x).sort(([a], [b]) => a.localeCompare(b))) : x,
   );
+}
+
+// A FencingPolicy's conditions, from one pass's decision (set in this order: StormGuard, DryRun, Ready, QuorumGuard).
+type PolicyCondition = Omit<Condition, "lastTransitionTime">;
+
+function stormGuardCondition(s: PolicyState, gen: number | undefined): PolicyCondition {
+  const hold = s.holds[0];
+  return hold
+    ? {
+        type: "StormGuard",
+        status: "True",
+        reason: hold.reason,
+        message: s.holds
+          .map((h) => h.message)
+          .join("; ")
+          .slice(0, 32_000),
+        observedGeneration: gen,
+      }
+    : { type: "StormGuard", status: "False", reason: "NoHold", message: "no guard holds fencing back", observedGeneration: gen };
+}
+
+function dryRunCondition(p: FencingPolicy, wouldFence: string, gen: number | undefined): PolicyCondition {
+  return wouldFence
+    ? {
+        type: "DryRun",
+        status: "True",
+        reason: "WouldFence",
+        message: wouldFence,
+        observedGeneration: gen,
+      }
+    : { type: "DryRun", status: "False", reason: p.spec.dryRun ? "NothingToFence" : "Disabled", message: "", observedGeneration: gen };
+}
+
+function readyCondition(p: FencingPolicy, s: PolicyState, missing: string[], gen: number | undefined): PolicyCondition {
+  return missing.length
+    ? {
+        type: "Ready",
+        status: "False",
+        reason: "AgentNotFound",
+        message: `FenceAgent ${[...new Set(missing)].join(", ")} does not exist: create it or fix spec.escalation (fences under this policy fail)`,
+        observedGeneration: gen,
+      }
+    : {
+        type: "Ready",
+        status: "True",
+        reason: "Accepted",
+        message: s.raisedTimeouts.length
+          ? `policy is in effect; heartbeatTimeoutSeconds ${p.spec.detection?.heartbeatTimeoutSeconds} is shorter than two renewals of the node Lease of ${s.raisedTimeouts.length} node(s), which would look silent while healthy: using ${[...new Set(s.raisedTimeouts.map((r) => r.seconds))].join("/")} s for them (e.g. ${s.raisedTimeouts[0]!.node})`
+          : "policy is in effect",
+        observedGeneration: gen,
+      };
+}
+
+function quorumGuardCondition(p: FencingPolicy, s: PolicyState, gen: number | undefined): PolicyCondition {
+  const cp = s.controlPlane;
+  return cp.length
+    ? {
+        type: "QuorumGuard",
+        status: "True",
+        reason: "ControlPlaneNode",
+        message: cp
+          .map((x) => x.message)
+          .join("; ")
+          .slice(0, 32_000),
+        observedGeneration: gen,
+      }
+    : {
+        type: "QuorumGuard",
+        status: "False",
+        reason: p.spec.allowControlPlane ? "ControlPlaneAllowed" : "NoControlPlaneNodeDue",
+        message: p.spec.allowControlPlane
+          ? "spec.allowControlPlane: control-plane and etcd nodes are fenced like the others"
+          : "no control-plane or etcd node is due for fencing",
+        observedGeneration: gen,
+      };
 }
