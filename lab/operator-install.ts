@@ -92,7 +92,7 @@ export async function operatorPods(lab: Lab): Promise<V1Pod[]> {
   return pods.sort((a, b) => String(a.metadata?.creationTimestamp).localeCompare(String(b.metadata?.creationTimestamp)));
 }
 
-/** The leader: the Lease's holder identity is `<pod>_<suffix>` (src/operator.ts); undefined while nobody holds it. */
+/** The leader: the Lease's holder identity is `<pod>_<suffix>` (src/operator/leadership.ts); undefined while nobody holds it. */
 export async function leaderPod(lab: Lab): Promise<V1Pod | undefined> {
   const lease = await lab.kc
     .makeApiClient(CoordinationV1Api)

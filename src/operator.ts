@@ -2,37 +2,34 @@
 // endpoints. Every replica keeps its caches warm; only the leader runs controllers, and only once every
 // cache has synced. Every API request has a deadline (kube/deadline.ts). On stop (SIGTERM) it takes no
 // new work, lets the work in flight finish while still renewing the Lease, and only then releases it.
-import { randomBytes } from "node:crypto";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { Server } from "node:http";
 import { AuthenticationV1Api, type KubeConfig } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import type { Logger } from "pino";
-import { AdmissionServer } from "./admission/server.ts";
-import { TlsKeeper } from "./admission/tls-keeper.ts";
-import type { FenceAgent, FencingPolicy } from "./api/v1alpha1.ts";
+import type { AdmissionServer } from "./admission/server.ts";
+import type { TlsKeeper } from "./admission/tls-keeper.ts";
 import type { Config } from "./config.ts";
-import { AgentMonitor } from "./controllers/agent-monitor.ts";
-import { ClaimLockController } from "./controllers/claim-lock.ts";
-import { FenceAgentController, agentsForPolicyEvent } from "./controllers/fence-agent.ts";
-import { FenceHistory } from "./controllers/fence-history.ts";
-import { NodeFenceController } from "./controllers/node-fence.ts";
-import { FLEET_KEY, NodeHealthController, fleetReadsChange } from "./controllers/node-health.ts";
+import type { AgentMonitor } from "./controllers/agent-monitor.ts";
+import type { ClaimLockController } from "./controllers/claim-lock.ts";
+import type { FenceHistory } from "./controllers/fence-history.ts";
+import { FLEET_KEY, type NodeHealthController } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
-import { readyTurnedUnknown } from "./decide/node-health.ts";
 import { ADMISSION_POLICY, checkAdmissionPolicy } from "./kube/admission-check.ts";
 import { Kube } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
-import { withRequestDeadline, withRequestTimeout } from "./kube/deadline.ts";
 import { Metrics, nodeFencePhases } from "./metrics.ts";
-import { Controller, changedBeyondStatus, enqueueFrom } from "./runtime/controller.ts";
+import type { Controller } from "./runtime/controller.ts";
 import { LoopStallWatch } from "./runtime/loop-stall.ts";
 import { EventRecorder } from "./runtime/events.ts";
 import { InFlight } from "./runtime/in-flight.ts";
-import { LeaderElector, SoleLeadership, type Leadership } from "./runtime/leader.ts";
-import { WorkQueue } from "./runtime/work-queue.ts";
+import type { LeaderElector, SoleLeadership } from "./runtime/leader.ts";
+import { admissionFor } from "./operator/admission.ts";
+import { buildControllers } from "./operator/controllers.ts";
+import { listenAddress, serve, type Reply } from "./operator/http.ts";
+import { leadershipFor } from "./operator/leadership.ts";
+import { wireEnqueues } from "./operator/wiring.ts";
 
-export const LEADER_LEASE = "stockade-operator";
+export { LEADER_LEASE } from "./operator/leadership.ts";
 /** How often the admission policy is checked to be in force. */
 const ADMISSION_CHECK_MS = 10 * 60_000;
 /**
@@ -43,17 +40,6 @@ const ADMISSION_CHECK_MS = 10 * 60_000;
 const TLS_CHECK_MS = 60_000;
 /** A change to the webhook configurations or their Secret is checked this soon (a rotation changes all three). */
 const TLS_CHANGE_DEBOUNCE_MS = 200;
-/** Pod, claim and budget events reach the fleet decision within this, many as one pass. */
-const OBJECT_EVENTS_COALESCE_MS = 1_000;
-/**
- * A node's Ready turning Unknown ends (or skips) the fleet pass's rest at most this often. A node's own kubelet can
- * write its Ready condition as often as it likes: unbounded, a flapping node would run passes back to back, taking the
- * event loop from every fence under way. At most four hurried passes a second; the node controller marks the nodes of
- * a partition Unknown in batches over a few hundred ms, and at 1 s the rest of a batch waited a whole rest.
- */
-const HURRY_MIN_INTERVAL_MS = 250;
-/** Monitor results that change an agent's status reach it within this, many as one status write. */
-const MONITOR_CHANGE_COALESCE_MS = 5_000;
 /** How often the leader applies the fence history's retention to every node (and once when it starts leading). */
 const HISTORY_SWEEP_MS = 60 * 60_000;
 
@@ -106,144 +92,37 @@ export class Operator {
   constructor(kc: KubeConfig, cfg: Config, log: Logger, hooks: OperatorHooks = {}, clock: () => DateTime = () => DateTime.now()) {
     this.log = log;
     this.cfg = cfg;
-    const requestTimeoutMs = cfg.apiRequestTimeoutSeconds * 1000;
-    const timing = {
-      leaseDurationMs: cfg.leaseDurationSeconds * 1000,
-      renewDeadlineMs: cfg.renewDeadlineSeconds * 1000,
-      retryPeriodMs: cfg.retryPeriodSeconds * 1000,
-    };
-    if (cfg.leaderElect) {
-      this.elector = new LeaderElector({
-        kc,
-        namespace: cfg.leaderElectionNamespace,
-        name: LEADER_LEASE,
-        // Unique per process (client-go does the same): two processes with one identity would both lead.
-        identity: `${cfg.instanceId}_${randomBytes(4).toString("hex")}`,
-        timing,
-        log,
-        onStartedLeading: () => this.runControllers(),
-        onStoppedLeading: () => hooks.onLostLeadership?.(),
-        // Epochs never go backwards, even when the Lease is deleted and created again (caches are synced first).
-        minEpoch: () => Math.max(-1, ...this.caches.fences.list().map((f) => f.status?.leaderEpoch ?? 0)) + 1,
-      });
-    } else this.sole = new SoleLeadership();
-    const leadership: Leadership = this.elector ?? this.sole!;
-    // Reads: the request timeout. Writes (the controllers' Kube): also no later than another replica could
-    // take over, so that a write of a leader cut off from the API is abandoned rather than landing late.
-    const elector = this.elector;
-    const writeMs = () =>
-      elector
-        ? Math.min(requestTimeoutMs, Math.max(0, elector.remainingMs()) + timing.leaseDurationMs - timing.renewDeadlineMs)
-        : requestTimeoutMs;
-    const writes = withRequestDeadline(kc, (ctx) => (ctx.getHttpMethod() === "GET" ? requestTimeoutMs : writeMs()));
-    const reads = withRequestTimeout(kc, requestTimeoutMs);
+    const lead = leadershipFor(kc, cfg, log, {
+      onStartedLeading: () => this.runControllers(),
+      onStoppedLeading: () => hooks.onLostLeadership?.(),
+      // Epochs never go backwards, even when the Lease is deleted and created again (caches are synced first).
+      minEpoch: () => Math.max(-1, ...this.caches.fences.list().map((f) => f.status?.leaderEpoch ?? 0)) + 1,
+    });
+    this.elector = lead.elector;
+    this.sole = lead.sole;
+    const { reads, writes } = lead;
     this.kube = new Kube(writes);
     this.caches = new Caches(reads, {
       staleAfterMs: cfg.watchStaleSeconds * 1000,
       onError: (path, err, ms) =>
         log.warn({ watch: path, err: errorText(err), restartInMs: ms }, `watch on ${path} failed; restarting in ${ms} ms`),
     });
-    const events = new EventRecorder({ kc: writes, log, instance: cfg.instanceId });
-    this.events = events;
-    const deps = { kube: this.kube, caches: this.caches, events, log, clock, metrics: this.metrics, leadership, inflight: this.inflight };
-    this.health = new NodeHealthController(deps);
-    this.history = new FenceHistory({
-      kube: this.kube,
-      log,
+    this.events = new EventRecorder({ kc: writes, log, instance: cfg.instanceId });
+    const shared = { kube: this.kube, caches: this.caches, log, metrics: this.metrics };
+    const c = buildControllers({
+      ...shared,
+      cfg,
+      reads,
+      events: this.events,
       clock,
-      retention: { perNode: cfg.historyPerNode, maxAgeDays: cfg.historyMaxAgeDays },
-      liveFences: () => new Set(this.caches.fences.list().map((f) => f.metadata?.uid ?? "")),
-    });
-    const fence = new NodeFenceController({ ...deps, history: this.history });
-    const queue = (name: string) => new WorkQueue({ onMetric: this.metrics.queue(name) });
-    const agentQueue = queue("fence-agent");
-    this.monitor = new AgentMonitor({
-      kube: new Kube(reads),
-      caches: this.caches,
-      log,
-      metrics: this.metrics,
-      onChange: (name) => agentQueue.addAfter(name, MONITOR_CHANGE_COALESCE_MS),
+      leadership: lead.leadership,
+      inflight: this.inflight,
       leading: () => this.leading,
     });
-    const agent = new FenceAgentController({ ...deps, monitor: this.monitor });
-    this.fleet = new Controller({
-      name: "node-health",
-      queue: queue("node-health"),
-      reconcile: () => this.health.reconcile(),
-      log,
-      // At most half the event loop for fleet passes, however often their inputs change; never more than a second
-      // of rest (a pass stretched by a GC pause must not hold the next fence back long).
-      restMs: () => Math.min(this.health.lastPassMs, 1_000),
-    });
-    const fences = new Controller({
-      name: "node-fence",
-      queue: queue("node-fence"),
-      workers: cfg.fenceWorkers,
-      reconcile: (k) => fence.reconcile(k),
-      log,
-    });
-    fence.enqueue = (k) => fences.queue.add(k);
-    const agents = new Controller({ name: "fence-agent", queue: agentQueue, reconcile: (k) => agent.reconcile(k), log });
-    this.claims = new ClaimLockController(deps);
-    this.claimQueue = new Controller({
-      name: "claim-lock",
-      queue: queue("claim-lock"),
-      workers: 4,
-      reconcile: (k) => this.claims.reconcile(k),
-      log,
-    });
-    this.claims.watch(this.claimQueue.queue);
-    this.controllers = [this.fleet, fences, agents, this.claimQueue];
-    if (cfg.webhookBindAddress) {
-      this.tls = new TlsKeeper({
-        kube: this.kube,
-        log,
-        namespace: cfg.leaderElectionNamespace,
-        secretName: cfg.webhookSecret,
-        hosts: cfg.webhookHosts,
-      });
-      this.webhooks = new AdmissionServer({ kube: new Kube(reads), caches: this.caches, log, metrics: this.metrics });
-    }
-
-    const c = this.caches;
-    enqueueFrom(c.policies, this.fleet.queue, () => FLEET_KEY);
-    // Nodes at once (a Ready condition turning Unknown is half of a partition), but not a healthy node's routine
-    // status write (NodeHealthController.isRoutineNodeUpdate); the pass runs at least every 5 s anyway. Ready turning
-    // Unknown does not wait for the pass's rest either: it is what makes a partitioned node's fence due.
-    let hurried = -Infinity;
-    enqueueFrom(c.nodes, this.fleet.queue, (n, old) => {
-      if (this.health.isRoutineNodeUpdate(n, old)) return undefined;
-      if (readyTurnedUnknown(n, old) && performance.now() - hurried >= HURRY_MIN_INTERVAL_MS) {
-        hurried = performance.now();
-        this.fleet.hurry();
-      }
-      return FLEET_KEY;
-    });
-    // Pods, claims and budgets change all the time in a big cluster (every pod status update), and one pass of the
-    // fleet decision reads them all: their changes reach it within a second, coalesced into one pass.
-    const soon = () => this.fleet.queue.addAfter(FLEET_KEY, OBJECT_EVENTS_COALESCE_MS);
-    for (const verb of ["add", "update", "delete"] as const) {
-      c.pods.on(verb, soon);
-      c.pvcs.on(verb, soon);
-      c.pdbs.on(verb, soon);
-      c.fences.on(verb, (f, old) => void (fleetReadsChange(f, old) && soon()));
-      // Leases: a routine renewal of a healthy node changes no decision (NodeHealthController.isRoutineRenewal).
-      // The others are coalesced too: when many nodes renew late (an apiserver or a network that lags), each
-      // late renewal ran a whole pass, three a second at 1,000 nodes. The cache already holds the renewal when a
-      // pass runs for any other reason, and fencing itself re-reads the Lease (NodeFence creation and release).
-      c.leases.on(verb, (l) => void (this.health.isRoutineRenewal(l) || soon()));
-    }
-    enqueueFrom(c.fences, fences.queue, (f) => f.metadata?.name);
-    enqueueFrom(c.nodes, fences.queue, (n) => (c.fences.get(n.metadata?.name ?? "") ? n.metadata?.name : undefined));
-    // A NodeFence reads policies' and agents' specs, never their status: the fleet pass writes a policy's status
-    // (partitioned nodes, active fences) at every change, and each such write used to re-run every NodeFence,
-    // a fresh read each, in the middle of a burst of failures.
-    const allFences = (o: FencingPolicy | FenceAgent, old?: FencingPolicy | FenceAgent) =>
-      changedBeyondStatus(o, old) ? c.fences.list().map((f) => f.metadata?.name ?? "") : undefined;
-    enqueueFrom(c.policies, fences.queue, allFences);
-    enqueueFrom(c.agents, fences.queue, allFences);
-    enqueueFrom(c.agents, agents.queue, (a) => a.metadata?.name);
-    enqueueFrom(c.policies, agents.queue, (p, old) => agentsForPolicyEvent(c.agents.list(), p, old));
+    ({ health: this.health, history: this.history, monitor: this.monitor, claims: this.claims } = c);
+    ({ fleet: this.fleet, claimQueue: this.claimQueue, all: this.controllers } = c);
+    ({ tls: this.tls, webhooks: this.webhooks } = admissionFor(cfg, { ...shared, reads }));
+    wireEnqueues(this.caches, c);
   }
 
   /**
@@ -282,9 +161,9 @@ export class Operator {
     // Served before the caches sync: until then every exclusive claim counts as guarded (fail closed).
     await this.startWebhooks();
     if (this.cfg.healthBindAddress)
-      this.servers.push(await this.serve("health", this.cfg.healthBindAddress, (p) => this.healthEndpoint(p)));
+      this.servers.push(await serve(this.log, "health", this.cfg.healthBindAddress, (p) => this.healthEndpoint(p)));
     if (this.cfg.metricsBindAddress)
-      this.servers.push(await this.serve("metrics", this.cfg.metricsBindAddress, (p) => this.metricsEndpoint(p)));
+      this.servers.push(await serve(this.log, "metrics", this.cfg.metricsBindAddress, (p) => this.metricsEndpoint(p)));
     // Controllers act on what the caches show: an object missing from a cache that has not synced yet
     // would look deleted. Nothing runs, and leadership is not even sought, before every cache has synced.
     const waiting = setInterval(
@@ -459,13 +338,10 @@ export class Operator {
 
   /** Where the health (index 0) and metrics (index 1) endpoints listen, port 0 resolved. */
   addresses(): string[] {
-    return this.servers.map((s) => {
-      const a = s.address() as AddressInfo;
-      return `${a.address}:${a.port}`;
-    });
+    return this.servers.map(listenAddress);
   }
 
-  private async healthEndpoint(path: string): Promise<[number, string, string]> {
+  private async healthEndpoint(path: string): Promise<Reply> {
     if (path === "/healthz") return [200, "text/plain", "ok\n"];
     if (path === "/readyz") {
       const why = this.notReady();
@@ -474,7 +350,7 @@ export class Operator {
     return [404, "text/plain", "not found\n"];
   }
 
-  private async metricsEndpoint(path: string): Promise<[number, string, string]> {
+  private async metricsEndpoint(path: string): Promise<Reply> {
     if (path !== "/metrics") return [404, "text/plain", "not found\n"];
     this.refreshGauges();
     return [200, this.metrics.registry.contentType, await this.metrics.registry.metrics()];
@@ -506,28 +382,5 @@ export class Operator {
     m.guardedPods.set([...partitioned].flatMap((n) => this.caches.podsOn(n)).filter((p) => isGuarded(p, undefined, pvcs).guarded).length);
     m.stormGuard.reset();
     for (const [policy, s] of d.policies) for (const h of s.holds) m.stormGuard.set({ policy, reason: h.reason }, 1);
-  }
-
-  private async serve(
-    what: string,
-    bind: { host: string; port: number },
-    handler: (path: string) => Promise<[number, string, string]>,
-  ): Promise<Server> {
-    const server = createServer((req, res) => {
-      handler((req.url ?? "").split("?")[0] ?? "").then(
-        ([code, type, body]) => res.writeHead(code, { "content-type": type }).end(body),
-        (err: unknown) => res.writeHead(500).end(`${String(err)}\n`),
-      );
-    });
-    await new Promise<void>((resolve, reject) => {
-      server.once("error", (err) => reject(new Error(`cannot listen on ${bind.host}:${bind.port} for ${what}: ${err.message}`)));
-      server.listen(bind.port, bind.host, () => resolve());
-    });
-    const a = server.address() as AddressInfo;
-    this.log.info(
-      { [what]: `${a.address}:${a.port}`, address: `${a.address}:${a.port}` },
-      `serving ${what === "health" ? "/healthz and /readyz" : "/metrics"}`,
-    );
-    return server;
   }
 }

@@ -13,7 +13,7 @@
 // - Every elector request carries a deadline no later than S + renewDeadline (kube/deadline.ts).
 // - assertLeading() refuses once less than retryPeriod of leadership is left: a destructive call that
 //   passed it has at least leaseDuration - renewDeadline + retryPeriod (7 s) before any other replica
-//   can possibly act. Controllers' API writes get a deadline within that window too (operator.ts).
+//   can possibly act. Controllers' API writes get a deadline within that window too (operator/leadership.ts).
 // - Another holder's Lease expires leaseDuration after *we* first saw its current record (monotonic
 //   clock, read time = when the read returned): clock skew between replicas cannot shorten it, and a
 //   suspended follower only waits longer.
