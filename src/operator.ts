@@ -2,12 +2,12 @@
 // endpoints. Every replica keeps its caches warm; only the leader runs controllers, and only once every
 // cache has synced. Every API request has a deadline (kube/deadline.ts). On stop (SIGTERM) it takes no
 // new work, lets the work in flight finish while still renewing the Lease, and only then releases it.
+// Its parts (operator/): leadership.ts, controllers.ts, admission.ts (the webhooks), wiring.ts (which cache change
+// enqueues what), http.ts.
 import type { Server } from "node:http";
-import { AuthenticationV1Api, type KubeConfig } from "@kubernetes/client-node";
+import type { KubeConfig } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import type { Logger } from "pino";
-import type { AdmissionServer } from "./admission/server.ts";
-import type { TlsKeeper } from "./admission/tls-keeper.ts";
 import type { Config } from "./config.ts";
 import type { AgentMonitor } from "./controllers/agent-monitor.ts";
 import type { ClaimLockController } from "./controllers/claim-lock.ts";
@@ -23,7 +23,7 @@ import { LoopStallWatch } from "./runtime/loop-stall.ts";
 import { EventRecorder } from "./runtime/events.ts";
 import { InFlight } from "./runtime/in-flight.ts";
 import type { LeaderElector, SoleLeadership } from "./runtime/leader.ts";
-import { admissionFor } from "./operator/admission.ts";
+import { webhooksFor, type Webhooks } from "./operator/admission.ts";
 import { buildControllers } from "./operator/controllers.ts";
 import { listenAddress, serve, type Reply } from "./operator/http.ts";
 import { leadershipFor } from "./operator/leadership.ts";
@@ -32,14 +32,6 @@ import { wireEnqueues } from "./operator/wiring.ts";
 export { LEADER_LEASE } from "./operator/leadership.ts";
 /** How often the admission policy is checked to be in force. */
 const ADMISSION_CHECK_MS = 10 * 60_000;
-/**
- * How often the webhooks' certificates are checked for renewal and the configurations' caBundles against the Secret
- * (three GETs). Both are watched too; this catches what a watch missed. A caBundle reset by a re-apply refuses every
- * guarded pod creation and force delete until it is repaired.
- */
-const TLS_CHECK_MS = 60_000;
-/** A change to the webhook configurations or their Secret is checked this soon (a rotation changes all three). */
-const TLS_CHANGE_DEBOUNCE_MS = 200;
 /** How often the leader applies the fence history's retention to every node (and once when it starts leading). */
 const HISTORY_SWEEP_MS = 60 * 60_000;
 
@@ -71,18 +63,13 @@ export class Operator {
     onStall: (blockedMs) =>
       this.log.info({ blockedMs, lastFleetPassMs: Math.round(this.health.lastPassMs) }, `event loop held for ${blockedMs} ms`),
   });
-  private tlsTimer: NodeJS.Timeout | undefined;
   private readonly claims: ClaimLockController;
   /** Status queries of every node's fence device, on the leader (controllers/agent-monitor.ts). */
   readonly monitor: AgentMonitor;
   private readonly claimQueue: Controller;
-  private readonly webhooks: AdmissionServer | undefined;
-  private readonly tls: TlsKeeper | undefined;
+  /** The admission webhooks, when this replica serves them. */
+  private readonly webhooks: Webhooks | undefined;
   private readonly events: EventRecorder;
-  private webhookAddress: string | undefined;
-  /** A webhook check is running; `webhooksAgain`: something changed meanwhile, check again when it ends. */
-  private webhooksBusy = false;
-  private webhooksAgain = false;
   private admissionProblems: string | undefined;
   private running = false;
   private stopping: Promise<boolean> | undefined;
@@ -121,7 +108,7 @@ export class Operator {
     });
     ({ health: this.health, history: this.history, monitor: this.monitor, claims: this.claims } = c);
     ({ fleet: this.fleet, claimQueue: this.claimQueue, all: this.controllers } = c);
-    ({ tls: this.tls, webhooks: this.webhooks } = admissionFor(cfg, { ...shared, reads }));
+    this.webhooks = webhooksFor(cfg, { ...shared, reads, stopping: () => !!this.stopping });
     wireEnqueues(this.caches, c);
   }
 
@@ -139,9 +126,9 @@ export class Operator {
     if (this.stopping) return "stopping";
     if (!this.caches.synced) return `caches not synced: ${this.caches.unsynced().join(", ")}`;
     if (!(this.elector ? this.elector.known : this.running)) return "leadership not known yet";
-    if (this.tls) {
-      if (!this.webhookAddress) return "the admission webhooks are not served yet";
-      const why = this.tls.unanswerable;
+    if (this.webhooks) {
+      if (!this.webhooks.address) return "the admission webhooks are not served yet";
+      const why = this.webhooks.tls.unanswerable;
       if (why) return `the admission webhooks cannot be answered: ${why}`;
     }
     return undefined;
@@ -159,7 +146,7 @@ export class Operator {
   async start(): Promise<void> {
     this.stalls.start();
     // Served before the caches sync: until then every exclusive claim counts as guarded (fail closed).
-    await this.startWebhooks();
+    await this.webhooks?.start();
     if (this.cfg.healthBindAddress)
       this.servers.push(await serve(this.log, "health", this.cfg.healthBindAddress, (p) => this.healthEndpoint(p)));
     if (this.cfg.metricsBindAddress)
@@ -202,75 +189,6 @@ export class Operator {
     else this.log.info(`the admission policy ${ADMISSION_POLICY} is in force`);
   }
 
-  /**
-   * Serves the admission webhooks, once certificates are in hand and every webhook configuration carries their CA,
-   * and checks both again at every change and every TLS_CHECK_MS. A failure is logged and retried: while the
-   * webhooks are unreachable (or not trusted) the apiserver refuses (failurePolicy Fail) the pods they would have gated
-   * and the force deletes they would have checked, so nothing starts unprotected; fencing goes on meanwhile.
-   */
-  private async startWebhooks(): Promise<void> {
-    const bind = this.cfg.webhookBindAddress;
-    if (!this.webhooks || !this.tls || !bind || this.stopping) return;
-    if (this.webhooksBusy) {
-      this.webhooksAgain = true;
-      return;
-    }
-    this.webhooksBusy = true;
-    this.webhooksAgain = false;
-    clearTimeout(this.tlsTimer);
-    let retryMs = TLS_CHECK_MS;
-    try {
-      // Who this operator is does not change: asked until the apiserver has answered once.
-      const [pair, me] = await Promise.all([this.tls.ensure(), this.webhooks.operatorUsers.length ? undefined : this.whoAmI()]);
-      if (me) this.webhooks.operatorUsers = [me];
-      if (this.webhookAddress) this.webhooks.reload(pair);
-      else {
-        this.webhookAddress = await this.webhooks.listen(bind, pair);
-        this.log.info(
-          { webhooks: this.webhookAddress, user: this.webhooks.operatorUsers[0] },
-          `serving the admission webhooks on ${this.webhookAddress}`,
-        );
-        this.tls.watch(() => {
-          if (this.webhooksBusy) this.webhooksAgain = true;
-          else {
-            clearTimeout(this.tlsTimer);
-            this.tlsTimer = setTimeout(() => void this.startWebhooks(), TLS_CHANGE_DEBOUNCE_MS);
-            this.tlsTimer.unref();
-          }
-        });
-      }
-    } catch (err) {
-      retryMs = 30_000;
-      this.log.error(
-        { err: errorText(err) },
-        `cannot serve the admission webhooks (retrying in 30 s): ${errorText(err)}; meanwhile the apiserver refuses new pods that use guarded claims and force deletes of guarded pods`,
-      );
-    } finally {
-      this.webhooksBusy = false;
-    }
-    if (this.stopping) return;
-    if (this.webhooksAgain) {
-      this.webhooksAgain = false;
-      retryMs = Math.min(retryMs, TLS_CHANGE_DEBOUNCE_MS);
-    }
-    this.tlsTimer = setTimeout(() => void this.startWebhooks(), retryMs);
-    this.tlsTimer.unref();
-  }
-
-  /** The user this operator acts as (SelfSubjectReview), which the force-delete guard lets through. */
-  private async whoAmI(): Promise<string | undefined> {
-    try {
-      const r = await this.kube.kc.makeApiClient(AuthenticationV1Api).createSelfSubjectReview({ body: {} });
-      return r.status?.userInfo?.username;
-    } catch (err) {
-      this.log.warn(
-        { err: errorText(err) },
-        `cannot tell which user this operator is (SelfSubjectReview): its own force deletes after a fence go through the guard's other rules`,
-      );
-      return undefined;
-    }
-  }
-
   private runControllers(): void {
     if (this.running || this.stopping) return;
     this.running = true;
@@ -302,8 +220,7 @@ export class Operator {
     clearInterval(this.admissionTimer);
     clearInterval(this.historyTimer);
     this.stalls.stop();
-    clearTimeout(this.tlsTimer);
-    this.tls?.stop();
+    this.webhooks?.stop();
     const graceMs = this.cfg.shutdownGraceSeconds * 1000;
     const busy = this.inflight.size;
     this.log.info(
@@ -333,7 +250,7 @@ export class Operator {
 
   /** Where the admission webhooks listen (port 0 resolved), once started. */
   get webhookListenAddress(): string | undefined {
-    return this.webhookAddress;
+    return this.webhooks?.address;
   }
 
   /** Where the health (index 0) and metrics (index 1) endpoints listen, port 0 resolved. */
@@ -362,7 +279,7 @@ export class Operator {
     m.leader.set(this.leading ? 1 : 0);
     m.watchRestarts.set(this.caches.restarts());
     this.monitor.refreshGauges();
-    const expiry = this.tls?.expiry ?? {};
+    const expiry = this.webhooks?.tls.expiry ?? {};
     for (const certificate of ["ca", "serving"] as const) {
       const at = expiry[certificate];
       if (at === undefined) m.webhookCertificateExpiry.remove({ certificate });
