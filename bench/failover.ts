@@ -10,6 +10,7 @@
 import { parseArgs } from "node:util";
 import { randomBytes } from "node:crypto";
 import { Bed, NS } from "../lab/bed.ts";
+import { failoverTimeline } from "../lab/failover-timing.ts";
 import { installLabWebhook } from "../lab/webhook-power-service.ts";
 
 const { values } = parseArgs({
@@ -48,10 +49,8 @@ try {
     const t0 = Date.now();
     await (mode === "crash" ? bed.lab.crash(node) : bed.lab.partition(node));
     const r = await bed.waitForReplacement("db-0", uid);
-    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0)!;
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid)!;
-    const running = bed.when((e) => e.source === "pod" && e.uid === r.metadata?.uid && e.phase === "Running")!;
-    const row = [off - t0, gone - t0, running - t0].map((ms) => ms / 1000);
+    const { off, gone, running } = failoverTimeline(bed.rec, { node, oldUid: uid, newUid: r.metadata?.uid, since: t0 });
+    const row = [off! - t0, gone! - t0, running! - t0].map((ms) => ms / 1000);
     rows.push(row);
     console.log(
       `run ${i}: ${node}: power off ${row[0]!.toFixed(1)} s, released ${row[1]!.toFixed(1)} s, replacement Running ${row[2]!.toFixed(1)} s`,

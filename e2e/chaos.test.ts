@@ -3,6 +3,7 @@
 // and every checker over what happened. A violation fails with the replay command.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { rmSync } from "node:fs";
 import { formatSummary, runChaos } from "../lab/chaos/runner.ts";
 
 test("chaos, seed 1: two fault schedules on real nodes, no violation, no lost etcd key", { timeout: 1_200_000 }, async () => {
@@ -20,4 +21,6 @@ test("chaos, seed 1: two fault schedules on real nodes, no violation, no lost et
   assert.ok(summary.etcd && summary.etcd.acked > 0, "the etcd writer got puts acknowledged");
   assert.equal(summary.etcd.lost, 0);
   assert.deepEqual(summary.etcd.problems, []);
+  // ~440 MB (the SAN, logs, process-table captures): kept only after a failure, for a look.
+  rmSync(summary.dir, { recursive: true, force: true });
 });

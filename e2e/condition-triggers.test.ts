@@ -10,6 +10,7 @@ import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed } from "../lab/bed.ts";
+import { failoverTimeline } from "../lab/failover-timing.ts";
 import { repoRoot } from "../lab/bins.ts";
 import { waitFor } from "../lab/health.ts";
 
@@ -145,8 +146,7 @@ describe("e2e: condition triggers and control-plane nodes", () => {
     assert.equal(f.status?.evidence?.method, "PowerOffConfirmed");
     assert.equal(f.status?.evidence?.heartbeat?.silent, false, "confirmed while the node still heartbeat");
     assert.equal(bed.lab.machine(node).power, "off");
-    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0);
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
+    const { off, gone } = failoverTimeline(bed.rec, { node, oldUid: uid, since: t0 });
     assert.ok(off && gone, bed.rec.format(t0));
     assert.ok(off >= t0 + FOR_SECONDS * 1000, `powered off ${off - t0} ms after the condition`);
     assert.ok(off < gone, `power off before the pod is released\n${bed.rec.format(t0)}`);

@@ -4,6 +4,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS, SECRETS_NS } from "../lab/bed.ts";
+import { assertFailover } from "../lab/failover-timing.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 
 describe("e2e: fence_ipmilan, failures and escalation", () => {
@@ -44,10 +45,7 @@ describe("e2e: fence_ipmilan, failures and escalation", () => {
       [["lab-fence-ipmilan", "Succeeded"]],
     );
     assert.equal(bed.lab.machine(node).power, "off");
-    const powerOff = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0);
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
-    const running = bed.when((e) => e.source === "pod" && e.uid === replacement.metadata?.uid && e.phase === "Running");
-    assert.ok(powerOff && gone && running && powerOff < gone && gone <= running, bed.rec.format(t0));
+    assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0 });
     await bed.unfence(node); // powers the machine back on through fence_ipmilan
     assert.equal(bed.lab.machine(node).power, "on");
     assert.deepEqual((await bed.invariant()).violations, []);

@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS, SECRETS_NS } from "../lab/bed.ts";
 import { Ec2Peer } from "../lab/ec2-peer.ts";
+import { assertFailover, failoverSteps } from "../lab/failover-timing.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 
 const NODES = ["node-1", "node-2", "node-3"];
@@ -98,14 +99,8 @@ describe("e2e: fencing EC2 instances through the aws agent", () => {
       [[id]],
       "one StopInstances, for this node's instance only",
     );
-    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0)!;
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid)!;
-    const running = bed.when((e) => e.source === "pod" && e.uid === replacement.metadata?.uid && e.phase === "Running")!;
-    assert.ok(off && gone && running && off < gone && gone <= running, `power off < released < replacement Running\n${bed.rec.format(t0)}`);
-    const s = (n: number) => ((n - t0) / 1000).toFixed(1);
-    console.log(
-      `failover (aws): ${failover.toFixed(1)} s (crash → power off ${s(off)} s → pod released ${s(gone)} s → replacement Running ${s(running)} s)`,
-    );
+    const order = assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0 });
+    console.log(`failover (aws): ${failover.toFixed(1)} s (crash → ${failoverSteps(order, t0)})`);
     assert.deepEqual((await bed.invariant()).violations, []);
     await bed.unfence(node); // StartInstances through the agent
     assert.equal(bed.lab.machine(node).power, "on");

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Bed, SECRETS_NS } from "../lab/bed.ts";
+import { assertFailover, failoverSteps } from "../lab/failover-timing.ts";
 import { createPki } from "../lab/pki.ts";
 import { paths } from "../lab/state.ts";
 import { GceStub } from "../lab/test-doubles/gce-stub.ts";
@@ -91,17 +92,9 @@ describe("e2e: fencing through the gcp and azure agents (against test doubles)",
     return { uid: p.metadata.uid, node: p.spec.nodeName };
   }
 
-  function assertOrder(node: string, uid: string, newUid: string, since: number) {
-    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= since);
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
-    const running = bed.when((e) => e.source === "pod" && e.uid === newUid && e.phase === "Running");
-    assert.ok(
-      off && gone && running && off < gone && gone <= running,
-      `power off < pod released < replacement Running\n${bed.rec.format(since)}`,
-    );
-    const s = (n: number) => ((n - since) / 1000).toFixed(1);
-    return `power off ${s(off!)} s → pod released ${s(gone!)} s → replacement Running ${s(running!)} s`;
-  }
+  /** Asserts the failover's order; its steps, in seconds from `since`. */
+  const steps = (node: string, oldUid: string, newUid: string, since: number) =>
+    failoverSteps(assertFailover(bed.rec, { node, oldUid, newUid, since }), since);
 
   test("gcp: crash → a stale key fails (AuthFailed) → next level stops the instance through ADC despite 429/503 → confirmed → released", async () => {
     const pods = await bed.statefulSet("db", 2);
@@ -126,7 +119,7 @@ describe("e2e: fencing through the gcp and azure agents (against test doubles)",
     const stop = gce.log.find((l) => l.path.endsWith(`/instances/${node}/stop`) && l.status === 200);
     assert.equal(stop?.query.discardLocalSsd, "false");
     console.log(
-      `gcp (stale key first, throttled, cold SDK): ${((Date.now() - t0) / 1000).toFixed(1)} s (${assertOrder(node, victim.metadata!.uid!, replacement.metadata!.uid!, t0)})`,
+      `gcp (stale key first, throttled, cold SDK): ${((Date.now() - t0) / 1000).toFixed(1)} s (${steps(node, victim.metadata!.uid!, replacement.metadata!.uid!, t0)})`,
     );
     assert.deepEqual((await bed.invariant()).violations, []);
     await bed.unfence(node);
@@ -161,9 +154,7 @@ describe("e2e: fencing through the gcp and azure agents (against test doubles)",
     assert.equal(arm.powerState(azureIds.get(node)!.replace("azure://", "").toLowerCase()), "stopped");
     const off = arm.log.find((l) => /\/powerOff$/.test(l.path) && l.status === 202);
     assert.equal(off?.query.skipShutdown, "true");
-    console.log(
-      `azure (after a hang): ${((Date.now() - t0) / 1000).toFixed(1)} s (${assertOrder(node, uid, replacement.metadata!.uid!, t0)})`,
-    );
+    console.log(`azure (after a hang): ${((Date.now() - t0) / 1000).toFixed(1)} s (${steps(node, uid, replacement.metadata!.uid!, t0)})`);
     assert.deepEqual((await bed.invariant()).violations, []);
     await bed.unfence(node);
   });
@@ -174,7 +165,7 @@ describe("e2e: fencing through the gcp and azure agents (against test doubles)",
     await bed.lab.crash(node);
     const replacement = await bed.waitForReplacement("db-0", uid);
     await bed.waitForFence(node, released, "Released");
-    console.log(`azure failover: ${((Date.now() - t0) / 1000).toFixed(1)} s (${assertOrder(node, uid, replacement.metadata!.uid!, t0)})`);
+    console.log(`azure failover: ${((Date.now() - t0) / 1000).toFixed(1)} s (${steps(node, uid, replacement.metadata!.uid!, t0)})`);
     assert.deepEqual((await bed.invariant()).violations, []);
     await bed.unfence(node);
   });
@@ -197,7 +188,7 @@ describe("e2e: fencing through the gcp and azure agents (against test doubles)",
       (f.status?.attempts ?? []).filter((a) => a.operation === "off").map((a) => [a.agent, a.outcome]),
       [["gcp", "Succeeded"]],
     );
-    console.log(`gcp failover: ${((Date.now() - t0) / 1000).toFixed(1)} s (${assertOrder(node, uid, replacement.metadata!.uid!, t0)})`);
+    console.log(`gcp failover: ${((Date.now() - t0) / 1000).toFixed(1)} s (${steps(node, uid, replacement.metadata!.uid!, t0)})`);
     assert.deepEqual((await bed.invariant()).violations, []);
     await bed.unfence(node);
   });

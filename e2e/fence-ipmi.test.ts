@@ -4,6 +4,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { StorageV1Api } from "@kubernetes/client-node";
 import { Bed, NS } from "../lab/bed.ts";
+import { assertFailover, failoverSteps } from "../lab/failover-timing.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 
 const released = (f: NodeFence) => f.status?.phase === "Released";
@@ -66,17 +67,10 @@ describe("e2e: fencing through IPMI", () => {
     );
     assert.equal(n.status?.conditions?.find((c) => c.type === "Fenced")?.status, "True");
 
-    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off")!;
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === victim.metadata!.uid)!;
-    const newRunning = bed.when(
-      (e) => e.source === "pod" && e.name === "db-0" && e.uid === replacement.metadata!.uid && e.phase === "Running",
-    )!;
-    assert.ok(off < gone && gone <= newRunning, `power off < old pod gone < replacement Running\n${bed.rec.format(t0)}`);
+    // The first test: any power-off of the node is this crash's.
+    const order = assertFailover(bed.rec, { node, oldUid: victim.metadata!.uid!, newUid: replacement.metadata!.uid!, name: "db-0" }, t0);
     // Heartbeat lost = the crash: the kubelet stopped renewing at that moment.
-    const ms = (n: number) => ((n - t0) / 1000).toFixed(1);
-    console.log(
-      `failover: ${failover.toFixed(1)} s (heartbeat lost → power off ${ms(off)} s → pod released ${ms(gone)} s → replacement Running ${ms(newRunning)} s)`,
-    );
+    console.log(`failover: ${failover.toFixed(1)} s (heartbeat lost → ${failoverSteps(order, t0)})`);
     const ev = await bed.lab.core.listNamespacedEvent({ namespace: NS, fieldSelector: `involvedObject.name=db-0,reason=ForceDeleted` });
     assert.equal(ev.items.length, 1, "one ForceDeleted Event on the pod");
     assert.deepEqual((await bed.invariant()).violations, []);
@@ -90,16 +84,6 @@ describe("e2e: fencing through IPMI", () => {
     return { uid: p.metadata.uid, node: p.spec.nodeName };
   }
 
-  function assertOrder(node: string, uid: string, newUid: string, since: number) {
-    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= since);
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
-    const running = bed.when((e) => e.source === "pod" && e.uid === newUid && e.phase === "Running");
-    assert.ok(
-      off && gone && running && off < gone && gone <= running,
-      `power off < pod released < replacement Running\n${bed.rec.format(since)}`,
-    );
-  }
-
   test("2. partition: a cut-off node (its workload still running) is powered off before anything is released", async () => {
     const { uid, node } = await current("db-1");
     const t0 = Date.now();
@@ -110,7 +94,7 @@ describe("e2e: fencing through IPMI", () => {
     const f = await bed.waitForFence(node, released, "Released");
     assert.equal(f.status?.evidence?.method, "PowerOffConfirmed");
     assert.equal(bed.lab.machine(node).power, "off", "the partitioned machine was really powered off");
-    assertOrder(node, uid, replacement.metadata!.uid!, t0);
+    assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0 });
     assert.deepEqual((await bed.invariant()).violations, []);
     await unfence(node);
   });
@@ -130,7 +114,7 @@ describe("e2e: fencing through IPMI", () => {
     const f = await bed.waitForFence(node, released, "Released");
     const outcomes = (f.status?.attempts ?? []).filter((a) => a.operation === "off").map((a) => a.outcome);
     assert.deepEqual(outcomes, ["Interrupted", "Succeeded"], JSON.stringify(f.status?.attempts, null, 1));
-    assertOrder(node, uid, replacement.metadata!.uid!, t0);
+    assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0 });
     // Kill and restart once more after the release: nothing is released twice.
     await bed.killOperator("SIGKILL");
     await bed.startOperator();
@@ -161,7 +145,7 @@ describe("e2e: fencing through IPMI", () => {
     assert.equal(f.status?.evidence?.method, "PowerOffConfirmed");
     assert.equal(bed.lab.machine(node).power, "off");
     const replacement = await bed.waitForReplacement("db-1", uid);
-    assertOrder(node, uid, replacement.metadata!.uid!, t0);
+    assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0 });
     assert.deepEqual((await bed.invariant()).violations, []);
     await unfence(node);
   });

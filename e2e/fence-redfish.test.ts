@@ -7,6 +7,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS, SECRETS_NS } from "../lab/bed.ts";
+import { assertFailover, failoverSteps } from "../lab/failover-timing.ts";
 import { RedfishSimulator } from "../lab/redfish-sim.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 
@@ -66,17 +67,6 @@ describe("e2e: fencing through Redfish", () => {
     return { uid: p.metadata.uid, node: p.spec.nodeName };
   }
 
-  function assertOrder(node: string, uid: string, newUid: string, since: number) {
-    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= since);
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
-    const running = bed.when((e) => e.source === "pod" && e.uid === newUid && e.phase === "Running");
-    assert.ok(
-      off && gone && running && off < gone && gone <= running,
-      `power off < pod released < replacement Running\n${bed.rec.format(since)}`,
-    );
-    return { off, gone, running };
-  }
-
   test("crash: the node is powered off through Redfish (ForceOff, confirmed by PowerState), released, and the pod runs elsewhere", async () => {
     const [victim] = await bed.statefulSet("db", 1);
     const uid = victim!.metadata!.uid!;
@@ -97,11 +87,8 @@ describe("e2e: fencing through Redfish", () => {
       seen.some((r) => r.resetType === "ForceOff" && r.auth === "session" && r.status === 204),
       "ForceOff with a session",
     );
-    const { off, gone, running } = assertOrder(node, uid, replacement.metadata!.uid!, t0);
-    const ms = (n: number) => ((n - t0) / 1000).toFixed(1);
-    console.log(
-      `failover (redfish): ${failover.toFixed(1)} s (heartbeat lost → power off ${ms(off)} s → pod released ${ms(gone)} s → replacement Running ${ms(running)} s)`,
-    );
+    const order = assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0 });
+    console.log(`failover (redfish): ${failover.toFixed(1)} s (heartbeat lost → ${failoverSteps(order, t0)})`);
     assert.deepEqual((await bed.invariant()).violations, []);
     await bed.unfence(node); // powers the machine back on through Redfish
     assert.equal(bed.lab.machine(node).power, "on");
@@ -130,7 +117,7 @@ describe("e2e: fencing through Redfish", () => {
       seen.some((r) => r.path.startsWith("/redfish/v1/TaskService/TaskMonitors/") && r.status === 202),
       "the task monitor was polled while running",
     );
-    assertOrder(node, uid, replacement.metadata!.uid!, t0);
+    assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0 });
     assert.deepEqual((await bed.invariant()).violations, []);
     sim(node).mode = "normal";
     await bed.unfence(node);

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { Bed, NS } from "../lab/bed.ts";
 import { repoRoot } from "../lab/bins.ts";
+import { assertFailover, failoverSteps } from "../lab/failover-timing.ts";
 import { installLabWebhook, type WebhookPowerService } from "../lab/webhook-power-service.ts";
 import type { NodeFence } from "../src/api/v1alpha1.ts";
 
@@ -51,25 +52,6 @@ describe("e2e: fencing through the webhook agent", () => {
     return { uid: p.metadata.uid, node: p.spec.nodeName };
   }
 
-  function assertOrder(node: string, uid: string, newUid: string, since: number, source?: string) {
-    const off = bed.when(
-      (e) =>
-        e.source === "lab" &&
-        e.kind === "power" &&
-        e.node === node &&
-        e.detail.power === "off" &&
-        e.t >= since &&
-        (!source || e.detail.source === source),
-    );
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
-    const running = bed.when((e) => e.source === "pod" && e.uid === newUid && e.phase === "Running");
-    assert.ok(
-      off && gone && running && off < gone && gone <= running,
-      `power off < pod released < replacement Running\n${bed.rec.format(since)}`,
-    );
-    return { off, gone, running };
-  }
-
   test("kubectl stockade check queries every node's power through the webhook: status only", async () => {
     const seen = service.requests.length;
     const { stdout } = await run(process.execPath, [join(repoRoot, "bin/kubectl-stockade"), "check"], {
@@ -109,11 +91,8 @@ describe("e2e: fencing through the webhook agent", () => {
       log.some((r) => r.action === "status" && r.note === "power off"),
       "the service said off",
     );
-    const { off, gone, running } = assertOrder(node, uid, replacement.metadata!.uid!, t0, "webhook");
-    const s = (n: number) => ((n - t0) / 1000).toFixed(1);
-    console.log(
-      `failover: ${failover.toFixed(1)} s (heartbeat lost → power off ${s(off)} s → pod released ${s(gone)} s → replacement Running ${s(running)} s)`,
-    );
+    const order = assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0, offSource: "webhook" });
+    console.log(`failover: ${failover.toFixed(1)} s (heartbeat lost → ${failoverSteps(order, t0)})`);
     assert.deepEqual((await bed.invariant()).violations, []);
     await unfence(node);
     assert.ok(
@@ -141,7 +120,7 @@ describe("e2e: fencing through the webhook agent", () => {
       assert.match(attempts[0]!.message ?? "", /1 try \(AuthFailed\).*\(401\)/);
       assert.ok(!JSON.stringify(f.status).includes(KEY), "no key in the status");
       assert.deepEqual(f.status?.evidence?.agents, ["lab-ipmi"]);
-      assertOrder(node, uid, replacement.metadata!.uid!, t0, "bmc");
+      assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0, offSource: "bmc" });
       assert.deepEqual((await bed.invariant()).violations, []);
     } finally {
       service.keys = [KEY];

@@ -12,6 +12,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CoordinationV1Api, type V1Pod } from "@kubernetes/client-node";
 import { Bed, NS } from "../lab/bed.ts";
+import { failoverTimeline } from "../lab/failover-timing.ts";
 import { waitFor } from "../lab/health.ts";
 import { auditEvents } from "../lab/audit.ts";
 import { isPowerCommand, type ChassisRequest } from "../lab/bmc-log.ts";
@@ -126,9 +127,7 @@ describe("e2e: the installed operator loses its leader's node", () => {
 
   /** Breakdown of a failover from t0 to the replacement Running, from the timeline. */
   const breakdown = (t0: number, node: string, oldUid: string, replacement: V1Pod, takeover: number | undefined, fenceCreated: number) => {
-    const powerOff = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0);
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === oldUid);
-    const running = bed.when((e) => e.source === "pod" && e.uid === replacement.metadata?.uid && e.phase === "Running");
+    const { off: powerOff, gone, running } = failoverTimeline(bed.rec, { node, oldUid, newUid: replacement.metadata?.uid, since: t0 });
     assert.ok(gone && running && gone <= running, bed.rec.format(t0));
     return {
       powerOff,

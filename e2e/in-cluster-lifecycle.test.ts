@@ -6,10 +6,10 @@
 //    is terminating, so the release is the new version's — the fence completes exactly once;
 // 3. uninstall by manifests/README.md's steps with a node fenced and guarded pods present (one of them waiting for a
 //    claim another holds), a pod with a claim created at every step, then a reinstall that fences again.
-import { after, before, describe, test } from "node:test";
+import { after, afterEach, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { promisify } from "node:util";
 import type { V1Pod } from "@kubernetes/client-node";
@@ -51,10 +51,17 @@ describe("e2e: the in-cluster operator's life cycle (cgroup, upgrade mid-fence, 
     image = bed.installed!.image;
     await bed.policy("default", { guards: { maxUnhealthyNodes: 1, maxConcurrentFences: 1 } });
   });
+  // The lab directory (~2 GB) is removed once every test that ran passed; kept after a failure, for a look.
+  const outcomes = { passed: 0, failed: 0 };
+  afterEach((t) => {
+    // Node's TestContext has `passed`, @types/node's not yet: without it, a test counts as failed (the directory kept).
+    outcomes["passed" in t && t.passed === true ? "passed" : "failed"]++;
+  });
   after(async () => {
     const r = await bed?.invariant().catch(() => undefined);
     if (r) console.log(`invariant: ${r.identities} identities, ${r.replacements} replacements, ${r.violations.length} violations`);
     await bed?.down();
+    if (bed && outcomes.passed > 0 && outcomes.failed === 0) rmSync(bed.lab.dir, { recursive: true, force: true });
   });
 
   /** A node no operator pod runs on (the replicas' anti-affinity leaves one of three). */

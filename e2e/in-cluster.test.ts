@@ -7,6 +7,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CoordinationV1Api, type V1Pod } from "@kubernetes/client-node";
 import { Bed, NS } from "../lab/bed.ts";
+import { assertFailover } from "../lab/failover-timing.ts";
 import { waitFor } from "../lab/health.ts";
 import { OPERATOR_NS, uninstallOperator } from "../lab/operator-install.ts";
 import { LEADER_LEASE } from "../src/operator.ts";
@@ -129,14 +130,11 @@ describe("e2e: the operator installed in-cluster from manifests/", () => {
     );
     assert.equal(await bed.leaderNode(), leaderNode, "the leader stayed where it was");
     const fenceCreated = Date.parse(String(f.metadata?.creationTimestamp)); // whole seconds
-    const powerOff = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0);
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
-    const running = bed.when((e) => e.source === "pod" && e.uid === replacement.metadata?.uid && e.phase === "Running");
-    assert.ok(powerOff && gone && running && powerOff < gone && gone <= running, bed.rec.format(t0));
+    const { off: powerOff, running } = assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0 });
     assert.deepEqual((await bed.invariant()).violations, []);
     fenced = node;
     console.log(
-      `in-cluster failover: cut → replacement Running ${s(running! - t0)}, NodeFence created → replacement Running ~${s(running! - fenceCreated)}, power off → Running ${s(running! - powerOff!)}`,
+      `in-cluster failover: cut → replacement Running ${s(running - t0)}, NodeFence created → replacement Running ~${s(running - fenceCreated)}, power off → Running ${s(running - powerOff)}`,
     );
   });
 

@@ -4,6 +4,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CoordinationV1Api } from "@kubernetes/client-node";
 import { Bed, NS, SECRETS_NS } from "../lab/bed.ts";
+import { assertFailover } from "../lab/failover-timing.ts";
 import { waitFor } from "../lab/health.ts";
 
 describe("e2e: leader election", () => {
@@ -54,11 +55,8 @@ describe("e2e: leader election", () => {
     const ev = await bed.lab.core.listNamespacedEvent({ namespace: NS, fieldSelector: `involvedObject.uid=${uid},reason=ForceDeleted` });
     assert.equal(ev.items.length, 1);
     assert.equal(ev.items[0]?.count ?? 1, 1);
-    const powerOff = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0);
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
-    const running = bed.when((e) => e.source === "pod" && e.uid === replacement.metadata?.uid && e.phase === "Running");
-    assert.ok(powerOff && gone && running && powerOff < gone && gone <= running, bed.rec.format(t0));
+    const { gone } = assertFailover(bed.rec, { node, oldUid: uid, newUid: replacement.metadata!.uid!, since: t0 });
     assert.deepEqual((await bed.invariant()).violations, []);
-    console.log(`leader failover: old leader killed → fence resumed and released in ${((gone! - t0) / 1000).toFixed(1)} s after the crash`);
+    console.log(`leader failover: old leader killed → fence resumed and released in ${((gone - t0) / 1000).toFixed(1)} s after the crash`);
   });
 });

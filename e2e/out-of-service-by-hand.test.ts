@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
 import { auditEvents, type AuditEvent } from "../lab/audit.ts";
 import { Bed, NS } from "../lab/bed.ts";
+import { failoverTimeline } from "../lab/failover-timing.ts";
 import { waitFor } from "../lab/health.ts";
 import { TOKEN_ANNOTATION, isGated } from "../src/decide/claim-lock.ts";
 
@@ -131,8 +132,7 @@ describe("e2e: out-of-service taint added by hand to a partitioned node Stockade
     assert.equal(next.metadata?.annotations?.[TOKEN_ANNOTATION], String(token + 1));
     const fence = await bed.getFence(node);
     assert.ok(fence?.status?.evidence, "the old pod went only after the fence's evidence");
-    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0);
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === first.metadata?.uid);
+    const { off, gone } = failoverTimeline(bed.rec, { node, oldUid: first.metadata!.uid!, since: t0 });
     assert.ok(off && gone && off < gone, `power off before the old pod was gone\n${bed.rec.format(t0)}`);
     assert.deepEqual((await bed.invariant()).violations, []);
   });

@@ -4,6 +4,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Bed } from "../lab/bed.ts";
+import { failoverTimeline } from "../lab/failover-timing.ts";
 
 describe("e2e: out-of-service taint release mode", () => {
   let bed: Bed;
@@ -40,11 +41,10 @@ describe("e2e: out-of-service taint release mode", () => {
       "still fenced",
     );
 
-    const off = bed.when((e) => e.source === "lab" && e.kind === "power" && e.node === node && e.detail.power === "off" && e.t >= t0);
+    const { off, gone, running } = failoverTimeline(bed.rec, { node, oldUid: uid, newUid: replacement.metadata?.uid, since: t0 });
     const tainted = bed.when(
       (e) => e.source === "node" && e.name === node && e.taints.includes("node.kubernetes.io/out-of-service:NoExecute"),
     );
-    const gone = bed.when((e) => e.source === "pod" && e.type === "delete" && e.uid === uid);
     const untainted = bed.when(
       (e) =>
         e.source === "node" &&
@@ -53,7 +53,6 @@ describe("e2e: out-of-service taint release mode", () => {
         e.t > tainted &&
         !e.taints.includes("node.kubernetes.io/out-of-service:NoExecute"),
     );
-    const running = bed.when((e) => e.source === "pod" && e.uid === replacement.metadata?.uid && e.phase === "Running");
     assert.ok(off && tainted && gone && untainted && running, bed.rec.format(t0));
     assert.ok(
       off < tainted && tainted < gone && gone < untainted && gone <= running,

@@ -39,6 +39,8 @@ export interface ChaosSummary {
   results: ScheduleResult[];
   faults: Record<FaultKind, number>;
   etcd?: { acked: number; lost: number; problems: string[] };
+  /** The bed's lab directory (logs, SAN, process-table captures), left in place for a look. */
+  dir: string;
 }
 
 const LEDGER_REPLICAS = 2;
@@ -111,7 +113,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
       const verdict = await verifyEtcd({ endpoints: () => etcdPodEndpoints(bed.lab.kc, etcd!.w), log: wlog, members: etcd.members });
       etcdResult = { acked: verdict.acked, lost: verdict.lost.length, problems: verdict.problems };
     }
-    return { seed: o.seed, results, faults, ...(etcdResult ? { etcd: etcdResult } : {}) };
+    return { seed: o.seed, results, faults, ...(etcdResult ? { etcd: etcdResult } : {}), dir: bed.lab.dir };
   } finally {
     await writer?.stop().catch(() => undefined);
     await bed.down();
