@@ -13,7 +13,7 @@ import type { EventRecorder } from "../../runtime/events.ts";
 import type { InFlight } from "../../runtime/in-flight.ts";
 import type { Leadership } from "../../runtime/leader.ts";
 import type { Metrics } from "../../metrics.ts";
-import type { AgentOperations } from "../agent-operations.ts";
+import type { AgentOperations } from "./agent-operations.ts";
 import type { FenceHistory } from "../fence-history.ts";
 import type { HistoryRecorder } from "./history.ts";
 

@@ -11,7 +11,7 @@ import type { NodeFence } from "../../api/v1alpha1.ts";
 import { nextStep, type FenceObservation } from "../../decide/fence-machine.ts";
 import { errorMessage } from "../../kube/api.ts";
 import { SOLE_LEADER } from "../../runtime/leader.ts";
-import { AgentOperations } from "../agent-operations.ts";
+import { AgentOperations } from "./agent-operations.ts";
 import { setFenceCondition } from "./conditions.ts";
 import type { NodeFenceDeps, Performed, StepContext } from "./context.ts";
 import { announce, fenceEvents } from "./events.ts";

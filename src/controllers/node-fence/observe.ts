@@ -7,7 +7,7 @@ import type { NodeFence } from "../../api/v1alpha1.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, nextStep, type FenceObservation, type Step } from "../../decide/fence-machine.ts";
 import { assessNode } from "../../decide/node-health.ts";
 import type { Kube } from "../../kube/api.ts";
-import type { AgentOperations } from "../agent-operations.ts";
+import type { AgentOperations } from "./agent-operations.ts";
 import type { NodeFenceDeps } from "./context.ts";
 
 /**

@@ -11,7 +11,7 @@ import { AgentError } from "../../agents/types.ts";
 import { agentRunning, attemptFacts, targetNode } from "../../decide/fence-machine.ts";
 import { errorMessage, isNotFound, type Kube } from "../../kube/api.ts";
 import { NotLeaderError } from "../../runtime/leader.ts";
-import type { OperationResult } from "../agent-operations.ts";
+import type { OperationResult } from "./agent-operations.ts";
 import { FENCED_CONDITION } from "./conditions.ts";
 import type { StepContext, StepHandler } from "./context.ts";
 import { powerCommand } from "./destructive.ts";
