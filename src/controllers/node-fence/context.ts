@@ -2,36 +2,14 @@
 // step uses (the status write, conditions, Events). A step handler gets this with the fence, the read its step was
 // decided on and its logger (StepInput), and nothing else.
 import type { V1Lease, V1Node } from "@kubernetes/client-node";
-import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import type { NodeFence, NodeFenceStatus } from "../../api/v1alpha1.ts";
 import type { Step } from "../../decide/fence-machine.ts";
-import type { Kube } from "../../kube/api.ts";
-import type { Caches } from "../../kube/caches.ts";
 import type { Condition } from "../../kube/conditions.ts";
-import type { EventRecorder } from "../../runtime/events.ts";
-import type { InFlight } from "../../runtime/in-flight.ts";
 import type { Leadership } from "../../runtime/leader.ts";
-import type { Metrics } from "../../metrics.ts";
 import type { AgentOperations } from "./agent-operations.ts";
-import type { FenceHistory } from "../fence-history.ts";
+import type { NodeFenceDeps } from "./deps.ts";
 import type { HistoryRecorder } from "./history.ts";
-
-export interface NodeFenceDeps {
-  kube: Kube;
-  caches: Caches;
-  events: EventRecorder;
-  log: Logger;
-  clock: () => DateTime;
-  metrics?: Metrics;
-  leadership?: Leadership;
-  /** Background work shutdown waits for before the leader Lease is released (runtime/in-flight.ts). */
-  inflight?: InFlight;
-  /** How old a read a bookkeeping step may reuse (default VIEW_REUSE_MS; 0: every step reads). */
-  viewReuseMs?: number;
-  /** Writes each fence's FenceRecord (controllers/fence-history.ts); without it, no history is kept. */
-  history?: FenceHistory;
-}
 
 export type Status = NodeFenceStatus;
 export type FenceCondition = Omit<Condition, "lastTransitionTime" | "observedGeneration">;

@@ -7,7 +7,7 @@ import type { NodeFence } from "../../api/v1alpha1.ts";
 import type { Step } from "../../decide/fence-machine.ts";
 import { errorMessage } from "../../kube/api.ts";
 import type { Leadership } from "../../runtime/leader.ts";
-import type { NodeFenceDeps } from "./context.ts";
+import type { NodeFenceDeps } from "./deps.ts";
 import { announce, fenceEvents } from "./events.ts";
 
 /**

@@ -8,7 +8,7 @@ import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, nextStep, type FenceObservation, typ
 import { assessNode } from "../../decide/node-health.ts";
 import type { Kube } from "../../kube/api.ts";
 import type { AgentOperations } from "./agent-operations.ts";
-import type { NodeFenceDeps } from "./context.ts";
+import type { NodeFenceDeps } from "./deps.ts";
 
 /**
  * Steps that write only the NodeFence's own bookkeeping, and waits, may be decided on the Node and Lease read for the
