@@ -8,7 +8,7 @@ import { loadRules, storageDriverFor } from "../../agents/registry.ts";
 import { redact } from "../../agents/run.ts";
 import { checkUniqueTarget } from "../../agents/targets.ts";
 import { AgentError } from "../../agents/types.ts";
-import { agentRunning, attemptFacts, targetNode } from "../../decide/fence-machine.ts";
+import { agentRunning, attemptFacts, targetNode, type Step } from "../../decide/fence-machine.ts";
 import { errorMessage, isNotFound, type Kube } from "../../kube/api.ts";
 import { NotLeaderError } from "../../runtime/leader.ts";
 import type { OperationResult } from "./agent-operations.ts";
@@ -26,7 +26,29 @@ export const runAgent: StepHandler<"runAgent"> = async (c, { fence, node, step }
   // Leadership before writing: a stale leader must not even start an attempt; nor a replica shutting down.
   c.leadership.assertLeading(`power ${op} of ${nodeName}`);
   if (c.d.inflight?.stopping) throw new NotLeaderError(`shutting down: not starting power ${op} of ${nodeName}`);
-  const current = await c.write(fence, (s) => {
+  const current = await writeAttempt(c, fence, step);
+  c.d.log.info(
+    { nodeFence: name, agent: agentName, level: level + 1, operation: op },
+    `running ${agent.spec.type} agent ${agentName} (${op}) for ${nodeName}`,
+  );
+  if (agent.spec.type === "manual" && op === "off") return current; // the state machine watches for the confirmation
+  const target = targetNode(current, node);
+  c.operations.start(current.metadata?.uid ?? "", name, index, async (signal) => {
+    const timer = c.d.metrics?.fenceStep.startTimer({ step: "agent" });
+    try {
+      return await operate(c, { fence: current, agent, op, target, timeoutMs }, signal);
+    } finally {
+      timer?.();
+    }
+  });
+  return current;
+};
+
+/** The attempt, InProgress, with what the agent is now. */
+async function writeAttempt(c: StepContext, fence: NodeFence, step: Extract<Step, { kind: "runAgent" }>): Promise<NodeFence> {
+  const { agent, level, operation: op } = step;
+  const agentName = agent.metadata?.name ?? "";
+  return await c.write(fence, (s) => {
     s.attempts = [
       ...(s.attempts ?? []),
       // What the agent is now, recorded with the attempt: evidence is derived from it, not from the FenceAgent at the confirmation.
@@ -47,22 +69,7 @@ export const runAgent: StepHandler<"runAgent"> = async (c, { fence, node, step }
       c.cond(s, { type: FENCED_CONDITION, status: "False", ...agentRunning(`${agentName} ${op}`) }, fence);
     return s;
   });
-  c.d.log.info(
-    { nodeFence: name, agent: agentName, level: level + 1, operation: op },
-    `running ${agent.spec.type} agent ${agentName} (${op}) for ${nodeName}`,
-  );
-  if (agent.spec.type === "manual" && op === "off") return current; // the state machine watches for the confirmation
-  const target = targetNode(current, node);
-  c.operations.start(current.metadata?.uid ?? "", name, index, async (signal) => {
-    const timer = c.d.metrics?.fenceStep.startTimer({ step: "agent" });
-    try {
-      return await operate(c, { fence: current, agent, op, target, timeoutMs }, signal);
-    } finally {
-      timer?.();
-    }
-  });
-  return current;
-};
+}
 
 interface Run {
   fence: NodeFence;
