@@ -301,7 +301,7 @@ export function claimLocksToBreak(o: FenceObservation): Extract<ReleaseItem, { k
 export const claimLockMessage = (pod: V1Pod, token: number) => `token ${token} held by pod ${pod.metadata?.name}`;
 
 /**
- * What an attempt records about its agent when it starts (controllers/node-fence.ts runAgent): evidence is derived
+ * What an attempt records about its agent when it starts (controllers/node-fence/power.ts runAgent): evidence is derived
  * from this, never from the FenceAgent as it is at the confirmation — one deleted or re-typed in between changes nothing.
  */
 export function attemptFacts(agent: FenceAgent): Pick<NodeFenceStatusAttempts, "agentType" | "storageClasses"> {

@@ -60,7 +60,7 @@ function keep(n: number, needed: (i: number) => boolean, b: StatusBound): number
 export function boundStatus(status: NodeFenceStatus, b: StatusBound = STATUS_BOUND): NodeFenceStatus {
   let out = status;
   const attempts = status.attempts ?? [];
-  // Attempts are known by their index to the operations running for them (controllers/agent-operations.ts): none is
+  // Attempts are known by their index to the operations running for them (controllers/node-fence/agent-operations.ts): none is
   // dropped while one runs, so that no index moves under it. The write that records its end prunes.
   if (attempts.length > b.limit && !attempts.some((a) => a.outcome === "InProgress")) {
     const needed = neededAttempts(attempts, status.round ?? 0);

@@ -1,6 +1,6 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { AgentOperations } from "../../src/controllers/agent-operations.ts";
+import { AgentOperations } from "../../src/controllers/node-fence/agent-operations.ts";
 import { InFlight } from "../../src/runtime/in-flight.ts";
 
 const tick = () => new Promise((r) => setImmediate(r));

@@ -69,7 +69,7 @@ type Kind = Step["kind"];
 
 /**
  * The world one NodeFence lives in, and a stand-in for the NodeFence controller: apply() writes to status what the
- * controller writes for each step (src/controllers/node-fence.ts) and changes the world as its API calls and its
+ * controller writes for each step (src/controllers/node-fence/) and changes the world as its API calls and its
  * background agent operations would, so walking nextStep → apply → nextStep drives the machine as the operator does.
  */
 interface Sim {

@@ -6,7 +6,7 @@
 //
 // Operations are keyed by the NodeFence's uid and the attempt's index: a NodeFence deleted and created again
 // under the same name can never pick up an outcome of its predecessor's operation.
-import type { Operation } from "../decide/fence-machine.ts";
+import type { Operation } from "../../decide/fence-machine.ts";
 
 export type OperationResult = Extract<Operation, { state: "done" }>;
 
