@@ -109,15 +109,16 @@ export default {
   ],
   options: {
     doNotFollow: { path: "node_modules" },
-    exclude: { path: "^(node_modules|dist|[.]lab)/" },
+    exclude: { path: "^(dist|[.]lab)/" },
     // Type-only imports are dependencies of the design too (a decide/ module naming an agents/ type depends on it).
     tsPreCompilationDeps: true,
     tsConfig: { fileName: "tsconfig.json" },
+    // Packages are where node_modules/ says, not where a link there points (test/unit/layers.test.ts links it).
+    preserveSymlinks: true,
     enhancedResolveOptions: {
       exportsFields: ["exports"],
       conditionNames: ["import", "require", "node", "default", "types"],
       mainFields: ["module", "main", "types", "typings"],
     },
-    skipAnalysisNotInRules: true,
   },
 };
