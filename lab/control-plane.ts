@@ -6,24 +6,15 @@ import { join } from "node:path";
 import { repoRoot, type Bins } from "./bins.ts";
 import { probe, waitFor } from "./health.ts";
 import { isAlive, readRef, startDetached, stop, writeRef } from "./processes.ts";
-import { paths, writeState, type LabState } from "./state.ts";
+import { paths, writeState, type LabState, type Timings } from "./state.ts";
 import { freeTcpPort, portTaken } from "./ports.ts";
 
 // etcd-proxy sits between kube-apiserver and etcd so a test can partition the two (lab/forwarder.ts).
 export const components = ["etcd", "etcd-proxy", "kube-apiserver", "kube-controller-manager", "kube-scheduler"] as const;
 export type Component = (typeof components)[number];
 
-export interface Timings {
-  /** kube-controller-manager --node-monitor-grace-period, seconds. */
-  nodeMonitorGraceSeconds: number;
-  /** kube-apiserver --default-{not-ready,unreachable}-toleration-seconds. */
-  defaultTolerationSeconds: number;
-  /** kube-controller-manager --node-monitor-period, seconds (labs before it was a setting ran 1 s). */
-  nodeMonitorPeriodSeconds?: number;
-  /** kube-controller-manager force-detaches a silent node's volumes after 6 minutes (Kubernetes' default;
-   * off in the lab, as docs/volumes.md asks: --disable-force-detach-on-timeout). On only to show what it does. */
-  forceDetachOnTimeout?: boolean;
-}
+// Declared with the lab state that records them (lab/state.ts); exported here with the components they time.
+export type { Timings };
 
 export const defaultTimings: Timings = { nodeMonitorGraceSeconds: 10, defaultTolerationSeconds: 5, nodeMonitorPeriodSeconds: 1 };
 

@@ -31,7 +31,7 @@ import {
 } from "./control-plane.ts";
 import type { BmcEndpoint, FaultDriver } from "./faults.ts";
 import { tcpOpen, waitFor } from "./health.ts";
-import { stopScaleKwok } from "./scale.ts";
+import { stopScaleKwok } from "./scale-kwok.ts";
 import { boot, crash, heal, machineStatus, partition, shutdownMachine, type MachineStatus } from "./machine.ts";
 import { createPki, writeKubeconfig } from "./pki.ts";
 import { freeTcpPorts, freeUdpPort } from "./ports.ts";

@@ -14,8 +14,11 @@ import { mapLimit } from "../src/runtime/map-limit.ts";
 import { waitFor } from "./health.ts";
 import { kwokConfig } from "./kwok-config.ts";
 import type { Lab } from "./lab.ts";
-import { readRef, startDetached, stop, writeRef } from "./processes.ts";
+import { startDetached, writeRef } from "./processes.ts";
 import { paths } from "./state.ts";
+import { scaleKwokPidFile, stopScaleKwok } from "./scale-kwok.ts";
+
+export { stopScaleKwok };
 
 /** Nodes the scale kwok simulates carry this label with value "on"; "silent" ones are left alone. */
 export const SCALE_LABEL = "lab.stockade.io/scale";
@@ -25,7 +28,7 @@ export const SCALE_LEASE_SECONDS = 40;
 export const KWOK_PARALLELISM = 32;
 
 const mergePatch = setHeaderOptions("Content-Type", PatchStrategy.MergePatch);
-const pidFile = (lab: Lab) => join(paths(lab.dir).pids, "scale-kwok.json");
+const pidFile = (lab: Lab) => scaleKwokPidFile(lab.dir);
 
 export const scaleNodeName = (i: number) => `scale-${String(i + 1).padStart(5, "0")}`;
 
@@ -85,10 +88,6 @@ export function startScaleKwok(lab: Lab, leaseSeconds = SCALE_LEASE_SECONDS): vo
     ],
   });
   writeRef(pidFile(lab), ref);
-}
-
-export async function stopScaleKwok(dir: string): Promise<void> {
-  await stop(readRef(join(paths(dir).pids, "scale-kwok.json")), 0);
 }
 
 /**

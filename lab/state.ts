@@ -5,7 +5,6 @@
 import { mkdirSync, readFileSync, writeFileSync, appendFileSync, rmdirSync, statSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { Timings } from "./control-plane.ts";
 
 export interface NodeSpec {
   name: string;
@@ -36,6 +35,19 @@ export interface RealLabState {
   /** Image name (pause, busybox, etcd, ledger, ...) -> reference pods use, with imagePullPolicy: Never. */
   images: Record<string, string>;
   clusterDns?: string;
+}
+
+/** The control plane's timings (lab/control-plane.ts starts its components with them). */
+export interface Timings {
+  /** kube-controller-manager --node-monitor-grace-period, seconds. */
+  nodeMonitorGraceSeconds: number;
+  /** kube-apiserver --default-{not-ready,unreachable}-toleration-seconds. */
+  defaultTolerationSeconds: number;
+  /** kube-controller-manager --node-monitor-period, seconds (labs before it was a setting ran 1 s). */
+  nodeMonitorPeriodSeconds?: number;
+  /** kube-controller-manager force-detaches a silent node's volumes after 6 minutes (Kubernetes' default;
+   * off in the lab, as docs/volumes.md asks: --disable-force-detach-on-timeout). On only to show what it does. */
+  forceDetachOnTimeout?: boolean;
 }
 
 export interface LabState {

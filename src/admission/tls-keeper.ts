@@ -26,9 +26,9 @@ import type { Logger } from "pino";
 import { isConflict, isNotFound, statusCode, type Kube } from "../kube/api.ts";
 import { Informer } from "../runtime/informer.ts";
 import { caBundleOf, certificateExpiries, readTlsSecret, renew, renewalNeeded } from "./certificates.ts";
+import { MUTATING_WEBHOOK, VALIDATING_WEBHOOK } from "../kube/webhook-names.ts";
 
-export const MUTATING_WEBHOOK = "stockade-claim-lock";
-export const VALIDATING_WEBHOOK = "stockade-force-delete";
+export { MUTATING_WEBHOOK, VALIDATING_WEBHOOK };
 
 /** Tries of one check: a renewal or a caBundle write that lost a race reads everything again. */
 const MAX_TRIES = 5;

@@ -7,7 +7,6 @@
 // to unblock, set fenceState Unfenced and wait for the result; deleting a NetworkFence only drops its finalizer,
 // it unfences nothing. Its controller writes status.result (Succeeded|Failed) and status.message, whose success
 // messages say which operation succeeded ("fencing operation successful" / "unfencing operation successful").
-import { createHash } from "node:crypto";
 import { isIP } from "node:net";
 import { isDeepStrictEqual } from "node:util";
 import {
@@ -19,6 +18,10 @@ import {
   type StorageFenceState,
 } from "./types.ts";
 import { plainProblem } from "./values.ts";
+import { fencedStorageClasses, networkFenceName, parameterList as list } from "../decide/storage-fence.ts";
+
+// Decided on by the state machine, so declared in decide/; exported here too, with the rest of the driver.
+export { fencedStorageClasses, networkFenceName };
 
 export const NETWORK_FENCE_GROUP = "csiaddons.openshift.io";
 export const NETWORK_FENCE_VERSION = "v1alpha1";
@@ -48,18 +51,6 @@ const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 /**
- * The NetworkFence's name for one agent's fence of one node: deterministic, so a retry or a new leader finds the one
- * already made, and its own per agent — two storage agents (two backends) never share, adopt or answer for each
- * other's fence. Readable (stockade-<agent>-<node>, cut to fit) and exact (a hash of both names: "a-b"+"c" and
- * "a"+"b-c" differ), within the 253 characters of an object name.
- */
-export function networkFenceName(agent: string, node: string): string {
-  const hash = createHash("sha256").update(`${agent}\n${node}`).digest("hex").slice(0, 10);
-  const readable = `stockade-${agent}-${node}`.slice(0, 253 - hash.length - 1).replace(/[^a-z0-9]+$/, "");
-  return `${readable}-${hash}`;
-}
-
-/**
  * The name versions before per-agent NetworkFences used (one stockade-<node> shared by every storage agent). Never
  * created any more; a fence of that name with our node label (and no agent label) is lifted by any storage agent's
  * unfence of that node, so that an upgrade loses no fence it held.
@@ -68,12 +59,6 @@ export function legacyNetworkFenceName(node: string): string {
   const name = `stockade-${node}`;
   return name.length <= 253 ? name : name.slice(0, 253);
 }
-
-const list = (v: string | undefined) =>
-  (v ?? "")
-    .split(",")
-    .map((s) => s.trim())
-    .filter(Boolean);
 
 /** A CIDR in canonical-enough form (a bare address gets /32 or /128), or a problem. */
 export function parseCidr(value: string): { cidr: string } | { problem: string } {
@@ -158,9 +143,6 @@ export const networkFenceRules: ParameterRules = {
     return cidrs.length ? { device: `networkfence ${cidrs.join(",")}`, outlets: [] } : undefined;
   },
 };
-
-/** The StorageClasses a FenceAgent of this type says its fence covers (from its shared parameters). */
-export const fencedStorageClasses = (parameters: Record<string, string> | undefined): string[] => list(parameters?.storageClasses).sort();
 
 /** A label value naming an object (label values are at most 63 characters: longer names are cut; the object name is exact). */
 const labelValue = (name: string) => name.slice(0, 63).replace(/[^A-Za-z0-9]+$/, "");

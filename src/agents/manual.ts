@@ -1,8 +1,10 @@
 // Manual fencing: an administrator powers the machine off and says so on the NodeFence. The annotation's
 // value must be the node's name, so a copy-pasted annotation cannot confirm the wrong node.
 import type { AgentContext, AgentDriver, PowerState } from "./types.ts";
+import { CONFIRMED_OFF_ANNOTATION } from "../decide/fence-machine.ts";
 
-export const CONFIRMED_OFF_ANNOTATION = "stockade.io/confirmed-off";
+// The state machine reads the same annotation as evidence, so it is declared there; exported here with the driver.
+export { CONFIRMED_OFF_ANNOTATION };
 
 export const manualDriver: AgentDriver = {
   type: "manual",

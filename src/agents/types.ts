@@ -1,7 +1,12 @@
 // The one interface every fencing method implements. Drivers do a single try; retries, deadlines and
 // confirmation live in run.ts so every method gets the same semantics.
 
-export type PowerState = "on" | "off" | "unknown";
+import type { AgentErrorKind, PowerState } from "../decide/agent-reports.ts";
+import { isStorageFence, STORAGE_FENCE_TYPES } from "../decide/storage-fence.ts";
+
+// Declared in decide/, where decisions are made on them; exported here with the driver interface.
+export type { AgentErrorKind, PowerState };
+export { isStorageFence, STORAGE_FENCE_TYPES };
 
 export interface AgentContext {
   /** Node name. */
@@ -21,10 +26,6 @@ export type AgentType = "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook"
  * pending: asked, not answered yet; failed: the storage side refused (its message in the error).
  */
 export type StorageFenceState = "fenced" | "unfenced" | "pending" | "failed";
-
-/** Types that fence storage, not power: their success is StorageFenced evidence, never "the machine is off". */
-export const STORAGE_FENCE_TYPES: readonly string[] = ["csiAddonsNetworkFence"];
-export const isStorageFence = (type: string | undefined): boolean => STORAGE_FENCE_TYPES.includes(type ?? "");
 
 /** A csi-addons NetworkFence (csiaddons.openshift.io/v1alpha1), the fields Stockade reads and writes. */
 export interface NetworkFence {
@@ -95,17 +96,6 @@ export interface AgentDriver {
   power(ctx: AgentContext, action: "off" | "on"): Promise<void>;
   status(ctx: AgentContext): Promise<PowerState>;
 }
-
-/**
- * - Unreachable: the device did not answer (network, frozen BMC); may fix itself.
- * - AuthFailed: the device answered and refused the credentials or privilege; retrying will not help.
- * - BadOutput: the device or agent answered something we cannot interpret.
- * - Failed: any other failure of the operation.
- * - TimedOut: the operation's deadline passed.
- * - Config: the FenceAgent or the host is misconfigured (unknown type, agent not installed...); retrying will not help.
- * - Cancelled: the operation must not go on (the node heartbeats again, leadership lost, the fence was withdrawn).
- */
-export type AgentErrorKind = "Unreachable" | "AuthFailed" | "BadOutput" | "Failed" | "TimedOut" | "Config" | "Cancelled";
 
 export class AgentError extends Error {
   readonly kind: AgentErrorKind;

@@ -10,7 +10,8 @@ import { networkFenceName, stateOf } from "../agents/csi-addons-network-fence.ts
 import { networkFenceApi } from "../kube/network-fence.ts";
 import type { Kube } from "../kube/api.ts";
 import { runOperation } from "../agents/run.ts";
-import { checkAgent, nodesForAgent } from "../decide/agent-check.ts";
+import { checkAgent } from "../agents/check.ts";
+import { nodesForAgent } from "../decide/agent-check.ts";
 import { matchesSelector } from "../decide/selectors.ts";
 import type { Cluster } from "./cluster.ts";
 import { CliError } from "./cluster.ts";

@@ -25,7 +25,7 @@ import { Kube, errorMessage, statusCode } from "../kube/api.ts";
 import { pooled } from "../kube/connections.ts";
 
 /** An error for the user: printed as "error: <message>" and the process exits with `code`. */
-import { MUTATING_WEBHOOK, VALIDATING_WEBHOOK } from "../admission/tls-keeper.ts";
+import { MUTATING_WEBHOOK, VALIDATING_WEBHOOK } from "../kube/webhook-names.ts";
 
 export class CliError extends Error {
   readonly code: number;

@@ -2,12 +2,14 @@
 // whether it could fence the nodes its policies give it — before a node fails, not during the fence: its
 // configuration (checked here) and, from the agent monitor (controllers/agent-monitor.ts), whether every node's
 // device answered its last status query (the Reachable condition, status.monitor, aggregate Events).
+import type { V1Node } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FenceAgent, type FencingPolicy } from "../api/v1alpha1.ts";
 import { secretKey, secretRefsFor } from "../agents/parameters.ts";
 import { loadRules } from "../agents/registry.ts";
-import { checkAgentInSteps, nodesForAgent, type AgentCheck } from "../decide/agent-check.ts";
+import { checkAgentInSteps } from "../agents/check.ts";
+import { nodesForAgent, secretForbidden, type AgentCheck } from "../decide/agent-check.ts";
 import { nameFailures, readyVerdict, type MonitorFold } from "../decide/agent-monitor.ts";
 import { isNotFound, statusCode, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -55,14 +57,36 @@ export class FenceAgentController {
   }
 
   async reconcile(name: string): Promise<{ requeueAfterMs: number } | void> {
-    const { caches, kube } = this.d;
+    const { caches } = this.d;
     const agent = caches.agents.get(name);
     if (!agent) return;
     const allNodes = caches.nodes.list();
     const nodes = nodesForAgent(agent, caches.policies.list(), allNodes);
+    const check = await this.check(agent, nodes, allNodes);
+    const names = nodes.map((n) => n.metadata?.name ?? "");
+    const fold: MonitorFold | undefined = this.d.monitor?.fold(agent, names);
+    const { status, changed, readyChanged } = this.nextStatus(agent, check, fold);
+    if (changed) await this.d.kube.replaceStatus("fenceagents", { ...agent, status } as FenceAgent);
+    if (fold && this.d.monitor) await this.monitorEvents(agent, fold, names);
+    if (readyChanged && !check.ok) await this.reportNotReady(agent, check);
+    // Secrets are not watched (the operator reads only those it needs): look again now and then.
+    return { requeueAfterMs: 60_000 };
+  }
+
+  /** The configuration check (agents/check.ts), on the Secrets read now; one the operator may not read fails it. */
+  private async check(agent: FenceAgent, nodes: V1Node[], allNodes: readonly V1Node[]): Promise<AgentCheck> {
     // Reads a fence agent's metadata without blocking (checkAgent and the fencing path then hit the cache);
     // a failure is reported by checkAgent.
     await loadRules(agent.spec).catch(() => undefined);
+    const { secrets, forbidden } = await this.readSecrets(agent, nodes);
+    return forbidden.length ? secretForbidden(forbidden) : await inTurns(checkAgentInSteps(agent, nodes, secrets, allNodes));
+  }
+
+  /** Every Secret the nodes' parameters name, once each: undefined when absent or forbidden (those listed). */
+  private async readSecrets(
+    agent: FenceAgent,
+    nodes: V1Node[],
+  ): Promise<{ secrets: Map<string, Record<string, string> | undefined>; forbidden: string[] }> {
     const secrets = new Map<string, Record<string, string> | undefined>();
     const forbidden: string[] = [];
     for (const n of nodes)
@@ -70,26 +94,28 @@ export class FenceAgentController {
         const key = secretKey(ref);
         if (secrets.has(key)) continue;
         try {
-          secrets.set(key, await kube.readSecret(ref.namespace, ref.name));
+          secrets.set(key, await this.d.kube.readSecret(ref.namespace, ref.name));
         } catch (err) {
           if (statusCode(err) === 403) forbidden.push(key);
           else if (!isNotFound(err)) throw err;
           secrets.set(key, undefined);
         }
       }
-    const check: AgentCheck = forbidden.length
-      ? {
-          ok: false,
-          reason: "SecretForbidden",
-          message: `the operator may not read Secret ${forbidden.join(", ")}: keep credentials in the operator's namespace, or grant its ServiceAccount get on secrets there (a Role and RoleBinding)`,
-          nodes: [],
-        }
-      : await inTurns(checkAgentInSteps(agent, nodes, secrets, allNodes));
+    return { secrets, forbidden };
+  }
+
+  /**
+   * The agent's status after this check and the monitor's fold: Ready (and Reachable, status.monitor, when the
+   * monitor runs here), whether it differs from what is written, and whether Ready itself changed.
+   */
+  private nextStatus(
+    agent: FenceAgent,
+    check: AgentCheck,
+    fold: MonitorFold | undefined,
+  ): { status: NonNullable<FenceAgent["status"]>; changed: boolean; readyChanged: boolean } {
     const gen = agent.metadata?.generation;
     const now = this.d.clock().toUTC().toISO() ?? "";
     const old = agent.status?.conditions as Condition[] | undefined;
-    const names = nodes.map((n) => n.metadata?.name ?? "");
-    const fold: MonitorFold | undefined = this.d.monitor?.fold(agent, names);
     const ready = readyVerdict(check, fold?.reachable);
     let conditions = setCondition(
       old,
@@ -121,28 +147,24 @@ export class FenceAgentController {
       (fold !== undefined && monitorChanged(oldMonitor, monitor)) ||
       queryTimeMoved ||
       agent.status?.observedGeneration !== gen;
-    if (changed) {
-      const status = { ...agent.status, conditions, observedGeneration: gen };
-      if (fold) {
-        if (monitor) status.monitor = monitor;
-        else delete status.monitor;
-      }
-      await kube.replaceStatus("fenceagents", { ...agent, status } as FenceAgent);
+    const status = { ...agent.status, conditions, observedGeneration: gen };
+    if (fold) {
+      if (monitor) status.monitor = monitor;
+      else delete status.monitor;
     }
-    if (fold && this.d.monitor) await this.monitorEvents(agent, fold, names);
-    if (readyChanged) {
-      if (!check.ok) {
-        this.d.log.warn({ fenceAgent: name, reason: check.reason }, `FenceAgent ${name} is not ready: ${check.message}`);
-        await this.d.events.record(
-          { apiVersion: API_VERSION, kind: "FenceAgent", name, uid: agent.metadata?.uid },
-          "Warning",
-          check.reason,
-          check.message,
-        );
-      }
-    }
-    // Secrets are not watched (the operator reads only those it needs): look again now and then.
-    return { requeueAfterMs: 60_000 };
+    return { status, changed, readyChanged };
+  }
+
+  /** A Warning Event and log line when Ready turns bad on the configuration. */
+  private async reportNotReady(agent: FenceAgent, check: AgentCheck): Promise<void> {
+    const name = agent.metadata?.name ?? "";
+    this.d.log.warn({ fenceAgent: name, reason: check.reason }, `FenceAgent ${name} is not ready: ${check.message}`);
+    await this.d.events.record(
+      { apiVersion: API_VERSION, kind: "FenceAgent", name, uid: agent.metadata?.uid },
+      "Warning",
+      check.reason,
+      check.message,
+    );
   }
 
   /**

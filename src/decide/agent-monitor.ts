@@ -3,7 +3,7 @@
 // function of (agent, node, times), the fold of the results the caller kept. The queries themselves (status only,
 // never off or on) are made by controllers/agent-monitor.ts; a failing query fences nothing.
 import type { FenceAgent, FenceAgentStatusMonitor, FenceAgentStatusMonitorFailures } from "../api/v1alpha1.ts";
-import type { AgentErrorKind, PowerState } from "../agents/types.ts";
+import type { AgentErrorKind, PowerState } from "./agent-reports.ts";
 
 /** When spec.monitor.intervalSeconds is unset. */
 export const DEFAULT_MONITOR_INTERVAL_SECONDS = 300;

@@ -7,7 +7,7 @@
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { NodeFence } from "../api/v1alpha1.ts";
-import { heartbeatChanges, heartbeatOf } from "./fence-machine.ts";
+import { heartbeatChanges, heartbeatOf } from "./heartbeat.ts";
 import { GUARDED_LABEL, isFinished } from "./guarded-pods.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime } from "./node-health.ts";
 

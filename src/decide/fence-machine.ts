@@ -31,22 +31,26 @@ import type {
   NodeFenceStatusNodeSnapshot,
   NodeFenceStatusPolicySnapshot,
 } from "../api/v1alpha1.ts";
-import { CONFIRMED_OFF_ANNOTATION } from "../agents/manual.ts";
-import { isStorageFence } from "../agents/types.ts";
-import { fencedStorageClasses, networkFenceName } from "../agents/csi-addons-network-fence.ts";
 import { isGuarded } from "./guarded-pods.ts";
+import { heartbeatChanges, heartbeatOf } from "./heartbeat.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
 import { claimNames, parseLock } from "./claim-lock.ts";
 import { orderPodsForRelease } from "./priority.ts";
 import { stillHeld } from "./node-conditions.ts";
 import { quorumRefusal } from "./quorum.ts";
 import { matchesSelector, policyForNode } from "./selectors.ts";
+import { fencedStorageClasses, isStorageFence, networkFenceName } from "./storage-fence.ts";
 
 export const FENCED_TAINT = "stockade.io/fenced";
 export const OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service";
 export const FINALIZER = "stockade.io/node-cleanup";
 export const NODE_RESTRICTION_PREFIX = "node-restriction.kubernetes.io/";
-export { CONFIRMED_OFF_ANNOTATION, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
+export { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, heartbeatChanges, heartbeatOf };
+/**
+ * Set on a NodeFence by an administrator who powered its machine off (value: the node's name, so a copy-pasted
+ * annotation cannot confirm the wrong node): ManualConfirmation evidence, read by the manual agent (agents/manual.ts).
+ */
+export const CONFIRMED_OFF_ANNOTATION = "stockade.io/confirmed-off";
 /** Retry of a failed round: 30 s, doubling, at most 10 min. */
 export const RETRY_BASE_SECONDS = 30;
 export const RETRY_MAX_SECONDS = 600;
@@ -188,31 +192,6 @@ export function targetNode(fence: NodeFence, node: V1Node | undefined): V1Node {
     metadata: { name: fence.spec.nodeName, uid: snap?.uid, labels: { ...snap?.labels } },
     spec: snap?.providerID ? { providerID: snap.providerID } : {},
   };
-}
-
-/** The node's heartbeat as the kubelet wrote it: compared by value, never against our clock (immune to skew). */
-export function heartbeatOf(node: V1Node | undefined, lease: V1Lease | undefined): NodeFenceStatusEvidenceHeartbeat {
-  const ready = node?.status?.conditions?.find((c) => c.type === "Ready");
-  const t = (v: Date | string | undefined | null) => (v ? (toDateTime(v)?.toUTC().toISO() ?? String(v)) : "");
-  return {
-    nodeUID: node?.metadata?.uid ?? "",
-    bootID: node?.status?.nodeInfo?.bootID ?? "",
-    leaseRenewTime: t(lease?.spec?.renewTime as Date | string | undefined),
-    readyHeartbeatTime: t(ready?.lastHeartbeatTime as Date | string | undefined),
-  };
-}
-
-/** The differences between two heartbeats, as words for people; [] when the node has not heartbeat since. */
-export function heartbeatChanges(before: NodeFenceStatusEvidenceHeartbeat, now: NodeFenceStatusEvidenceHeartbeat): string[] {
-  const out: string[] = [];
-  const cmp = (k: keyof Omit<NodeFenceStatusEvidenceHeartbeat, "silent">, what: string) => {
-    if ((before[k] ?? "") !== (now[k] ?? "")) out.push(`${what} ${before[k] || "(none)"} → ${now[k] || "(none)"}`);
-  };
-  cmp("nodeUID", "Node uid");
-  cmp("bootID", "bootID");
-  cmp("leaseRenewTime", "Lease renewTime");
-  cmp("readyHeartbeatTime", "Ready heartbeat");
-  return out;
 }
 
 type Fresh = Pick<FenceObservation, "fence" | "node" | "lease" | "now">;

@@ -16,7 +16,7 @@ import {
 import { runStorageFence } from "../../src/agents/run-storage.ts";
 import { driverFor, rulesFor, storageDriverFor } from "../../src/agents/registry.ts";
 import type { NetworkFence, NetworkFenceApi } from "../../src/agents/types.ts";
-import { checkAgent } from "../../src/decide/agent-check.ts";
+import { checkAgent } from "../../src/agents/check.ts";
 import type { FenceAgent } from "../../src/api/v1alpha1.ts";
 
 const base = { networkFenceClassName: "ceph-fence", storageClasses: "rbd,cephfs", cidrs: "10.0.0.7" };

@@ -11,7 +11,7 @@ import { ipmiRules } from "../../src/agents/ipmi.ts";
 import { rulesFromMetadata } from "../../src/agents/fence-agent.ts";
 import { parseMetadata } from "../../src/agents/fence-metadata.ts";
 import type { FenceAgentSpec } from "../../src/agents/parameters.ts";
-import { checkAgent, checkAgentInSteps } from "../../src/decide/agent-check.ts";
+import { checkAgent, checkAgentInSteps } from "../../src/agents/check.ts";
 import type { FencingTarget } from "../../src/agents/types.ts";
 
 const fixture = (agent: string) => readFileSync(join(import.meta.dirname, "../fixtures/fence-agents", `${agent}.xml`), "utf8");
