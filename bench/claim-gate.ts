@@ -5,7 +5,7 @@
 // create call to the watch event that shows it without the gate.
 //   node bench/claim-gate.ts [--pods N] [--interval-ms MS]
 import { parseArgs } from "node:util";
-import type { V1Pod } from "@kubernetes/client-node";
+import { HttpMethod, IsomorphicFetchHttpLibrary, RequestContext, type KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { Bed, NS } from "../lab/bed.ts";
 import { waitFor } from "../lab/health.ts";
 import { isGated } from "../src/decide/claim-lock.ts";
@@ -16,6 +16,19 @@ const n = Number(values.pods);
 const interval = Number(values["interval-ms"]);
 if (!Number.isInteger(n) || n < 1 || n > 5000) throw new Error(`--pods must be 1-5000 (got ${values.pods})`);
 if (!Number.isInteger(interval) || interval < 0) throw new Error(`--interval-ms must be a whole number (got ${values["interval-ms"]})`);
+
+/** The apiserver's histogram of how long fresh (consistent) pod lists waited for its watch cache: bucket (s) → count. */
+async function podListWaits(kc: KubeConfig): Promise<Map<string, number>> {
+  const ctx = new RequestContext(`${kc.getCurrentCluster()?.server ?? ""}/metrics`, HttpMethod.GET);
+  await kc.applySecurityAuthentication(ctx);
+  const text = await (await new IsomorphicFetchHttpLibrary().send(ctx).toPromise()).body.text();
+  const out = new Map<string, number>();
+  for (const m of text.matchAll(/^apiserver_watch_cache_read_wait_seconds_(bucket|sum|count)\{([^}]*)\} (\S+)$/gm)) {
+    if (!/resource="pods"/.test(m[2]!)) continue;
+    out.set(m[1] === "bucket" ? (/le="([^"]+)"/.exec(m[2]!)?.[1] ?? "?") : m[1]!, Number(m[3]));
+  }
+  return out;
+}
 
 const bed = await Bed.up({ nodes: 4, name: "bench-gate", runtime: "kwok", webhooks: true });
 try {
@@ -43,6 +56,7 @@ try {
   pods.on("add", seen);
   pods.on("update", seen);
   await pods.start();
+  const waitsBefore = await podListWaits(bed.lab.kc);
   let gatedAtCreate = 0;
   for (let i = 0; i < n; i++) {
     const name = `gate-${i}`;
@@ -63,6 +77,7 @@ try {
   }
   await waitFor(`all ${n} gates lifted`, () => lifted.size === n, { timeoutMs: 120_000, intervalMs: 100 });
   pods.stop();
+  const waitsAfter = await podListWaits(bed.lab.kc);
   const pct = (xs: number[], p: number) => {
     const v = [...xs].sort((a, b) => a - b);
     return v[Math.min(v.length - 1, Math.ceil((p / 100) * v.length) - 1)]!;
@@ -89,14 +104,38 @@ try {
     .operatorLog(operator)
     .flatMap((l) => (l.phases ? [l.phases as Record<string, number>] : []))
     .filter((ph) => ph.pods !== undefined);
+  // When the operator's cache showed each pod (its log's seenAt, ms since the epoch): the informer's delay.
+  const seenAt = new Map(
+    bed
+      .operatorLog(operator)
+      .flatMap((l) =>
+        l.phases && typeof l.pod === "string" ? [[l.pod.split("/")[1]!, (l.phases as Record<string, number>).seenAt!]] : [],
+      ),
+  );
+  const informer = [...created].flatMap(([k, t]) => (seenAt.has(k) ? [seenAt.get(k)! - (performance.timeOrigin + t)] : []));
+  if (informer.length) console.log(line("  operator: create answered → pod seen by its cache", informer));
   if (phases.length)
-    for (const k of ["read", "list", "grant", "lift"])
+    for (const k of ["queued", "read", "list", "grant", "lift"])
       console.log(
         line(
           `  operator: ${k}`,
           phases.map((ph) => ph[k]!),
         ),
       );
+  // Where a fresh list's time goes in the apiserver: a consistent list is served from its watch cache once that
+  // cache has caught up with etcd's current revision, which a write to another kind (an Event, a Lease) leaves
+  // ahead until the next pod event or progress notification (requested every 100 ms while a list waits).
+  const count = (waitsAfter.get("count") ?? 0) - (waitsBefore.get("count") ?? 0);
+  if (count > 0) {
+    const sum = (waitsAfter.get("sum") ?? 0) - (waitsBefore.get("sum") ?? 0);
+    const shares = ["0.005", "0.025", "0.05", "0.1", "0.2"].map((le) => {
+      const k = (waitsAfter.get(le) ?? 0) - (waitsBefore.get(le) ?? 0);
+      return `≤ ${Number(le) * 1000} ms ${((100 * k) / count).toFixed(0)}%`;
+    });
+    console.log(
+      `  apiserver: fresh pod lists waiting for its watch cache: ${count}, mean ${((1000 * sum) / count).toFixed(1)} ms; ${shares.join(", ")}`,
+    );
+  }
   if (gatedAtCreate !== n) process.exitCode = 1;
 } finally {
   await bed.down();

@@ -80,8 +80,11 @@ const pvcRef = (c: V1PersistentVolumeClaim) => objectRef("PersistentVolumeClaim"
 
 export class ClaimLockController {
   private readonly d: ClaimLockDeps;
-  /** Gated pods ("namespace/name") and the claims each waits for, kept from pod events (few pods are gated). */
-  private readonly gated = new Map<string, { namespace: string; claims: string[] }>();
+  /**
+   * Gated pods ("namespace/name") and the claims each waits for, kept from pod events (few pods are gated), with when
+   * the cache first showed the pod gated (performance.now(), for the grant's phases in the log).
+   */
+  private readonly gated = new Map<string, { namespace: string; claims: string[]; seen: number }>();
   /** Fresh decisions under way, by claim ("namespace/claim"). */
   private readonly running = new Map<string, Set<Run>>();
   /** The last fresh "in use" decision of each claim no event has touched since it began. */
@@ -127,8 +130,9 @@ export class ClaimLockController {
     const idle = (p: V1Pod | undefined) => !!p && isGated(p) && !p.spec?.nodeName;
     const onPod = (p: V1Pod, old?: V1Pod, gone = false) => {
       if (!gone && isGated(p) && !p.metadata?.deletionTimestamp) {
-        if (!this.gated.has(key(p))) queue.add(key(p));
-        this.gated.set(key(p), { namespace: p.metadata?.namespace ?? "", claims: claimNames(p) });
+        const seen = this.gated.get(key(p))?.seen;
+        if (seen === undefined) queue.add(key(p));
+        this.gated.set(key(p), { namespace: p.metadata?.namespace ?? "", claims: claimNames(p), seen: seen ?? performance.now() });
       } else {
         this.gated.delete(key(p));
         this.told.delete(key(p));
@@ -222,6 +226,7 @@ export class ClaimLockController {
     const { kube, caches, events, log } = this.d;
     const namespace = key.slice(0, key.indexOf("/"));
     const started = performance.now();
+    const seen = this.gated.get(key)?.seen ?? started;
     // Order matters: every claim is read before the namespace's pods. A pod recorded as a claim's holder was
     // created before it was granted, so if the list (read after) does not show it, it is gone; read the other
     // way round, a pod created and granted in between would be missing from the list and taken for gone.
@@ -252,12 +257,28 @@ export class ClaimLockController {
     const granted = await this.grantClaims({ key, pod, pods, guarded, users, run, started });
     if ("requeueAfterMs" in granted) return granted;
     const tGrant = performance.now();
-    const merged = await this.liftGate(key, pod, granted.tokens);
+    // The grants' Events only once the gate's write is answered (or failed): they are not on the pod's way to its
+    // start, and written beside the lift they made it wait for the apiserver.
+    const recordLater = () => Promise.all(granted.later.map((record) => record()));
+    const merged = await this.liftGate(key, pod, granted.tokens).catch(async (err: unknown) => {
+      await recordLater();
+      throw err;
+    });
     const tLift = performance.now();
-    // Where a grant's time goes (ms): the fresh reads, the namespace list, the compare-and-swap, the gate's patch.
-    const phases = { read: tRead - t0, list: tList - tRead, grant: tGrant - tList, lift: tLift - tGrant, pods: pods.length };
+    // Where a grant's time goes (ms): from the pod's event to the fresh reads (queue), the claims, the namespace list,
+    // the compare-and-swap, the gate's patch; seenAt: when the event came (ms since the epoch, for benchmarks).
+    const seenAt = Math.round(performance.timeOrigin + seen);
+    const phases = {
+      queued: t0 - seen,
+      read: tRead - t0,
+      list: tList - tRead,
+      grant: tGrant - tList,
+      lift: tLift - tGrant,
+      pods: pods.length,
+      seenAt,
+    };
     log.info({ pod: key, tokens: merged, phases }, `pod ${key} holds its claims; gate lifted`);
-    await Promise.all(granted.later);
+    await recordLater();
   }
 
   /**
@@ -336,41 +357,48 @@ export class ClaimLockController {
     users: UserNodes;
     run: Run;
     started: number;
-  }): Promise<{ requeueAfterMs: number } | { tokens: Record<string, number>; later: Promise<void>[] }> {
+  }): Promise<{ requeueAfterMs: number } | { tokens: Record<string, number>; later: (() => Promise<void>)[] }> {
     const { key, pod, pods, guarded, run, started } = a;
     const { fencedNodesFor, heartbeatingNodes } = a.users;
     const { events, log } = this.d;
     const namespace = key.slice(0, key.indexOf("/"));
     const tokens: Record<string, number> = {};
-    const later: Promise<void>[] = [];
-    for (const pvc of guarded) {
-      const claim = pvc.metadata?.name ?? "";
-      const now = this.d.clock().toUTC().toISO() ?? new Date().toISOString();
-      const decision = decideClaim({ requester: pod, pvc, pods, fencedNodes: fencedNodesFor(pvc), heartbeatingNodes, now });
-      switch (decision.kind) {
-        case "held":
-          tokens[claim] = decision.token;
-          break;
-        case "invalid":
-          log.warn({ pod: key, claim }, decision.message);
-          await Promise.all([
-            events.record(podRef(pod), "Warning", "ClaimLockInvalid", decision.message),
-            events.record(pvcRef(pvc), "Warning", "ClaimLockInvalid", decision.message),
-          ]);
-          return { requeueAfterMs: RECHECK_MS };
-        case "wait":
-          // Shared with the claim's other waiters, unless something touched the claim since these reads began.
-          if (!run.dirty && decision.live.length)
-            this.waits.set(`${namespace}/${claim}`, { at: started, live: new Set(decision.live), message: decision.message });
-          this.told.set(key, decision.message);
-          await events.record(podRef(pod), "Normal", "WaitingForClaim", decision.message);
-          return { requeueAfterMs: RECHECK_MS };
-        case "grant":
-          tokens[claim] = await this.grant(key, pod, pvc, decision, later);
-          break;
+    const later: (() => Promise<void>)[] = [];
+    // Events of grants already written are recorded whatever happens to the pod's other claims (a wait, a failure).
+    let handedOver = false;
+    try {
+      for (const pvc of guarded) {
+        const claim = pvc.metadata?.name ?? "";
+        const now = this.d.clock().toUTC().toISO() ?? new Date().toISOString();
+        const decision = decideClaim({ requester: pod, pvc, pods, fencedNodes: fencedNodesFor(pvc), heartbeatingNodes, now });
+        switch (decision.kind) {
+          case "held":
+            tokens[claim] = decision.token;
+            break;
+          case "invalid":
+            log.warn({ pod: key, claim }, decision.message);
+            await Promise.all([
+              events.record(podRef(pod), "Warning", "ClaimLockInvalid", decision.message),
+              events.record(pvcRef(pvc), "Warning", "ClaimLockInvalid", decision.message),
+            ]);
+            return { requeueAfterMs: RECHECK_MS };
+          case "wait":
+            // Shared with the claim's other waiters, unless something touched the claim since these reads began.
+            if (!run.dirty && decision.live.length)
+              this.waits.set(`${namespace}/${claim}`, { at: started, live: new Set(decision.live), message: decision.message });
+            this.told.set(key, decision.message);
+            await events.record(podRef(pod), "Normal", "WaitingForClaim", decision.message);
+            return { requeueAfterMs: RECHECK_MS };
+          case "grant":
+            tokens[claim] = await this.grant(key, pod, pvc, decision, later);
+            break;
+        }
       }
+      handedOver = true;
+      return { tokens, later };
+    } finally {
+      if (!handedOver) await Promise.all(later.map((record) => record()));
     }
-    return { tokens, later };
   }
 
   /** Writes the grant decided on into the claim's lock record; its Events go to `later`. Returns the token. */
@@ -379,7 +407,7 @@ export class ClaimLockController {
     pod: V1Pod,
     pvc: V1PersistentVolumeClaim,
     decision: Extract<ClaimDecision, { kind: "grant" }>,
-    later: Promise<void>[],
+    later: (() => Promise<void>)[],
   ): Promise<number> {
     const { kube, events, log } = this.d;
     const slash = key.indexOf("/");
@@ -389,7 +417,7 @@ export class ClaimLockController {
     if (decision.ignored) {
       const msg = `claim ${claim}: ignored the fencing token of pod ${decision.ignored.join(", ")}: above ${MAX_CONTINUED_TOKEN} and the lock record's, so no grant gave it (a pod's annotations are written by whoever may update the pod); the next token is ${decision.token}`;
       log.warn({ pod: key, claim, ignored: decision.ignored }, msg);
-      later.push(events.record(pvcRef(pvc), "Warning", "ClaimTokenIgnored", msg));
+      later.push(() => events.record(pvcRef(pvc), "Warning", "ClaimTokenIgnored", msg));
     }
     this.d.leadership.assertLeading(`grant claim ${namespace}/${claim} to pod ${name}`);
     // The resourceVersion read above is the precondition: a concurrent grant makes this fail with 409.
@@ -399,8 +427,8 @@ export class ClaimLockController {
     log.info({ pod: key, claim, token: decision.token }, msg);
     // Events are not on the pod's path to its start: recorded once the gate is lifted.
     later.push(
-      events.record(pvcRef(pvc), "Normal", "ClaimLockGranted", msg),
-      events.record(podRef(pod), "Normal", "ClaimLockGranted", msg),
+      () => events.record(pvcRef(pvc), "Normal", "ClaimLockGranted", msg),
+      () => events.record(podRef(pod), "Normal", "ClaimLockGranted", msg),
     );
     return decision.token;
   }

@@ -385,3 +385,38 @@ test("a claim still carrying the old opt-out (claim-guard=false) is guarded anyw
   assert.equal(told[0]!.pod, "data");
   assert.match(told[0]!.message, /no longer opts a claim out.*stockade\.io\/guarded=false/);
 });
+
+test("the grant's Events are written only once the gate's lift is answered (not beside it), and still when the lift fails", async () => {
+  for (const outcome of ["lifted", "lift refused"] as const) {
+    const w = world();
+    w.pods.set("app-a", gatedPod("app-a", "uid-a"));
+    const patch = w.kube.casPatchPod;
+    let answer!: () => void;
+    const answered = new Promise<void>((r) => (answer = r));
+    let eventsDuringLift = -1;
+    const { ctl, recorded } = wired(w);
+    w.kube.casPatchPod = async (...args: Parameters<typeof patch>) => {
+      await answered;
+      eventsDuringLift = recorded.filter((r) => r.reason === "ClaimLockGranted").length;
+      if (outcome === "lift refused") throw new ApiException(409, "Conflict", { message: "the object has been modified" }, {});
+      return patch(...args);
+    };
+    const done = ctl.reconcile("default/app-a").then(
+      () => "ok",
+      () => "failed",
+    );
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(recorded.filter((r) => r.reason === "ClaimLockGranted").length, 0, `${outcome}: no Event while the lift is under way`);
+    answer();
+    assert.equal(await done, outcome === "lifted" ? "ok" : "failed");
+    assert.equal(eventsDuringLift, 0, outcome);
+    assert.deepEqual(
+      recorded
+        .filter((r) => r.reason === "ClaimLockGranted")
+        .map((r) => r.pod)
+        .sort(),
+      ["app-a", "data"],
+      outcome,
+    );
+  }
+});
