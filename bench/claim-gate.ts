@@ -122,6 +122,12 @@ try {
           phases.map((ph) => ph[k]!),
         ),
       );
+  // The fresh list's cost as the namespace grows (its pods, this pod included).
+  const bySize = [50, 100, 150, 200, Infinity].flatMap((upTo, i, all) => {
+    const xs = phases.filter((ph) => ph.pods! > (all[i - 1] ?? 0) && ph.pods! <= upTo).map((ph) => ph.list!);
+    return xs.length ? [`≤ ${upTo} pods p50 ${pct(xs, 50).toFixed(0)} ms, p99 ${pct(xs, 99).toFixed(0)} ms`] : [];
+  });
+  if (bySize.length) console.log(`  operator: list by namespace size: ${bySize.join("; ")}`);
   // Where a fresh list's time goes in the apiserver: a consistent list is served from its watch cache once that
   // cache has caught up with etcd's current revision, which a write to another kind (an Event, a Lease) leaves
   // ahead until the next pod event or progress notification (requested every 100 ms while a list waits).
@@ -136,6 +142,22 @@ try {
       `  apiserver: fresh pod lists waiting for its watch cache: ${count}, mean ${((1000 * sum) / count).toFixed(1)} ms; ${shares.join(", ")}`,
     );
   }
+  // After the measurement, with no pod written any more: the namespace's fresh list alone, 20 times. The apiserver's
+  // watch cache of pods now catches up with etcd (whose revision other kinds' writes move on) only at a progress
+  // notification, so each list waits for one.
+  const quietBefore = await podListWaits(bed.lab.kc);
+  const alone: number[] = [];
+  for (let i = 0; i < 20; i++) {
+    const t = performance.now();
+    await core.listNamespacedPod({ namespace: NS });
+    alone.push(performance.now() - t);
+  }
+  const quietAfter = await podListWaits(bed.lab.kc);
+  const quietCount = (quietAfter.get("count") ?? 0) - (quietBefore.get("count") ?? 0);
+  const quietWait = quietCount ? (1000 * ((quietAfter.get("sum") ?? 0) - (quietBefore.get("sum") ?? 0))) / quietCount : 0;
+  console.log(
+    `  the namespace's fresh list alone, no pod written meanwhile (${n} pods, 20 lists): p50 ${pct(alone, 50).toFixed(0)} ms, of which waiting for the watch cache: mean ${quietWait.toFixed(0)} ms`,
+  );
   if (gatedAtCreate !== n) process.exitCode = 1;
 } finally {
   await bed.down();
