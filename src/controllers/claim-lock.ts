@@ -265,8 +265,9 @@ export class ClaimLockController {
       throw err;
     });
     const tLift = performance.now();
-    // Where a grant's time goes (ms): from the pod's event to the fresh reads (queue), the claims, the namespace list,
-    // the compare-and-swap, the gate's patch; seenAt: when the event came (ms since the epoch, for benchmarks).
+    // Where a grant's time goes (ms): since the cache first showed the pod gated, until its fresh reads began (queued;
+    // a pod that waited for its claim waited here too), the claims, the namespace list, the compare-and-swap, the
+    // gate's patch; seenAt: when the cache first showed it gated (ms since the epoch, for benchmarks).
     const seenAt = Math.round(performance.timeOrigin + seen);
     const phases = {
       queued: t0 - seen,
