@@ -389,20 +389,30 @@ export interface FencingPolicySpecGuardedPodsPodSelectorMatchExpressions {
 export interface FencingPolicySpecDetection {
   /**
    * A node with no heartbeat (neither its Lease nor its Ready condition) for this long, 5-3600 seconds, is partitioned
-   * (once the node controller also says Ready=Unknown): its pods get the NodeDown condition. It is raised, per node,
-   * to at least two renewals of the node's own Lease (leaseDurationSeconds / 2), so that a healthy node never looks
-   * silent.
-   * @default 40
+   * once its own Lease has also expired (renewTime + leaseDurationSeconds) or the node controller says Ready=Unknown,
+   * whichever comes first (only the latter with waitForNodeController): its pods get the NodeDown condition. It is
+   * raised, per node, to at least two renewals of the node's own Lease (leaseDurationSeconds / 2), so that a healthy
+   * node never looks silent. The default 30 s with Kubernetes' 40 s Lease makes a node partitioned when its Lease
+   * expires, after four missed renewals.
+   * @default 30
    */
   heartbeatTimeoutSeconds?: number;
   /**
-   * How long a node stays partitioned before it is fenced, 0-86400 seconds. Partitioned means heartbeatTimeoutSeconds
-   * without a heartbeat and the node controller's Ready=Unknown (its node-monitor-grace-period, 50 s by default), so
-   * the default 10 s fences a node that missed five renewals of its Lease at Kubernetes' 10 s period, never one that
-   * missed one or two.
+   * How long after its silence reached heartbeatTimeoutSeconds a partitioned node is fenced, 0-86400 seconds.
+   * Partitioned means heartbeatTimeoutSeconds without a heartbeat and, as well, its own Lease expired or the node
+   * controller's Ready=Unknown (its node-monitor-grace-period, 50 s by default), so the defaults fence a node that
+   * missed four renewals of its 40 s Lease at Kubernetes' 10 s period (five with waitForNodeController), never one
+   * that missed one or two.
    * @default 10
    */
   fenceAfterSeconds?: number;
+  /**
+   * Count a silent node partitioned only once the node controller marks it Ready=Unknown (its
+   * node-monitor-grace-period, 50 s after the last renewal by default), not already when its own Lease expires.
+   * Slower; for clusters that want the node controller's word before any automatic fence.
+   * @default false
+   */
+  waitForNodeController?: boolean;
   /**
    * Wait instead for the shortest node.kubernetes.io/unreachable tolerationSeconds among the node's guarded pods, when
    * they have one.
@@ -763,6 +773,11 @@ export interface NodeFenceStatusPolicySnapshot {
   guardedPods?: NodeFenceStatusPolicySnapshotGuardedPods;
   /** Silence after which the node counts as partitioned. */
   heartbeatTimeoutSeconds?: number;
+  /**
+   * Partitioned only once the node controller says Ready=Unknown, not already when the node's Lease expired (absent
+   * means false).
+   */
+  waitForNodeController?: boolean;
   /** Unfence automatically when the node comes back with a new bootID (action reboot). */
   unfenceOnReboot?: boolean;
 }

@@ -6,6 +6,7 @@ import type { FencingPolicy } from "../api/v1alpha1.ts";
 import { decideFleet, podsByNode, type FleetInput } from "../decide/fleet.ts";
 import { DEFAULT_FENCE_AFTER_SECONDS, isInjectedToleration, podWaitSeconds, unreachableToleration } from "../decide/forgiveness.ts";
 import { isFinished, isGuarded } from "../decide/guarded-pods.ts";
+import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, partitionSignal, type NodeHealth } from "../decide/node-health.ts";
 import { describeScope } from "../decide/scope.ts";
 import { controlPlaneRole } from "../decide/quorum.ts";
 import { policyForNode } from "../decide/selectors.ts";
@@ -36,7 +37,7 @@ function describePolicy(p: FencingPolicy): string {
   const off = (on: boolean | undefined, field: string) =>
     p.spec.dryRun ? "off (a dry run)" : on === false ? `off (${field}: false)` : "on";
   return [
-    `heartbeatTimeoutSeconds ${d.heartbeatTimeoutSeconds ?? 40}, fenceAfterSeconds ${d.fenceAfterSeconds ?? DEFAULT_FENCE_AFTER_SECONDS}, honorPodTolerations ${d.honorPodTolerations ?? true}`,
+    `heartbeatTimeoutSeconds ${d.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS}, waitForNodeController ${d.waitForNodeController ?? false}, fenceAfterSeconds ${d.fenceAfterSeconds ?? DEFAULT_FENCE_AFTER_SECONDS}, honorPodTolerations ${d.honorPodTolerations ?? true}`,
     `condition triggers: ${triggers.length ? triggers.join(", ") : "none (silence only)"}`,
     `escalation ${levels}; action ${p.spec.action ?? "off"}${flags ? `; ${flags}` : ""}`,
     `pods: ${describeScope(p.spec.guardedPods)}; force-delete guard ${off(p.spec.forceDeleteGuard, "forceDeleteGuard")}; claim lock ${off(p.spec.claimLock, "claimLock")}`,
@@ -59,10 +60,12 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
   out.push(`Why:       ${x.message}`);
   const h = x.health;
   out.push("Health:");
-  out.push(`  state:             ${h.state}${h.silent && h.state !== "Partitioned" ? " (silent, but Ready is not Unknown yet)" : ""}`);
+  out.push(`  state:             ${h.state}${h.silent && h.state !== "Partitioned" ? ` (silent, but ${notYet(h)})` : ""}`);
   out.push(`  ready:             ${h.ready}`);
   out.push(`  last heartbeat:    ${when(h.lastHeartbeat, now)}`);
+  out.push(`  lease expires:     ${h.leaseExpiry ? when(h.leaseExpiry, now) : "- (no Lease with renewTime and leaseDurationSeconds)"}`);
   out.push(`  partitioned since: ${h.partitionedSince ? when(h.partitionedSince, now) : "-"}`);
+  if (h.state === "Partitioned") out.push(`  partitioned by:    ${h.partitionedBy}: ${partitionSignal(h)}`);
   out.push(`  bootID:            ${dash(h.bootID)}`);
 
   if (!policy) {
@@ -153,6 +156,13 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
   return out.join("\n") + "\n";
 }
 
+/** Why a silent node is not partitioned yet: the second signal it waits for. */
+function notYet(h: NodeHealth): string {
+  if (h.ready === "Unknown") return "not partitioned";
+  if (h.nextCheck) return `its Lease has not expired yet and Ready is not Unknown`;
+  return "Ready is not Unknown yet";
+}
+
 function controlPlaneLine(
   node: Parameters<typeof controlPlaneRole>[0],
   pods: Parameters<typeof controlPlaneRole>[1],
@@ -182,6 +192,8 @@ export function explainReport(i: FleetInput, nodeName: string): Record<string, u
       ready: h.ready,
       lastHeartbeat: h.lastHeartbeat ? iso(h.lastHeartbeat) : null,
       partitionedSince: h.partitionedSince ? iso(h.partitionedSince) : null,
+      partitionedBy: h.partitionedBy ?? null,
+      leaseExpires: h.leaseExpiry ? iso(h.leaseExpiry) : null,
       bootID: h.bootID ?? null,
     },
     policy: policy?.metadata?.name ?? null,

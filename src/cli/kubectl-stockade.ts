@@ -43,7 +43,8 @@ const HELP: Record<string, string> = {
 Shows what needs attention now:
   NODES            nodes that are not healthy (Suspect: a heartbeat is late or Ready is not True; Partitioned:
                    no Lease renewal and no Ready heartbeat for the node's policy's heartbeatTimeoutSeconds, and
-                   Ready=Unknown), judged by the operator's own health code
+                   its own Lease expired or Ready=Unknown; only Ready=Unknown with waitForNodeController),
+                   judged by the operator's own health code
   NODEFENCES       every NodeFence: phase, origin, escalation level (counted from 1, as in the operator's
                    messages: status.currentLevel + 1), evidence, age and its last agent attempt
   PODS WITH NodeDown  pods whose NodeDown condition is True, their node and since when

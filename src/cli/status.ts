@@ -43,7 +43,7 @@ export function renderStatus(i: StatusInput): string {
   for (const n of [...i.nodes].sort(byName)) {
     const { policy } = policyForNode(n, i.policies);
     const timeout = policy?.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
-    const h = assessNode(n, i.leases.get(n.metadata?.name ?? ""), now, timeout);
+    const h = assessNode(n, i.leases.get(n.metadata?.name ?? ""), now, timeout, policy?.spec.detection?.waitForNodeController ?? false);
     if (h.state === "Healthy") continue;
     sick.push([
       h.name,
@@ -141,13 +141,14 @@ export function statusReport(i: StatusInput): Record<string, unknown> {
   for (const n of [...i.nodes].sort(byName)) {
     const { policy } = policyForNode(n, i.policies);
     const timeout = policy?.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
-    const h = assessNode(n, i.leases.get(n.metadata?.name ?? ""), now, timeout);
+    const h = assessNode(n, i.leases.get(n.metadata?.name ?? ""), now, timeout, policy?.spec.detection?.waitForNodeController ?? false);
     nodes.push({
       name: h.name,
       health: h.state,
       ready: h.ready,
       lastHeartbeat: h.lastHeartbeat ? iso(h.lastHeartbeat) : null,
       partitionedSince: h.partitionedSince ? iso(h.partitionedSince) : null,
+      partitionedBy: h.partitionedBy ?? null,
       heartbeatTimeoutSeconds: timeout,
       policy: policy?.metadata?.name ?? null,
     });

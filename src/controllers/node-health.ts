@@ -461,7 +461,7 @@ export class NodeHealthController {
     // Re-check from the apiserver, not the cache, right before acting.
     const policy = this.d.caches.policies.get(intent.policy);
     if (!policy) return undefined;
-    const { node, health: h } = await kube.freshHealth(intent.node, policy.spec.detection?.heartbeatTimeoutSeconds, this.d.clock());
+    const { node, health: h } = await kube.freshHealth(intent.node, policy.spec.detection, this.d.clock());
     if (!node || !h) return undefined;
     // Silence, or the node condition that made it due, still holds on the fresh read.
     const t = intent.trigger;

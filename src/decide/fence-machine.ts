@@ -174,6 +174,7 @@ export function snapshotOf(p: FencingPolicy): NodeFenceStatusPolicySnapshot {
       ...(s.guardedPods?.podSelector ? { podSelector: s.guardedPods.podSelector } : {}),
     },
     heartbeatTimeoutSeconds: s.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+    waitForNodeController: s.detection?.waitForNodeController ?? false,
     unfenceOnReboot: s.unfenceOnReboot ?? false,
   };
 }
@@ -196,10 +197,14 @@ export function targetNode(fence: NodeFence, node: V1Node | undefined): V1Node {
 
 type Fresh = Pick<FenceObservation, "fence" | "node" | "lease" | "now">;
 
-/** The node's health under the fence's snapshot; undefined when the Node does not exist. */
+/**
+ * The node's health under the fence's snapshot; undefined when the Node does not exist. A snapshot without
+ * waitForNodeController (written before it existed) means false: the node's expired Lease counts, as for new fences.
+ */
 export function healthOf(o: Fresh): NodeHealth | undefined {
-  const timeout = o.fence.status?.policySnapshot?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
-  return o.node ? assessNode(o.node, o.lease, o.now, timeout) : undefined;
+  const snap = o.fence.status?.policySnapshot;
+  const timeout = snap?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
+  return o.node ? assessNode(o.node, o.lease, o.now, timeout, snap?.waitForNodeController ?? false) : undefined;
 }
 
 /** A node that is not partitioned heartbeats (or just did); a deleted Node is not a heartbeat. */

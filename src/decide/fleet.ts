@@ -7,7 +7,7 @@ import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
 import { podWaitSeconds } from "./forgiveness.ts";
 import { provenFinished } from "./claim-lock.ts";
 import { isGuarded } from "./guarded-pods.ts";
-import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, type NodeHealth } from "./node-health.ts";
+import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, partitionSignal, type NodeHealth } from "./node-health.ts";
 import { desiredNodeDown, hasNodeDown, nodeDownChange, type NodeDownChange } from "./node-down.ts";
 import { orderCandidates, podPriority, type Candidate } from "./priority.ts";
 import {
@@ -180,6 +180,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
       i.leases.get(name),
       i.now,
       policy?.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+      policy?.spec.detection?.waitForNodeController ?? false,
     );
     healths[k] = h;
     wake(h.nextCheckMs);
@@ -261,7 +262,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
             since === partitionedSince
               ? `partitioned since ${iso(since)}; guarded pods wait ${wait} s, until ${iso(since.plus({ seconds: wait }))}`
               : `partitioned since ${iso(partitionedSince)}, through a storm that ended at ${iso(since)}; guarded pods wait ${wait} s from then, until ${iso(since.plus({ seconds: wait }))}`,
-          why: `no heartbeat since ${iso(h.lastHeartbeat)} (Ready=${h.ready}); ${guarded.length} guarded pod(s) waited ${wait} s`,
+          why: `no heartbeat since ${iso(h.lastHeartbeat)} (Ready=${h.ready}); partitioned because ${partitionSignal(h)}; ${guarded.length} guarded pod(s) waited ${wait} s`,
           waited: i.now.diff(since, "seconds").seconds,
         });
       }

@@ -1,14 +1,19 @@
 // Node health from the two heartbeats a kubelet gives: the node Lease (renewed every few seconds) and
 // the Ready condition (whose status the node-lifecycle controller turns Unknown when heartbeats stop).
-// Partitioned needs both: a stale Lease alone may be a broken lease controller; Ready=Unknown alone
-// is what the controller says before its grace period is over.
+// Partitioned needs silence (neither heartbeat for the timeout) and a second signal, whichever comes first:
+// the node's own Lease expired (renewTime + leaseDurationSeconds, on the operator's clock), or the node
+// controller's Ready=Unknown. With waitForNodeController only the latter counts. Ready=Unknown alone is
+// what the controller says before the silence is long enough.
 import { isDeepStrictEqual } from "node:util";
 import type { V1Lease, V1Node } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 
 export type HealthState = "Healthy" | "Suspect" | "Partitioned";
 
-export const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 40;
+export const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 30;
+
+/** Which second signal made a silent node partitioned: its own Lease expired, or the node controller's Ready=Unknown. */
+export type PartitionedBy = "Lease" | "NodeController";
 
 export interface NodeHealth {
   name: string;
@@ -37,6 +42,14 @@ export interface NodeHealth {
   nextCheckMs: number | undefined;
   /** The heartbeat timeout applied: the policy's, raised to two renewals of the node's own Lease. */
   timeoutSeconds: number;
+  /** For Partitioned nodes: NodeController when Ready was already Unknown, else Lease (its Lease expired). */
+  partitionedBy: PartitionedBy | undefined;
+  /** When the node's Lease expires (renewTime + leaseDurationSeconds), epoch ms; undefined without both. */
+  leaseExpiresMs: number | undefined;
+  /** The same, as a DateTime. */
+  readonly leaseExpiry: DateTime | undefined;
+  /** The Lease's leaseDurationSeconds, when it has a positive one. */
+  leaseDurationSeconds: number | undefined;
 }
 
 /**
@@ -106,9 +119,22 @@ function beatMillis(holder: object | undefined, v: Date | string | undefined | n
   return ms;
 }
 
+/** The Lease's positive leaseDurationSeconds, or undefined (no Lease, none set, or nonsense): then it gives no expiry. */
+function leaseDurationOf(lease: V1Lease | undefined): number | undefined {
+  const d = lease?.spec?.leaseDurationSeconds;
+  return typeof d === "number" && Number.isFinite(d) && d > 0 ? d : undefined;
+}
+
 // Runs for every node on every fleet decision: plain epoch milliseconds, and a DateTime only when one is read (a
 // luxon DateTime computes its calendar fields when made: two per node were most of assessNode's time, 5x).
-export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTime, heartbeatTimeoutSeconds: number): NodeHealth {
+// waitForNodeController: only Ready=Unknown counts as the second signal (the policy's detection.waitForNodeController).
+export function assessNode(
+  node: V1Node,
+  lease: V1Lease | undefined,
+  now: DateTime,
+  heartbeatTimeoutSeconds: number,
+  waitForNodeController = false,
+): NodeHealth {
   const name = node.metadata?.name ?? "";
   const ready = readyCondition(node);
   const readyStatus = ready?.status ?? "Missing";
@@ -120,20 +146,54 @@ export function assessNode(node: V1Node, lease: V1Lease | undefined, now: DateTi
   const lagSeconds = lagSecondsOf(lease, timeoutSeconds);
   const nowMs = now.toMillis();
   const lagging = lastMs !== undefined && nowMs >= lastMs + lagSeconds * 1000;
-  const health = (state: HealthState, silent: boolean, partitionedSince: DateTime | undefined, nextCheckMs: number | undefined) =>
-    new LazyHealth(name, state, readyStatus, lastMs, partitionedSince, bootID, silent, lagging, nextCheckMs, timeoutSeconds) as NodeHealth;
+  const leaseDuration = leaseDurationOf(lease);
+  // Both read from the Lease object; a renewTime ahead of our clock expires that much later (never earlier).
+  const leaseExpiresMs = leaseDuration !== undefined && leaseBeat !== undefined ? leaseBeat + leaseDuration * 1000 : undefined;
+  const health = (
+    state: HealthState,
+    silent: boolean,
+    partitionedSince: DateTime | undefined,
+    nextCheckMs: number | undefined,
+    by?: PartitionedBy,
+  ) =>
+    new LazyHealth(
+      name,
+      state,
+      readyStatus,
+      lastMs,
+      partitionedSince,
+      bootID,
+      silent,
+      lagging,
+      nextCheckMs,
+      timeoutSeconds,
+      by,
+      leaseExpiresMs,
+      leaseDuration,
+    ) as NodeHealth;
   if (lastMs === undefined) {
     // A node that never reported is being created, not partitioned.
     return health("Suspect", false, undefined, undefined);
   }
   const staleAtMs = lastMs + timeoutSeconds * 1000;
   if (nowMs < staleAtMs) return health(readyStatus === "True" ? "Healthy" : "Suspect", false, undefined, staleAtMs);
-  if (readyStatus !== "Unknown") {
-    // Silent but the node controller has not yet agreed (it turns Ready Unknown after its grace period and
-    // wakes us with an event); automatic fencing needs both signals.
-    return health("Suspect", true, undefined, undefined);
+  const since = () => DateTime.fromMillis(staleAtMs, { zone: "utc" });
+  if (readyStatus === "Unknown") return health("Partitioned", true, since(), undefined, "NodeController");
+  // Silent, and the node controller has not yet agreed (it turns Ready Unknown after its grace period and wakes us
+  // with an event). The node's own Lease says how long it may stay silent: once expired, that is the second signal.
+  const byLease = !waitForNodeController && leaseExpiresMs !== undefined;
+  if (byLease && nowMs >= leaseExpiresMs) return health("Partitioned", true, since(), undefined, "Lease");
+  return health("Suspect", true, undefined, byLease ? leaseExpiresMs : undefined);
+}
+
+/** Which second signal made a partitioned node so, in words (for the NodeFence's reason and `explain`). */
+export function partitionSignal(h: Pick<NodeHealth, "partitionedBy" | "leaseExpiresMs" | "leaseDurationSeconds">): string {
+  if (h.partitionedBy === "Lease" && h.leaseExpiresMs !== undefined && h.leaseDurationSeconds !== undefined) {
+    const renewed = utc(h.leaseExpiresMs - h.leaseDurationSeconds * 1000)?.toISO();
+    return `its Lease expired at ${utc(h.leaseExpiresMs)?.toISO()} (renewed ${renewed}, leaseDurationSeconds ${h.leaseDurationSeconds})`;
   }
-  return health("Partitioned", true, DateTime.fromMillis(staleAtMs, { zone: "utc" }), undefined);
+  if (h.partitionedBy === "NodeController") return "the node controller marked it Ready=Unknown";
+  return "it is not partitioned";
 }
 
 const utc = (ms: number | undefined) => (ms === undefined ? undefined : DateTime.fromMillis(ms, { zone: "utc" }));
@@ -153,6 +213,10 @@ class LazyHealth implements NodeHealth {
   readonly lagging: boolean;
   readonly nextCheckMs: number | undefined;
   readonly timeoutSeconds: number;
+  readonly partitionedBy: PartitionedBy | undefined;
+  readonly leaseExpiresMs: number | undefined;
+  readonly leaseDurationSeconds: number | undefined;
+  #expiry: DateTime | undefined | null = null;
   #beat: DateTime | undefined | null = null;
   #next: DateTime | undefined | null = null;
   constructor(
@@ -166,6 +230,9 @@ class LazyHealth implements NodeHealth {
     lagging: boolean,
     nextCheckMs: number | undefined,
     timeoutSeconds: number,
+    partitionedBy: PartitionedBy | undefined,
+    leaseExpiresMs: number | undefined,
+    leaseDurationSeconds: number | undefined,
   ) {
     this.name = name;
     this.state = state;
@@ -177,6 +244,12 @@ class LazyHealth implements NodeHealth {
     this.lagging = lagging;
     this.nextCheckMs = nextCheckMs;
     this.timeoutSeconds = timeoutSeconds;
+    this.partitionedBy = partitionedBy;
+    this.leaseExpiresMs = leaseExpiresMs;
+    this.leaseDurationSeconds = leaseDurationSeconds;
+  }
+  get leaseExpiry(): DateTime | undefined {
+    return this.#expiry === null ? (this.#expiry = utc(this.leaseExpiresMs)) : this.#expiry;
   }
   get lastHeartbeat(): DateTime | undefined {
     return this.#beat === null ? (this.#beat = utc(this.lastHeartbeatMs)) : this.#beat;

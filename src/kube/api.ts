@@ -305,11 +305,12 @@ export class Kube {
   /** The node's health from a fresh read of the Node and its Lease (not the cache): the check right before acting. */
   async freshHealth(
     node: string,
-    heartbeatTimeoutSeconds: number | undefined,
+    detection: { heartbeatTimeoutSeconds?: number; waitForNodeController?: boolean } | undefined,
     now: DateTime,
   ): Promise<{ node: V1Node | undefined; health: NodeHealth | undefined }> {
     const [n, lease] = await Promise.all([this.readNode(node), this.readLease(node)]);
-    return { node: n, health: n ? assessNode(n, lease, now, heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS) : undefined };
+    const timeout = detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
+    return { node: n, health: n ? assessNode(n, lease, now, timeout, detection?.waitForNodeController ?? false) : undefined };
   }
 
   async readSecret(namespace: string, name: string): Promise<Record<string, string>> {

@@ -741,9 +741,44 @@ describe("item 5 (the pure part): an automatic fence never powers off a node tha
     );
     assert.equal(step.kind, "cancel");
   });
-  test("Suspect (silent but Ready not yet Unknown) counts as heartbeating: no power-off", () => {
-    const step = stepFor(fencing(), { node: node("node-1", { ready: "True", heartbeat: T0 }) });
+  test("waitForNodeController: Suspect (silent but Ready not yet Unknown) counts as heartbeating: no power-off", () => {
+    const snap = { ...SNAPSHOT, waitForNodeController: true };
+    const step = stepFor(fencing({ policySnapshot: snap }), { node: node("node-1", { ready: "True", heartbeat: T0 }) });
     assert.equal(step.kind, "cancel");
+  });
+  test("issue 31: silent, Ready=True, its Lease expired: partitioned by the Lease, the power-off goes on (snapshot false or absent)", () => {
+    const silentReady = node("node-1", { ready: "True", heartbeat: T0 });
+    assert.equal(SNAPSHOT.waitForNodeController, false, "snapshotOf carries the policy's switch (default false)");
+    assert.equal(stepFor(fencing(), { node: silentReady }).kind, "runAgent");
+    const { waitForNodeController: _, ...older } = SNAPSHOT;
+    assert.equal(stepFor(fencing({ policySnapshot: older }), { node: silentReady }).kind, "runAgent", "absent means false");
+    // Not yet expired (renewed 35 s ago, 40 s Lease): silent for 30 s, but neither signal: cancel.
+    const recent = stepFor(fencing(), { node: node("node-1", { ready: "True", heartbeat: at(965) }), lease: lease("node-1", at(965)) });
+    assert.equal(recent.kind, "cancel");
+  });
+  test("issue 31: powerOffRefused (the fresh read before each power-off) follows the snapshot's waitForNodeController", () => {
+    const silentReady = node("node-1", { ready: "True", heartbeat: T0 });
+    const fresh = (snap: NodeFenceStatus["policySnapshot"], n: V1Node = silentReady, l: V1Lease | null = lease("node-1", T0)) => ({
+      fence: fenceOf(fencing({ policySnapshot: snap })),
+      node: n,
+      lease: l ?? undefined,
+      now: at(1000),
+      policies: [policy("default")],
+      pods: [],
+    });
+    const { waitForNodeController: _, ...older } = SNAPSHOT;
+    assert.equal(powerOffRefused(fresh({ ...SNAPSHOT, waitForNodeController: false })), undefined, "its Lease expired: may power off");
+    assert.equal(powerOffRefused(fresh(older)), undefined, "a snapshot without the field means false");
+    assert.match(powerOffRefused(fresh({ ...SNAPSHOT, waitForNodeController: true })) ?? "", /heartbeats again.*Ready=True/);
+    // With the node controller's word, both allow it.
+    const unknown = node("node-1", { ready: "Unknown", heartbeat: T0 });
+    assert.equal(powerOffRefused(fresh({ ...SNAPSHOT, waitForNodeController: true }, unknown)), undefined);
+    // No Lease at all: only Ready=Unknown counts, whatever the snapshot says.
+    assert.match(powerOffRefused(fresh(SNAPSHOT, silentReady, null)) ?? "", /heartbeats again/);
+    assert.equal(powerOffRefused(fresh(SNAPSHOT, unknown, null)), undefined);
+    // A renewal since: refused in both modes.
+    for (const w of [false, true])
+      assert.match(powerOffRefused(fresh({ ...SNAPSHOT, waitForNodeController: w }, silentReady, lease("node-1", at(999)))) ?? "", /heartbeats again/);
   });
 });
 

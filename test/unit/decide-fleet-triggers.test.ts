@@ -11,7 +11,9 @@ import { MIRROR_POD_ANNOTATION } from "../../src/decide/quorum.ts";
 import { T0, at, fence, fenceMap, lease, leases, node, pod, policy as basePolicy, pvcMap, stamp, stsPod } from "./decide-fixtures.ts";
 
 const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 };
-const policy = (spec: Partial<FencingPolicySpec> = {}) => basePolicy("default", { triggers: { nodeConditions: [KD] }, ...spec });
+// A 40 s heartbeat timeout (the default until issue 31) keeps the round numbers below.
+const policy = (spec: Partial<FencingPolicySpec> = {}) =>
+  basePolicy("default", { triggers: { nodeConditions: [KD] }, ...spec, detection: { heartbeatTimeoutSeconds: 40, ...spec.detection } });
 const CP = { "node-role.kubernetes.io/control-plane": "" };
 
 interface N {

@@ -10,11 +10,11 @@ import { UNREACHABLE_TAINT } from "../../src/decide/forgiveness.ts";
 import { T0, at, fence, fenceMap, lease, leases, node, pdb, pod, policy as basePolicy, pvcMap, stsPod } from "./decide-fixtures.ts";
 import type { FencingPolicySpec } from "../../src/api/v1alpha1.ts";
 
-// Partitioned nodes last heartbeat at T0; with the default 40 s timeout they are partitioned from T0+40 and,
-// with fenceAfterSeconds 60 (set here, for round numbers; the default is 10) and no tolerations, due for
-// fencing at T0+100.
+// Partitioned nodes last heartbeat at T0; with a 40 s timeout (set here: the default was 40 until issue 31, now 30)
+// they are partitioned from T0+40 and, with fenceAfterSeconds 60 (set here, for round numbers; the default is 10)
+// and no tolerations, due for fencing at T0+100.
 const policy = (name: string, spec: Partial<FencingPolicySpec> = {}) =>
-  basePolicy(name, { ...spec, detection: { fenceAfterSeconds: 60, ...spec.detection } });
+  basePolicy(name, { ...spec, detection: { heartbeatTimeoutSeconds: 40, fenceAfterSeconds: 60, ...spec.detection } });
 const ZONE = "topology.kubernetes.io/zone";
 
 interface N {
@@ -149,7 +149,7 @@ describe("decideFleet: a partitioned node with a guarded pod", () => {
     assert.equal(intent.policy, "default");
     assert.equal(intent.lastHeartbeat, "2026-01-01T00:00:00Z");
     assert.equal(intent.replaces, undefined);
-    assert.match(intent.reason, /no heartbeat since 2026-01-01T00:00:00Z \(Ready=Unknown\); 1 guarded pod\(s\) waited 60 s/);
+    assert.match(intent.reason, /no heartbeat since 2026-01-01T00:00:00Z \(Ready=Unknown\); partitioned because the node controller marked it Ready=Unknown; 1 guarded pod\(s\) waited 60 s/);
     assert.equal(decisionOf(due, "node-2").message, intent.reason);
   });
 
@@ -453,14 +453,29 @@ describe("decideFleet: policy switches and guards", () => {
     assert.deepEqual(d.policies.get("default")?.partitioned, ["node-1"]);
   });
 
-  test("silent nodes still Ready=True (the node controller has not agreed yet) count as unhealthy for the storm guard", () => {
+  test("waitForNodeController: silent nodes still Ready=True (the node controller has not agreed yet) count as unhealthy for the storm guard", () => {
     const now = at(100);
     const silentReady = (name: string) => ({ node: node(name, { ready: "True", heartbeat: T0 }), lease: lease(name, T0) });
     const ns = [down("node-1"), silentReady("node-2"), silentReady("node-3"), up("node-4", now)];
-    const d = decide(now, ns, { pods: [stsPod("db-1", { node: "node-1" })] });
+    const policies = [policy("default", { detection: { waitForNodeController: true } })];
+    const d = decide(now, ns, { pods: [stsPod("db-1", { node: "node-1" })], policies });
     assert.equal(decisionOf(d, "node-2").verdict, "Healthy", "not partitioned itself");
     assert.equal(decisionOf(d, "node-1").verdict, "Held");
     assert.match(decisionOf(d, "node-1").message, /3 of 4 nodes are unhealthy \(node-1, node-2, node-3\)/);
+  });
+
+  test("silent nodes whose Leases expired are partitioned by them, and the storm guard holds them all (Ready still True)", () => {
+    const now = at(100);
+    const silentReady = (name: string) => ({ node: node(name, { ready: "True", heartbeat: T0 }), lease: lease(name, T0) });
+    const ns = [down("node-1"), silentReady("node-2"), silentReady("node-3"), up("node-4", now)];
+    const pods = ["node-1", "node-2", "node-3"].map((n, i) => stsPod(`db-${i}`, { node: n }));
+    const d = decide(now, ns, { pods });
+    assert.equal(decisionOf(d, "node-2").health.state, "Partitioned");
+    assert.equal(decisionOf(d, "node-2").health.partitionedBy, "Lease");
+    assert.equal(decisionOf(d, "node-1").health.partitionedBy, "NodeController");
+    for (const n of ["node-1", "node-2", "node-3"]) assert.equal(decisionOf(d, n).verdict, "Held", n);
+    assert.match(decisionOf(d, "node-2").message, /3 of 4 nodes are unhealthy \(node-1, node-2, node-3\)/);
+    assert.deepEqual(d.create, []);
   });
 
   test("a count limit: maxUnhealthyNodes 3 lets three silent nodes of four be fenced", () => {
@@ -683,6 +698,7 @@ describe("decideFleet: the shipped defaults on Kubernetes' own timings", () => {
   // every pod without an unreachable toleration of its own got the injected 300 s one.
   const injected = [{ key: UNREACHABLE_TAINT, operator: "Exists", effect: "NoExecute", tolerationSeconds: 300 }];
   const pods = [stsPod("db-1", { node: "node-2", tolerations: injected })];
+  const waiting = [basePolicy("default", { detection: { waitForNodeController: true } })];
   const defaults = [basePolicy("default")];
   /** node-2's last renewal at T0; Ready stays True until the node controller's 50 s grace has passed. */
   const world = (now: DateTime) => [
@@ -693,16 +709,32 @@ describe("decideFleet: the shipped defaults on Kubernetes' own timings", () => {
     },
     up("node-3", now),
   ];
-  const verdictAt = (s: number) => decisionOf(decide(at(s), world(at(s)), { pods, policies: defaults }), "node-2").verdict;
+  const verdictAt = (s: number, policies = defaults) => decisionOf(decide(at(s), world(at(s)), { pods, policies }), "node-2").verdict;
 
-  test("a node that missed one, two or four renewals is never fenced", () => {
-    for (const s of [15, 25, 45, 49]) assert.notEqual(verdictAt(s), "Fence", `at T0+${s}`);
+  test("a node that missed one, two or three renewals is never fenced", () => {
+    for (const s of [15, 25, 35, 39.999]) assert.notEqual(verdictAt(s), "Fence", `at T0+${s}`);
   });
 
-  test("a dead node is fenced 50 s after its last renewal (40 s timeout + 10 s, once Ready=Unknown), not after the injected 300 s", () => {
-    assert.equal(verdictAt(50), "Fence");
-    const d = decide(at(50), world(at(50)), { pods, policies: defaults });
-    assert.match(decisionOf(d, "node-2").message, /waited 10 s/);
+  test("a dead node is fenced 40 s after its last renewal (its Lease expired; 30 s timeout + 10 s), before the node controller's Ready=Unknown", () => {
+    assert.equal(verdictAt(40), "Fence");
+    const d = decide(at(40), world(at(40)), { pods, policies: defaults });
+    const x = decisionOf(d, "node-2");
+    assert.equal(x.health.ready, "True", "the node controller has not said Unknown yet");
+    assert.equal(x.health.partitionedBy, "Lease");
+    assert.equal(ms(x.health.partitionedSince), ms(at(30)));
+    assert.match(x.message, /waited 10 s/);
+    assert.equal(
+      d.create[0]?.reason,
+      "no heartbeat since 2026-01-01T00:00:00Z (Ready=True); partitioned because its Lease expired at 2026-01-01T00:00:40.000Z (renewed 2026-01-01T00:00:00.000Z, leaseDurationSeconds 40); 1 guarded pod(s) waited 10 s",
+    );
+  });
+
+  test("waitForNodeController: a node that missed one, two or four renewals is never fenced; fenced 50 s after its last renewal, once Ready=Unknown", () => {
+    for (const s of [15, 25, 40, 45, 49]) assert.notEqual(verdictAt(s, waiting), "Fence", `at T0+${s}`);
+    assert.equal(verdictAt(50, waiting), "Fence");
+    const d = decide(at(50), world(at(50)), { pods, policies: waiting });
+    assert.equal(decisionOf(d, "node-2").health.partitionedBy, "NodeController");
+    assert.match(d.create[0]?.reason ?? "", /partitioned because the node controller marked it Ready=Unknown/);
   });
 
   test("a toleration the pod's author wrote still sets the wait", () => {

@@ -1,6 +1,6 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { assessNode, readyCondition, readyTurnedUnknown, toDateTime } from "../../src/decide/node-health.ts";
+import { assessNode, partitionSignal, readyCondition, readyTurnedUnknown, toDateTime } from "../../src/decide/node-health.ts";
 import { T0, at, lease, node } from "./decide-fixtures.ts";
 
 const TIMEOUT = 40;
@@ -89,8 +89,8 @@ describe("assessNode", () => {
     assert.equal(assessNode(n, l, at(100), 60).state, "Partitioned");
   });
 
-  test("silent but still Ready=True: Suspect until the node-lifecycle controller flips Ready (an event wakes us)", () => {
-    const h = assessNode(node("node-1", { ready: "True", heartbeat: T0 }), lease("node-1", T0), at(600), TIMEOUT);
+  test("waitForNodeController: silent but still Ready=True: Suspect until the node-lifecycle controller flips Ready (an event wakes us)", () => {
+    const h = assessNode(node("node-1", { ready: "True", heartbeat: T0 }), lease("node-1", T0), at(600), TIMEOUT, true);
     assert.equal(h.state, "Suspect");
     assert.equal(h.silent, true, "silent, so the storm guard counts it, though not partitioned yet");
     assert.equal(h.partitionedSince, undefined);
@@ -106,11 +106,11 @@ describe("assessNode", () => {
   // Current behaviour, pinned on purpose: docs/DESIGN say automatic fencing needs Ready=Unknown, but a node whose
   // last word was Ready=False (or no Ready condition) and that has been silent past the timeout is also Partitioned
   // (unlike Ready=True, which waits for the node-lifecycle controller). Raised as a design question in the report.
-  test("silent with Ready=False or no Ready condition: Suspect (silent) until the node controller says Unknown", () => {
-    const f = assessNode(node("node-1", { ready: "False", heartbeat: T0 }), lease("node-1", T0), at(100), TIMEOUT);
+  test("waitForNodeController: silent with Ready=False or no Ready condition: Suspect (silent) until the node controller says Unknown", () => {
+    const f = assessNode(node("node-1", { ready: "False", heartbeat: T0 }), lease("node-1", T0), at(100), TIMEOUT, true);
     assert.equal(f.state, "Suspect");
     assert.equal(f.silent, true);
-    const m = assessNode(node("node-1", { ready: null }), lease("node-1", T0), at(100), TIMEOUT);
+    const m = assessNode(node("node-1", { ready: null }), lease("node-1", T0), at(100), TIMEOUT, true);
     assert.equal(m.ready, "Missing");
     assert.equal(m.state, "Suspect");
     assert.equal(m.silent, true);
@@ -200,5 +200,127 @@ describe("item 18: a heartbeat timeout below the node's own renewal is raised", 
     const h = assessNode(node("node-1", { ready: "Unknown", heartbeat: T0 }), lease("node-1", T0), at(25), 5);
     assert.equal(h.state, "Partitioned");
     same(h.partitionedSince, at(20));
+  });
+});
+
+// Issue 31: the node's own Lease as the second signal (detection.waitForNodeController false, the default).
+describe("assessNode: an expired Lease is the second signal", () => {
+  const T = 30; // the new default heartbeatTimeoutSeconds
+  const ready = (r: "True" | "False" | "Unknown" | null) => node("node-1", { ready: r, heartbeat: T0 });
+
+  test("Lease overdue + Ready=True: Partitioned by the Lease, partitionedSince = last heartbeat + timeout", () => {
+    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(40), T);
+    assert.equal(h.state, "Partitioned");
+    assert.equal(h.partitionedBy, "Lease");
+    assert.equal(h.silent, true);
+    same(h.partitionedSince, at(30), "partitionedSince stays last heartbeat + effective timeout");
+    same(h.leaseExpiry, at(40), "the Lease's expiry instant");
+    assert.equal(h.leaseExpiresMs, at(40).toMillis());
+    assert.equal(h.leaseDurationSeconds, 40);
+    // Ready=False and no Ready condition: the same (only Ready=Unknown is the node controller's word).
+    assert.equal(assessNode(ready("False"), lease("node-1", T0, 40), at(40), T).partitionedBy, "Lease");
+    assert.equal(assessNode(ready(null), lease("node-1", T0, 40), at(40), T).partitionedBy, "Lease");
+  });
+
+  test("the same with waitForNodeController: Suspect (silent), no wake-up at the Lease's expiry", () => {
+    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(600), T, true);
+    assert.equal(h.state, "Suspect");
+    assert.equal(h.silent, true);
+    assert.equal(h.partitionedBy, undefined);
+    assert.equal(h.partitionedSince, undefined);
+    assert.equal(h.nextCheck, undefined, "the node controller's Ready=Unknown wakes us with an event");
+    same(h.leaseExpiry, at(40), "still reported");
+  });
+
+  test("silent but the Lease not yet overdue: Suspect, look again when it expires", () => {
+    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(39.999), T);
+    assert.equal(h.state, "Suspect");
+    assert.equal(h.silent, true);
+    assert.equal(h.partitionedSince, undefined);
+    same(h.nextCheck, at(40), "wakes at the Lease's expiry");
+    // A Lease longer than the timeout: silent long before it expires.
+    const long = assessNode(ready("True"), lease("node-1", T0, 100), at(99), 60);
+    assert.equal(long.state, "Suspect");
+    same(long.nextCheck, at(100));
+    assert.equal(assessNode(ready("True"), lease("node-1", T0, 100), at(100), 60).state, "Partitioned");
+  });
+
+  test("no Lease, or no leaseDurationSeconds, or no renewTime: Suspect until Ready=Unknown", () => {
+    const noLease = assessNode(ready("True"), undefined, at(600), T);
+    assert.equal(noLease.state, "Suspect");
+    assert.equal(noLease.silent, true);
+    assert.equal(noLease.leaseExpiry, undefined);
+    assert.equal(noLease.nextCheck, undefined);
+    const l = lease("node-1", T0, 40);
+    delete l.spec!.leaseDurationSeconds;
+    const noDuration = assessNode(ready("True"), l, at(600), T);
+    assert.equal(noDuration.state, "Suspect");
+    assert.equal(noDuration.leaseExpiry, undefined);
+    const zero = assessNode(ready("True"), lease("node-1", T0, 0), at(600), T);
+    assert.equal(zero.state, "Suspect", "leaseDurationSeconds 0 gives no expiry");
+    const noRenew = assessNode(ready("True"), lease("node-1", undefined, 40), at(600), T);
+    assert.equal(noRenew.state, "Suspect", "silent from Ready's heartbeat only; a Lease never renewed gives no expiry");
+    assert.equal(noRenew.silent, true);
+    // And each is Partitioned by the node controller once it says Unknown.
+    for (const h of [
+      assessNode(ready("Unknown"), undefined, at(600), T),
+      assessNode(ready("Unknown"), l, at(600), T),
+      assessNode(ready("Unknown"), lease("node-1", undefined, 40), at(600), T),
+    ]) {
+      assert.equal(h.state, "Partitioned");
+      assert.equal(h.partitionedBy, "NodeController");
+    }
+  });
+
+  test("renewTime in the future by the operator's clock: not overdue (nor silent) until renewTime + duration", () => {
+    // The kubelet's clock is ahead, or ours jumped back: the Lease expires that much later, never earlier.
+    const n = node("node-1", { ready: "True", heartbeat: at(-100) });
+    const h = assessNode(n, lease("node-1", at(20), 40), at(0), T);
+    assert.equal(h.state, "Healthy");
+    assert.equal(h.silent, false);
+    same(h.leaseExpiry, at(60));
+    const later = assessNode(n, lease("node-1", at(20), 40), at(55), T);
+    assert.equal(later.state, "Suspect", "silent at 50 s, overdue only at 60 s");
+    same(later.nextCheck, at(60));
+    assert.equal(assessNode(n, lease("node-1", at(20), 40), at(60), T).state, "Partitioned");
+  });
+
+  test("a clock jumping back makes an overdue node not partitioned", () => {
+    const l = lease("node-1", T0, 40);
+    assert.equal(assessNode(ready("True"), l, at(45), T).state, "Partitioned");
+    const back = assessNode(ready("True"), l, at(35), T);
+    assert.equal(back.state, "Suspect", "overdue no more on the earlier clock");
+    assert.equal(back.partitionedBy, undefined);
+    const further = assessNode(ready("True"), l, at(5), T);
+    assert.equal(further.state, "Healthy");
+    assert.equal(further.silent, false);
+  });
+
+  test("Ready=Unknown first (before the Lease expires): partitioned by the NodeController; also once both hold", () => {
+    // A Lease longer than the node controller's grace: Ready=Unknown comes first.
+    const h = assessNode(ready("Unknown"), lease("node-1", T0, 100), at(50), T);
+    assert.equal(h.state, "Partitioned");
+    assert.equal(h.partitionedBy, "NodeController");
+    same(h.partitionedSince, at(50), "raised to half the Lease: 50 s");
+    const both = assessNode(ready("Unknown"), lease("node-1", T0, 40), at(60), T);
+    assert.equal(both.partitionedBy, "NodeController", "Ready already Unknown");
+    assert.equal(assessNode(ready("Unknown"), lease("node-1", T0, 40), at(60), T, true).partitionedBy, "NodeController");
+  });
+
+  test("a fresh Lease or a fresh Ready heartbeat keeps an expired-looking node out of Partitioned", () => {
+    // The Ready heartbeat is newer than the Lease's renewal: not silent, whatever the Lease says.
+    const h = assessNode(node("node-1", { ready: "True", heartbeat: at(30) }), lease("node-1", T0, 40), at(45), T);
+    assert.equal(h.state, "Healthy");
+    assert.equal(h.silent, false);
+  });
+
+  test("partitionSignal says which signal, with the Lease's instants", () => {
+    const byLease = assessNode(ready("True"), lease("node-1", T0, 40), at(41), T);
+    assert.equal(
+      partitionSignal(byLease),
+      "its Lease expired at 2026-01-01T00:00:40.000Z (renewed 2026-01-01T00:00:00.000Z, leaseDurationSeconds 40)",
+    );
+    const byNc = assessNode(ready("Unknown"), lease("node-1", T0, 40), at(41), T);
+    assert.equal(partitionSignal(byNc), "the node controller marked it Ready=Unknown");
   });
 });
