@@ -750,7 +750,8 @@ describe("item 5 (the pure part): an automatic fence never powers off a node tha
     const silentReady = node("node-1", { ready: "True", heartbeat: T0 });
     assert.equal(SNAPSHOT.waitForNodeController, false, "snapshotOf carries the policy's switch (default false)");
     assert.equal(stepFor(fencing(), { node: silentReady }).kind, "runAgent");
-    const { waitForNodeController: _, ...older } = SNAPSHOT;
+    const older = { ...SNAPSHOT };
+    delete older.waitForNodeController;
     assert.equal(stepFor(fencing({ policySnapshot: older }), { node: silentReady }).kind, "runAgent", "absent means false");
     // Not yet expired (renewed 35 s ago, 40 s Lease): silent for 30 s, but neither signal: cancel.
     const recent = stepFor(fencing(), { node: node("node-1", { ready: "True", heartbeat: at(965) }), lease: lease("node-1", at(965)) });
@@ -766,7 +767,8 @@ describe("item 5 (the pure part): an automatic fence never powers off a node tha
       policies: [policy("default")],
       pods: [],
     });
-    const { waitForNodeController: _, ...older } = SNAPSHOT;
+    const older = { ...SNAPSHOT };
+    delete older.waitForNodeController;
     assert.equal(powerOffRefused(fresh({ ...SNAPSHOT, waitForNodeController: false })), undefined, "its Lease expired: may power off");
     assert.equal(powerOffRefused(fresh(older)), undefined, "a snapshot without the field means false");
     assert.match(powerOffRefused(fresh({ ...SNAPSHOT, waitForNodeController: true })) ?? "", /heartbeats again.*Ready=True/);
@@ -778,7 +780,10 @@ describe("item 5 (the pure part): an automatic fence never powers off a node tha
     assert.equal(powerOffRefused(fresh(SNAPSHOT, unknown, null)), undefined);
     // A renewal since: refused in both modes.
     for (const w of [false, true])
-      assert.match(powerOffRefused(fresh({ ...SNAPSHOT, waitForNodeController: w }, silentReady, lease("node-1", at(999)))) ?? "", /heartbeats again/);
+      assert.match(
+        powerOffRefused(fresh({ ...SNAPSHOT, waitForNodeController: w }, silentReady, lease("node-1", at(999)))) ?? "",
+        /heartbeats again/,
+      );
   });
 });
 

@@ -149,7 +149,10 @@ describe("decideFleet: a partitioned node with a guarded pod", () => {
     assert.equal(intent.policy, "default");
     assert.equal(intent.lastHeartbeat, "2026-01-01T00:00:00Z");
     assert.equal(intent.replaces, undefined);
-    assert.match(intent.reason, /no heartbeat since 2026-01-01T00:00:00Z \(Ready=Unknown\); partitioned because the node controller marked it Ready=Unknown; 1 guarded pod\(s\) waited 60 s/);
+    assert.match(
+      intent.reason,
+      /no heartbeat since 2026-01-01T00:00:00Z \(Ready=Unknown\); partitioned because the node controller marked it Ready=Unknown; 1 guarded pod\(s\) waited 60 s/,
+    );
     assert.equal(decisionOf(due, "node-2").message, intent.reason);
   });
 

@@ -122,6 +122,31 @@ describe("explain", () => {
     assert.match(withPolicy({ guardedPods: { namespaces: ["shop"] } }), /^default\/db-0\s+no\s+outside the policy's namespaces/m);
   });
 
+  test("issue 31: explain says which signal made the node partitioned: its Lease's expiry, or the node controller", () => {
+    // node-2 Ready=True, silent since T0 (its 8 s Lease expired at T0+8): partitioned by its Lease.
+    const w = world(at(9));
+    const byLease = { ...w, nodes: [w.nodes[0]!, node("node-2", { ready: "True", heartbeat: T0 })] };
+    const out = renderExplain(byLease, "node-2");
+    assert.match(out, /state:\s+Partitioned/);
+    assert.match(out, /lease expires:\s+2026-01-01T00:00:08Z/);
+    assert.match(
+      out,
+      /partitioned by:\s+Lease: its Lease expired at 2026-01-01T00:00:08.000Z \(renewed 2026-01-01T00:00:00.000Z, leaseDurationSeconds 8\)/,
+    );
+    assert.match(out, /waitForNodeController false/);
+    const r = explainReport(byLease, "node-2").health as { partitionedBy: string; leaseExpires: string };
+    assert.equal(r.partitionedBy, "Lease");
+    assert.equal(r.leaseExpires, "2026-01-01T00:00:08Z");
+    // The same node under waitForNodeController: silent, not partitioned; and Ready=Unknown: the node controller.
+    const waiting = {
+      ...byLease,
+      policies: [policy("default", { detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 4, waitForNodeController: true } })],
+    };
+    assert.match(renderExplain(waiting, "node-2"), /state:\s+Suspect \(silent, but Ready is not Unknown yet\)/);
+    assert.match(renderExplain(w, "node-2"), /partitioned by:\s+NodeController: the node controller marked it Ready=Unknown/);
+    assert.equal((explainReport(w, "node-2").health as { partitionedBy: string }).partitionedBy, "NodeController");
+  });
+
   test("-o: explainReport gives the verdict, why and health as data", () => {
     const r = explainReport(world(), "node-2");
     assert.equal(r.verdict, "Waiting");
