@@ -723,7 +723,9 @@ function inProgressStep(o: FenceObservation, index: number, health: NodeHealth |
     let deadline = start.plus({ seconds: agent?.spec.timeoutSeconds ?? 30 });
     if (levelDeadline && levelDeadline < deadline) deadline = levelDeadline;
     const confirmed = o.fence.metadata?.annotations?.[CONFIRMED_OFF_ANNOTATION] === o.fence.spec.nodeName;
-    const silent = health === undefined || health.state === "Partitioned";
+    // A person's word is the only evidence here: the API must agree on both clocks, the node's expired Lease alone
+    // (detection.waitForNodeController false) is not enough — the node controller's Ready=Unknown too (safety.md §3).
+    const silent = health === undefined || (health.state === "Partitioned" && health.partitionedBy === "NodeController");
     if (confirmed && silent)
       return {
         kind: "recordOutcome",
@@ -746,7 +748,9 @@ function inProgressStep(o: FenceObservation, index: number, health: NodeHealth |
       kind: "wait",
       reason: confirmed ? "ConfirmationRefused" : "WaitingForConfirmation",
       message: confirmed
-        ? `confirmed off by an administrator, but the node still heartbeats (${describeHealth(health)}): accepted once it is partitioned`
+        ? health?.state === "Partitioned"
+          ? `confirmed off by an administrator; the node's Lease expired, but the node controller has not marked it Ready=Unknown yet (${describeHealth(health)}): accepted once it does`
+          : `confirmed off by an administrator, but the node still heartbeats (${describeHealth(health)}): accepted once it is partitioned`
         : `waiting for an administrator to power ${o.fence.spec.nodeName} off and annotate the NodeFence ${CONFIRMED_OFF_ANNOTATION}=${o.fence.spec.nodeName}`,
       requeueAfterMs: Math.max(100, Math.min(5_000, deadline.diff(o.now).as("milliseconds"))),
     };

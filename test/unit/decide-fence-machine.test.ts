@@ -635,6 +635,20 @@ describe("item 3: a manual confirmation counts only while the node is partitione
     assert.deepEqual(describeSteps(walk(s)).slice(0, 3), ["runAgent off L0 admin", "record Succeeded", "confirmed ManualConfirmation"]);
   });
 
+  test("issue 31: confirmed while partitioned only by its expired Lease: refused until the node controller says Ready=Unknown", () => {
+    const s = sim({ policies: manualOnly, fence: fenceOf(manualFence()) });
+    s.node = node("node-1", { ready: "True", heartbeat: T0 });
+    s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+    const steps = walk(s);
+    assert.deepEqual(describeSteps(steps), ["runAgent off L0 admin", "wait ConfirmationRefused"]);
+    assert.match(
+      steps[1]?.kind === "wait" ? steps[1].message : "",
+      /Lease expired, but the node controller has not marked it Ready=Unknown/,
+    );
+    s.node = node("node-1", { ready: "Unknown", heartbeat: T0 });
+    assert.deepEqual(describeSteps(walk(s)).slice(0, 2), ["record Succeeded", "confirmed ManualConfirmation"]);
+  });
+
   test("an annotation naming another node confirms nothing", () => {
     const s = sim({ policies: manualOnly, fence: fenceOf(manualFence()) });
     s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-2" };
