@@ -911,9 +911,9 @@ export interface NodeFenceStatusEvidenceHeartbeat {
   /** The Ready condition's lastHeartbeatTime, as written by the kubelet. */
   readyHeartbeatTime?: string;
   /**
-   * The node was partitioned (no heartbeat for the timeout, Ready=Unknown) when the fence was confirmed. When it was
-   * not (a node fenced while it heartbeat), nothing is released before it stayed silent for one and a half renewals of
-   * its Lease.
+   * The node was partitioned (no heartbeat for the timeout, and its Lease expired or Ready=Unknown) when the fence was
+   * confirmed. When it was not (a node fenced while it heartbeat), nothing is released before it stayed silent for one
+   * and a half renewals of its Lease.
    */
   silent?: boolean;
 }
