@@ -359,8 +359,11 @@ describe("heartbeatsNow (whether a Failed/Succeeded phase there is the kubelet's
   const n = (ready: string) => ({ metadata: { name: "node-1" }, status: { conditions: [{ type: "Ready", status: ready }] } }) as V1Node;
   const l = (renew: Date) => ({ metadata: { name: "node-1" }, spec: { renewTime: renew, leaseDurationSeconds: 40 } }) as V1Lease;
   test("Ready=True and a Lease renewed within the timeout, both read fresh", () => {
-    assert.equal(heartbeatsNow(n("True"), l(BEFORE), at("2026-01-01T00:00:39Z")), true);
-    assert.equal(heartbeatsNow(n("True"), l(BEFORE), at("2026-01-01T00:00:40Z")), false, "the Lease is stale");
+    // The default heartbeat timeout, 30 s since issue 31 (40 before).
+    assert.equal(heartbeatsNow(n("True"), l(BEFORE), at("2026-01-01T00:00:29Z")), true);
+    assert.equal(heartbeatsNow(n("True"), l(BEFORE), at("2026-01-01T00:00:30Z")), false, "the Lease is stale");
+    assert.equal(heartbeatsNow(n("True"), l(BEFORE), at("2026-01-01T00:00:39Z"), 40), true, "a policy's timeout");
+    assert.equal(heartbeatsNow(n("True"), l(BEFORE), at("2026-01-01T00:00:40Z"), 40), false);
     assert.equal(heartbeatsNow(n("Unknown"), l(BEFORE), at("2026-01-01T00:00:01Z")), false, "the node controller saw it go silent");
     assert.equal(heartbeatsNow(n("True"), undefined, at("2026-01-01T00:00:01Z")), false, "no Lease");
     assert.equal(heartbeatsNow(undefined, l(BEFORE), at("2026-01-01T00:00:01Z")), false, "no Node");
