@@ -60,10 +60,14 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
   out.push(`Why:       ${x.message}`);
   const h = x.health;
   out.push("Health:");
-  out.push(`  state:             ${h.state}${h.silent && h.state !== "Partitioned" ? ` (silent, but ${notYet(h)})` : ""}`);
+  // This CLI does not watch the Leases: whether one expired is the operator's to measure (unless its policy waits anyway).
+  const unknowable = i.leaseSilentMs === undefined && !policy?.spec.detection?.waitForNodeController;
+  out.push(`  state:             ${h.state}${h.silent && h.state !== "Partitioned" ? ` (silent, but ${notYet(h, unknowable)})` : ""}`);
   out.push(`  ready:             ${h.ready}`);
   out.push(`  last heartbeat:    ${when(h.lastHeartbeat, now)}`);
-  out.push(`  lease expires:     ${h.leaseExpiry ? when(h.leaseExpiry, now) : "- (no Lease with renewTime and leaseDurationSeconds)"}`);
+  out.push(
+    `  lease expires:     ${h.leaseExpiry ? `${when(h.leaseExpiry, now)} ${LEASE_ESTIMATE}` : "- (no Lease with renewTime and leaseDurationSeconds)"}`,
+  );
   out.push(`  partitioned since: ${h.partitionedSince ? when(h.partitionedSince, now) : "-"}`);
   if (h.state === "Partitioned") out.push(`  partitioned by:    ${h.partitionedBy}: ${partitionSignal(h)}`);
   out.push(`  bootID:            ${dash(h.bootID)}`);
@@ -156,10 +160,19 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
   return out.join("\n") + "\n";
 }
 
+/**
+ * The Lease's expiry as this CLI can tell it: renewTime (written with the node's clock) + leaseDurationSeconds, on this
+ * machine's clock. The operator does not decide on it: it measures the Lease on its own clock from when it saw the renewal.
+ */
+const LEASE_ESTIMATE =
+  "(wall-clock estimate: renewTime, on the node's clock, + leaseDurationSeconds; the operator measures from when it saw the renewal)";
+
 /** Why a silent node is not partitioned yet: the second signal it waits for. */
-function notYet(h: NodeHealth): string {
+function notYet(h: NodeHealth, leaseUnknowable: boolean): string {
   if (h.ready === "Unknown") return "not partitioned";
   if (h.nextCheck) return `its Lease has not expired yet and Ready is not Unknown`;
+  if (leaseUnknowable && h.leaseExpiresMs !== undefined)
+    return "Ready is not Unknown yet; whether its Lease expired only the operator can tell (it measures it on its own clock)";
   return "Ready is not Unknown yet";
 }
 

@@ -139,6 +139,7 @@ export class NodeHealthController {
       sightings: this.sightings,
       nodes: c.nodes.list(),
       leases: { get: (n) => c.leaseOf(n) },
+      leaseSilentMs: (n, l) => c.leaseSilentForMs(n, l),
       pods: c.podsByNode,
       pvcs: c.pvcsByKey(),
       pdbs: c.pdbs.list(),
@@ -461,7 +462,8 @@ export class NodeHealthController {
     // Re-check from the apiserver, not the cache, right before acting.
     const policy = this.d.caches.policies.get(intent.policy);
     if (!policy) return undefined;
-    const { node, health: h } = await kube.freshHealth(intent.node, policy.spec.detection, this.d.clock());
+    const observed = (lease: V1Lease) => this.d.caches.leaseSilentForMs(intent.node, lease);
+    const { node, health: h } = await kube.freshHealth(intent.node, policy.spec.detection, this.d.clock(), observed);
     if (!node || !h) return undefined;
     // Silence, or the node condition that made it due, still holds on the fresh read.
     const t = intent.trigger;

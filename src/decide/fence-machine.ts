@@ -79,6 +79,11 @@ export interface FenceObservation {
   node: V1Node | undefined;
   /** Its Lease in kube-node-lease, read with it; undefined when there is none. */
   lease: V1Lease | undefined;
+  /**
+   * How long the operator has seen that Lease's renewTime unchanged (monotonic ms, kube/lease-observer.ts): its Lease
+   * counts as expired once that reaches leaseDurationSeconds. Absent: the Lease does not count (only Ready=Unknown).
+   */
+  leaseObservedSilentMs?: number;
   policies: readonly FencingPolicy[];
   agents: ReadonlyMap<string, FenceAgent>;
   /** Every pod bound to the node. */
@@ -195,7 +200,7 @@ export function targetNode(fence: NodeFence, node: V1Node | undefined): V1Node {
   };
 }
 
-type Fresh = Pick<FenceObservation, "fence" | "node" | "lease" | "now">;
+type Fresh = Pick<FenceObservation, "fence" | "node" | "lease" | "now" | "leaseObservedSilentMs">;
 
 /**
  * The node's health under the fence's snapshot; undefined when the Node does not exist. A snapshot without
@@ -204,7 +209,7 @@ type Fresh = Pick<FenceObservation, "fence" | "node" | "lease" | "now">;
 export function healthOf(o: Fresh): NodeHealth | undefined {
   const snap = o.fence.status?.policySnapshot;
   const timeout = snap?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
-  return o.node ? assessNode(o.node, o.lease, o.now, timeout, snap?.waitForNodeController ?? false) : undefined;
+  return o.node ? assessNode(o.node, o.lease, o.now, timeout, snap?.waitForNodeController ?? false, o.leaseObservedSilentMs) : undefined;
 }
 
 /** A node that is not partitioned heartbeats (or just did); a deleted Node is not a heartbeat. */

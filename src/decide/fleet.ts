@@ -30,6 +30,11 @@ export interface FleetInput {
   nodes: readonly V1Node[];
   /** Node Leases by node name. */
   leases: Pick<ReadonlyMap<string, V1Lease>, "get">;
+  /**
+   * How long the operator has seen this Lease's renewTime unchanged (monotonic ms, kube/lease-observer.ts): the Lease
+   * counts as expired once that reaches its leaseDurationSeconds. Absent (the CLI): the Lease never counts.
+   */
+  leaseSilentMs?: (node: string, lease: V1Lease) => number | undefined;
   pods: PodsByNode;
   /** Claims by "namespace/name". */
   pvcs: ReadonlyMap<string, V1PersistentVolumeClaim>;
@@ -175,12 +180,14 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const node = i.nodes[k]!;
     const name = node.metadata?.name ?? "";
     const policy = governingPolicy(node, i.policies);
+    const lease = i.leases.get(name);
     const h = assessNode(
       node,
-      i.leases.get(name),
+      lease,
       i.now,
       policy?.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
       policy?.spec.detection?.waitForNodeController ?? false,
+      lease && i.leaseSilentMs?.(name, lease),
     );
     healths[k] = h;
     wake(h.nextCheckMs);

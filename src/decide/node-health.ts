@@ -1,9 +1,13 @@
 // Node health from the two heartbeats a kubelet gives: the node Lease (renewed every few seconds) and
 // the Ready condition (whose status the node-lifecycle controller turns Unknown when heartbeats stop).
 // Partitioned needs silence (neither heartbeat for the timeout) and a second signal, whichever comes first:
-// the node's own Lease expired (renewTime + leaseDurationSeconds, on the operator's clock), or the node
-// controller's Ready=Unknown. With waitForNodeController only the latter counts. Ready=Unknown alone is
-// what the controller says before the silence is long enough.
+// the node's own Lease expired, or the node controller's Ready=Unknown. With waitForNodeController only the latter
+// counts. Ready=Unknown alone is what the controller says before the silence is long enough.
+// The Lease's expiry is measured as the node controller measures it: on the operator's monotonic clock, from when it
+// saw the Lease's current renewTime (leaseObservedSilentMs, kube/lease-observer.ts), never from renewTime's value,
+// which the node's clock wrote (a node 40 s behind would look expired while renewing) and which an operator wall
+// clock jumping forward would age. Without an observation the Lease does not count; renewTime + leaseDurationSeconds
+// on the wall clock (leaseExpiresMs) is only shown.
 import { isDeepStrictEqual } from "node:util";
 import type { V1Lease, V1Node } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
@@ -42,9 +46,12 @@ export interface NodeHealth {
   nextCheckMs: number | undefined;
   /** The heartbeat timeout applied: the policy's, raised to two renewals of the node's own Lease. */
   timeoutSeconds: number;
-  /** For Partitioned nodes: NodeController when Ready was already Unknown, else Lease (its Lease expired). */
+  /** For Partitioned nodes: NodeController when Ready was already Unknown, else Lease (observed silent for its duration). */
   partitionedBy: PartitionedBy | undefined;
-  /** When the node's Lease expires (renewTime + leaseDurationSeconds), epoch ms; undefined without both. */
+  /**
+   * renewTime + leaseDurationSeconds, epoch ms, on the node's clock as written; undefined without both. For display
+   * only (reason, explain): whether the Lease expired is measured on the operator's monotonic clock (leaseObservedSilentMs).
+   */
   leaseExpiresMs: number | undefined;
   /** The same, as a DateTime. */
   readonly leaseExpiry: DateTime | undefined;
@@ -128,12 +135,15 @@ function leaseDurationOf(lease: V1Lease | undefined): number | undefined {
 // Runs for every node on every fleet decision: plain epoch milliseconds, and a DateTime only when one is read (a
 // luxon DateTime computes its calendar fields when made: two per node were most of assessNode's time, 5x).
 // waitForNodeController: only Ready=Unknown counts as the second signal (the policy's detection.waitForNodeController).
+// leaseObservedSilentMs: how long this process has seen the Lease's current renewTime unchanged (monotonic ms); the
+// Lease is expired once that reaches leaseDurationSeconds. Without it (the CLI) the Lease never counts.
 export function assessNode(
   node: V1Node,
   lease: V1Lease | undefined,
   now: DateTime,
   heartbeatTimeoutSeconds: number,
   waitForNodeController = false,
+  leaseObservedSilentMs?: number,
 ): NodeHealth {
   const name = node.metadata?.name ?? "";
   const ready = readyCondition(node);
@@ -180,17 +190,21 @@ export function assessNode(
   const since = () => DateTime.fromMillis(staleAtMs, { zone: "utc" });
   if (readyStatus === "Unknown") return health("Partitioned", true, since(), undefined, "NodeController");
   // Silent, and the node controller has not yet agreed (it turns Ready Unknown after its grace period and wakes us
-  // with an event). The node's own Lease says how long it may stay silent: once expired, that is the second signal.
-  const byLease = !waitForNodeController && leaseExpiresMs !== undefined;
-  if (byLease && nowMs >= leaseExpiresMs) return health("Partitioned", true, since(), undefined, "Lease");
-  return health("Suspect", true, undefined, byLease ? leaseExpiresMs : undefined);
+  // with an event). The node's own Lease says how long it may stay silent: once this process has seen its renewTime
+  // unchanged for leaseDurationSeconds, that is the second signal.
+  const observed = leaseObservedSilentMs;
+  const byLease = !waitForNodeController && leaseExpiresMs !== undefined && observed !== undefined && Number.isFinite(observed);
+  if (!byLease) return health("Suspect", true, undefined, undefined);
+  const leftMs = leaseDuration! * 1000 - Math.max(0, observed);
+  if (leftMs <= 0) return health("Partitioned", true, since(), undefined, "Lease");
+  return health("Suspect", true, undefined, nowMs + leftMs);
 }
 
 /** Which second signal made a partitioned node so, in words (for the NodeFence's reason and `explain`). */
 export function partitionSignal(h: Pick<NodeHealth, "partitionedBy" | "leaseExpiresMs" | "leaseDurationSeconds">): string {
   if (h.partitionedBy === "Lease" && h.leaseExpiresMs !== undefined && h.leaseDurationSeconds !== undefined) {
     const renewed = utc(h.leaseExpiresMs - h.leaseDurationSeconds * 1000)?.toISO();
-    return `its Lease expired at ${utc(h.leaseExpiresMs)?.toISO()} (renewed ${renewed}, leaseDurationSeconds ${h.leaseDurationSeconds})`;
+    return `its Lease was not renewed for its leaseDurationSeconds ${h.leaseDurationSeconds}, as this operator observed (renewTime ${renewed}, on the node's clock)`;
   }
   if (h.partitionedBy === "NodeController") return "the node controller marked it Ready=Unknown";
   return "it is not partitioned";

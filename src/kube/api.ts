@@ -302,15 +302,21 @@ export class Kube {
     }
   }
 
-  /** The node's health from a fresh read of the Node and its Lease (not the cache): the check right before acting. */
+  /**
+   * The node's health from a fresh read of the Node and its Lease (not the cache): the check right before acting.
+   * leaseSilentMs: how long the operator has seen the fresh Lease's renewTime (kube/lease-observer.ts); without it the
+   * Lease does not count as expired.
+   */
   async freshHealth(
     node: string,
     detection: { heartbeatTimeoutSeconds?: number; waitForNodeController?: boolean } | undefined,
     now: DateTime,
+    leaseSilentMs?: (lease: V1Lease) => number,
   ): Promise<{ node: V1Node | undefined; health: NodeHealth | undefined }> {
     const [n, lease] = await Promise.all([this.readNode(node), this.readLease(node)]);
     const timeout = detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
-    return { node: n, health: n ? assessNode(n, lease, now, timeout, detection?.waitForNodeController ?? false) : undefined };
+    const observed = lease && leaseSilentMs?.(lease);
+    return { node: n, health: n ? assessNode(n, lease, now, timeout, detection?.waitForNodeController ?? false, observed) : undefined };
   }
 
   async readSecret(namespace: string, name: string): Promise<Record<string, string>> {

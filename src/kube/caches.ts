@@ -21,6 +21,7 @@ import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } f
 import { Informer } from "../runtime/informer.ts";
 import type { PodsByNode } from "../decide/fleet.ts";
 import { hasNodeDown } from "../decide/node-down.ts";
+import { LeaseObserver } from "./lease-observer.ts";
 import { slimNode, slimPod } from "./slim.ts";
 
 export interface CacheOptions {
@@ -38,6 +39,8 @@ const LEASE_NAME = "name";
 export class Caches {
   readonly nodes: Informer<V1Node>;
   readonly leases: Informer<V1Lease>;
+  /** When this process saw each node Lease's renewal (monotonic): how long a Lease has been silent, as the node controller measures it. */
+  readonly leaseObserver: LeaseObserver;
   readonly pods: Informer<V1Pod>;
   readonly pvcs: Informer<V1PersistentVolumeClaim>;
   readonly pdbs: Informer<V1PodDisruptionBudget>;
@@ -80,6 +83,9 @@ export class Caches {
       coordination.listNamespacedLease({ namespace: "kube-node-lease", ...page }),
     );
     this.leases.addIndex(LEASE_NAME, (l) => l.metadata?.name);
+    this.leaseObserver = new LeaseObserver();
+    for (const verb of ["add", "update"] as const) this.leases.on(verb, (l) => this.leaseObserver.observe(l));
+    this.leases.on("delete", (l) => this.leaseObserver.forget(l));
     this.pods = mk("/api/v1/pods", (page) => core.listPodForAllNamespaces(page), slimPod);
     this.pods.addIndex(POD_NODE, (p) => p.spec?.nodeName || undefined);
     this.pods.addIndex(POD_NODE_DOWN, (p) => (hasNodeDown(p) && p.spec?.nodeName) || undefined);
@@ -133,7 +139,15 @@ export class Caches {
 
   /** Starts every informer; resolves once every one has its first list in the cache (or they are stopped). */
   async start(): Promise<void> {
-    await Promise.all(this.all.map(([, i]) => i.start()));
+    const started = this.all.map(([, i]) => i.start());
+    // Renewals seen while the first list filled the cache count from the sync (stop() also resolves it: not synced then).
+    const leasesSynced = this.leases.waitForSync().then(() => this.leases.hasSynced && this.leaseObserver.synced());
+    await Promise.all([...started, leasesSynced]);
+  }
+
+  /** How long the node's Lease has had this renewTime, as this process saw it (see LeaseObserver). */
+  leaseSilentForMs(nodeName: string, lease: V1Lease): number {
+    return this.leaseObserver.silentForMs(nodeName, lease.spec?.renewTime);
   }
 
   stop(): void {

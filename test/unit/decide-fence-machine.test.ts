@@ -77,6 +77,8 @@ interface Sim {
   fence: NodeFence;
   node: V1Node | undefined;
   lease: V1Lease | undefined;
+  /** How long the operator has seen the Lease's renewTime (monotonic ms); none: the Lease never counts as expired. */
+  leaseObservedSilentMs?: number;
   /** Every pod in the cluster; the observation gets those bound to the fenced node, as the controller does. */
   pods: V1Pod[];
   pvcs: Map<string, V1PersistentVolumeClaim>;
@@ -132,6 +134,7 @@ function observe(s: Sim): FenceObservation {
     fence: structuredClone(s.fence),
     node: s.node ? structuredClone(s.node) : undefined,
     lease: s.lease ? structuredClone(s.lease) : undefined,
+    leaseObservedSilentMs: s.leaseObservedSilentMs,
     policies: s.policies,
     agents: s.agents,
     pods: s.pods.filter((p) => p.spec?.nodeName === name),
@@ -638,6 +641,7 @@ describe("item 3: a manual confirmation counts only while the node is partitione
   test("issue 31: confirmed while partitioned only by its expired Lease: refused until the node controller says Ready=Unknown", () => {
     const s = sim({ policies: manualOnly, fence: fenceOf(manualFence()) });
     s.node = node("node-1", { ready: "True", heartbeat: T0 });
+    s.leaseObservedSilentMs = 1_000_000; // the operator saw the renewTime of T0 unchanged since: its Lease expired
     s.fence.metadata!.annotations = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
     const steps = walk(s);
     assert.deepEqual(describeSteps(steps), ["runAgent off L0 admin", "wait ConfirmationRefused"]);
@@ -762,21 +766,37 @@ describe("item 5 (the pure part): an automatic fence never powers off a node tha
   });
   test("issue 31: silent, Ready=True, its Lease expired: partitioned by the Lease, the power-off goes on (snapshot false or absent)", () => {
     const silentReady = node("node-1", { ready: "True", heartbeat: T0 });
+    // The operator saw the Lease's renewTime (T0) unchanged for 1,000 s, on its own clock.
+    const seen = { node: silentReady, leaseObservedSilentMs: 1_000_000 };
     assert.equal(SNAPSHOT.waitForNodeController, false, "snapshotOf carries the policy's switch (default false)");
-    assert.equal(stepFor(fencing(), { node: silentReady }).kind, "runAgent");
+    assert.equal(stepFor(fencing(), seen).kind, "runAgent");
     const older = { ...SNAPSHOT };
     delete older.waitForNodeController;
-    assert.equal(stepFor(fencing({ policySnapshot: older }), { node: silentReady }).kind, "runAgent", "absent means false");
-    // Not yet expired (renewed 35 s ago, 40 s Lease): silent for 30 s, but neither signal: cancel.
-    const recent = stepFor(fencing(), { node: node("node-1", { ready: "True", heartbeat: at(965) }), lease: lease("node-1", at(965)) });
+    assert.equal(stepFor(fencing({ policySnapshot: older }), seen).kind, "runAgent", "absent means false");
+    // Not yet expired (seen 35 s ago, 40 s Lease): silent for 30 s, but neither signal: cancel.
+    const recent = stepFor(fencing(), {
+      node: node("node-1", { ready: "True", heartbeat: at(965) }),
+      lease: lease("node-1", at(965)),
+      leaseObservedSilentMs: 35_000,
+    });
     assert.equal(recent.kind, "cancel");
+    // The renewTime's value looks 1,000 s old, but the operator has not seen the Lease unchanged (no observation, or
+    // a renewal just seen): the Lease is not expired, only Ready=Unknown would do.
+    assert.equal(stepFor(fencing(), { node: silentReady }).kind, "cancel", "no observation: the Lease does not count");
+    assert.equal(stepFor(fencing(), { node: silentReady, leaseObservedSilentMs: 0 }).kind, "cancel", "just seen renewed");
   });
   test("issue 31: powerOffRefused (the fresh read before each power-off) follows the snapshot's waitForNodeController", () => {
     const silentReady = node("node-1", { ready: "True", heartbeat: T0 });
-    const fresh = (snap: NodeFenceStatus["policySnapshot"], n: V1Node = silentReady, l: V1Lease | null = lease("node-1", T0)) => ({
+    const fresh = (
+      snap: NodeFenceStatus["policySnapshot"],
+      n: V1Node = silentReady,
+      l: V1Lease | null = lease("node-1", T0),
+      observed: number | undefined = 1_000_000,
+    ) => ({
       fence: fenceOf(fencing({ policySnapshot: snap })),
       node: n,
       lease: l ?? undefined,
+      leaseObservedSilentMs: observed,
       now: at(1000),
       policies: [policy("default")],
       pods: [],
@@ -792,6 +812,10 @@ describe("item 5 (the pure part): an automatic fence never powers off a node tha
     // No Lease at all: only Ready=Unknown counts, whatever the snapshot says.
     assert.match(powerOffRefused(fresh(SNAPSHOT, silentReady, null)) ?? "", /heartbeats again/);
     assert.equal(powerOffRefused(fresh(SNAPSHOT, unknown, null)), undefined);
+    // The fresh read's renewTime differs from the cache's (observed 0), however old its value looks: refused.
+    assert.match(powerOffRefused(fresh(SNAPSHOT, silentReady, lease("node-1", T0), 0)) ?? "", /heartbeats again/);
+    assert.match(powerOffRefused(fresh(SNAPSHOT, silentReady, lease("node-1", T0), 39_999)) ?? "", /heartbeats again/);
+    assert.equal(powerOffRefused(fresh(SNAPSHOT, silentReady, lease("node-1", T0), 40_000)), undefined, "observed for 40 s");
     // A renewal since: refused in both modes.
     for (const w of [false, true])
       assert.match(

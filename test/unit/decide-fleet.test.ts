@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1PodDisruptionBudget } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { FencingPolicy, NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
-import { decideFleet, podsByNode, type FleetDecision, type Verdict } from "../../src/decide/fleet.ts";
+import { decideFleet, podsByNode, type FleetDecision, type FleetInput, type Verdict } from "../../src/decide/fleet.ts";
 import { GUARDED_LABEL } from "../../src/decide/guarded-pods.ts";
 import { NODE_DOWN } from "../../src/decide/node-down.ts";
 import { UNREACHABLE_TAINT } from "../../src/decide/forgiveness.ts";
@@ -39,7 +39,18 @@ interface World {
   pdbs?: V1PodDisruptionBudget[];
   pvcs?: Map<string, V1PersistentVolumeClaim>;
   watch?: number;
+  /** How long the operator has seen each Lease's renewTime (monotonic); none: the Lease never counts (see watching). */
+  leaseSilentMs?: FleetInput["leaseSilentMs"];
 }
+
+/**
+ * An operator that has watched every Lease since before its renewal, its clocks agreeing with the nodes': each
+ * renewTime seen unchanged for now − renewTime.
+ */
+const watching =
+  (now: DateTime): FleetInput["leaseSilentMs"] =>
+  (_n, l) =>
+    now.toMillis() - new Date(l.spec!.renewTime!).getTime();
 
 function decide(now: DateTime, ns: N[], w: World = {}): FleetDecision {
   const d = decideFleet({
@@ -52,6 +63,7 @@ function decide(now: DateTime, ns: N[], w: World = {}): FleetDecision {
     policies: w.policies ?? [policy("default")],
     fences: fenceMap(...(w.fences ?? [])),
     watchStalenessSeconds: w.watch ?? 0,
+    leaseSilentMs: w.leaseSilentMs,
   });
   // Every node gets exactly one verdict, and only "Fence" verdicts become intents.
   assert.deepEqual(d.decisions.map((x) => x.node).sort(), ns.map((x) => x.node.metadata?.name ?? "").sort(), "one decision per node");
@@ -472,7 +484,7 @@ describe("decideFleet: policy switches and guards", () => {
     const silentReady = (name: string) => ({ node: node(name, { ready: "True", heartbeat: T0 }), lease: lease(name, T0) });
     const ns = [down("node-1"), silentReady("node-2"), silentReady("node-3"), up("node-4", now)];
     const pods = ["node-1", "node-2", "node-3"].map((n, i) => stsPod(`db-${i}`, { node: n }));
-    const d = decide(now, ns, { pods });
+    const d = decide(now, ns, { pods, leaseSilentMs: watching(now) });
     assert.equal(decisionOf(d, "node-2").health.state, "Partitioned");
     assert.equal(decisionOf(d, "node-2").health.partitionedBy, "Lease");
     assert.equal(decisionOf(d, "node-1").health.partitionedBy, "NodeController");
@@ -712,7 +724,8 @@ describe("decideFleet: the shipped defaults on Kubernetes' own timings", () => {
     },
     up("node-3", now),
   ];
-  const verdictAt = (s: number, policies = defaults) => decisionOf(decide(at(s), world(at(s)), { pods, policies }), "node-2").verdict;
+  const verdictAt = (s: number, policies = defaults) =>
+    decisionOf(decide(at(s), world(at(s)), { pods, policies, leaseSilentMs: watching(at(s)) }), "node-2").verdict;
 
   test("a node that missed one, two or three renewals is never fenced", () => {
     for (const s of [15, 25, 35, 39.999]) assert.notEqual(verdictAt(s), "Fence", `at T0+${s}`);
@@ -720,7 +733,7 @@ describe("decideFleet: the shipped defaults on Kubernetes' own timings", () => {
 
   test("a dead node is fenced 40 s after its last renewal (its Lease expired; 30 s timeout + 10 s), before the node controller's Ready=Unknown", () => {
     assert.equal(verdictAt(40), "Fence");
-    const d = decide(at(40), world(at(40)), { pods, policies: defaults });
+    const d = decide(at(40), world(at(40)), { pods, policies: defaults, leaseSilentMs: watching(at(40)) });
     const x = decisionOf(d, "node-2");
     assert.equal(x.health.ready, "True", "the node controller has not said Unknown yet");
     assert.equal(x.health.partitionedBy, "Lease");
@@ -728,14 +741,14 @@ describe("decideFleet: the shipped defaults on Kubernetes' own timings", () => {
     assert.match(x.message, /waited 10 s/);
     assert.equal(
       d.create[0]?.reason,
-      "no heartbeat since 2026-01-01T00:00:00Z (Ready=True); partitioned because its Lease expired at 2026-01-01T00:00:40.000Z (renewed 2026-01-01T00:00:00.000Z, leaseDurationSeconds 40); 1 guarded pod(s) waited 10 s",
+      "no heartbeat since 2026-01-01T00:00:00Z (Ready=True); partitioned because its Lease was not renewed for its leaseDurationSeconds 40, as this operator observed (renewTime 2026-01-01T00:00:00.000Z, on the node's clock); 1 guarded pod(s) waited 10 s",
     );
   });
 
   test("waitForNodeController: a node that missed one, two or four renewals is never fenced; fenced 50 s after its last renewal, once Ready=Unknown", () => {
     for (const s of [15, 25, 40, 45, 49]) assert.notEqual(verdictAt(s, waiting), "Fence", `at T0+${s}`);
     assert.equal(verdictAt(50, waiting), "Fence");
-    const d = decide(at(50), world(at(50)), { pods, policies: waiting });
+    const d = decide(at(50), world(at(50)), { pods, policies: waiting, leaseSilentMs: watching(at(50)) });
     assert.equal(decisionOf(d, "node-2").health.partitionedBy, "NodeController");
     assert.match(d.create[0]?.reason ?? "", /partitioned because the node controller marked it Ready=Unknown/);
   });

@@ -1,6 +1,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { assessNode, partitionSignal, readyCondition, readyTurnedUnknown, toDateTime } from "../../src/decide/node-health.ts";
+import { LeaseObserver } from "../../src/kube/lease-observer.ts";
 import { T0, at, lease, node } from "./decide-fixtures.ts";
 
 const TIMEOUT = 40;
@@ -208,8 +209,8 @@ describe("assessNode: an expired Lease is the second signal", () => {
   const T = 30; // the new default heartbeatTimeoutSeconds
   const ready = (r: "True" | "False" | "Unknown" | null) => node("node-1", { ready: r, heartbeat: T0 });
 
-  test("Lease overdue + Ready=True: Partitioned by the Lease, partitionedSince = last heartbeat + timeout", () => {
-    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(40), T);
+  test("Lease seen unrenewed for its duration + Ready=True: Partitioned by the Lease, partitionedSince = last heartbeat + timeout", () => {
+    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(40), T, false, 40_000);
     assert.equal(h.state, "Partitioned");
     assert.equal(h.partitionedBy, "Lease");
     assert.equal(h.silent, true);
@@ -218,12 +219,28 @@ describe("assessNode: an expired Lease is the second signal", () => {
     assert.equal(h.leaseExpiresMs, at(40).toMillis());
     assert.equal(h.leaseDurationSeconds, 40);
     // Ready=False and no Ready condition: the same (only Ready=Unknown is the node controller's word).
-    assert.equal(assessNode(ready("False"), lease("node-1", T0, 40), at(40), T).partitionedBy, "Lease");
-    assert.equal(assessNode(ready(null), lease("node-1", T0, 40), at(40), T).partitionedBy, "Lease");
+    assert.equal(assessNode(ready("False"), lease("node-1", T0, 40), at(40), T, false, 40_000).partitionedBy, "Lease");
+    assert.equal(assessNode(ready(null), lease("node-1", T0, 40), at(40), T, false, 40_000).partitionedBy, "Lease");
+  });
+
+  test("without an observation (the CLI) the Lease never counts, however old its renewTime: only Ready=Unknown", () => {
+    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(600), T);
+    assert.equal(h.state, "Suspect");
+    assert.equal(h.silent, true);
+    assert.equal(h.partitionedBy, undefined);
+    assert.equal(h.nextCheck, undefined, "nothing to wake for: the node controller's Ready=Unknown comes as an event");
+    same(h.leaseExpiry, at(40), "the wall-clock estimate is still shown");
+    assert.equal(assessNode(ready("Unknown"), lease("node-1", T0, 40), at(600), T).partitionedBy, "NodeController");
+  });
+
+  test("observed silence one millisecond short of the duration: not partitioned, however old renewTime looks", () => {
+    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(600), T, false, 39_999);
+    assert.equal(h.state, "Suspect");
+    same(h.nextCheck, at(600.001), "wakes when the observed silence reaches the duration");
   });
 
   test("the same with waitForNodeController: Suspect (silent), no wake-up at the Lease's expiry", () => {
-    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(600), T, true);
+    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(600), T, true, 600_000);
     assert.equal(h.state, "Suspect");
     assert.equal(h.silent, true);
     assert.equal(h.partitionedBy, undefined);
@@ -233,16 +250,16 @@ describe("assessNode: an expired Lease is the second signal", () => {
   });
 
   test("silent but the Lease not yet overdue: Suspect, look again when it expires", () => {
-    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(39.999), T);
+    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(39.999), T, false, 39_999);
     assert.equal(h.state, "Suspect");
     assert.equal(h.silent, true);
     assert.equal(h.partitionedSince, undefined);
     same(h.nextCheck, at(40), "wakes at the Lease's expiry");
     // A Lease longer than the timeout: silent long before it expires.
-    const long = assessNode(ready("True"), lease("node-1", T0, 100), at(99), 60);
+    const long = assessNode(ready("True"), lease("node-1", T0, 100), at(99), 60, false, 99_000);
     assert.equal(long.state, "Suspect");
     same(long.nextCheck, at(100));
-    assert.equal(assessNode(ready("True"), lease("node-1", T0, 100), at(100), 60).state, "Partitioned");
+    assert.equal(assessNode(ready("True"), lease("node-1", T0, 100), at(100), 60, false, 100_000).state, "Partitioned");
   });
 
   test("no Lease, or no leaseDurationSeconds, or no renewTime: Suspect until Ready=Unknown", () => {
@@ -272,53 +289,89 @@ describe("assessNode: an expired Lease is the second signal", () => {
     }
   });
 
-  test("renewTime in the future by the operator's clock: not overdue (nor silent) until renewTime + duration", () => {
-    // The kubelet's clock is ahead, or ours jumped back: the Lease expires that much later, never earlier.
+  test("renewTime in the future by the operator's clock: not silent until renewTime + timeout; the Lease as observed", () => {
+    // The kubelet's clock is ahead, or ours jumped back: never silent earlier.
     const n = node("node-1", { ready: "True", heartbeat: at(-100) });
-    const h = assessNode(n, lease("node-1", at(20), 40), at(0), T);
+    const h = assessNode(n, lease("node-1", at(20), 40), at(0), T, false, 60_000);
     assert.equal(h.state, "Healthy");
     assert.equal(h.silent, false);
     same(h.leaseExpiry, at(60));
-    const later = assessNode(n, lease("node-1", at(20), 40), at(55), T);
-    assert.equal(later.state, "Suspect", "silent at 50 s, overdue only at 60 s");
+    // Silent at 50 s; the Lease expired once the operator saw it unchanged for 40 s, whatever its value says.
+    const later = assessNode(n, lease("node-1", at(20), 40), at(55), T, false, 35_000);
+    assert.equal(later.state, "Suspect", "silent, seen unrenewed for 35 s");
     same(later.nextCheck, at(60));
-    assert.equal(assessNode(n, lease("node-1", at(20), 40), at(60), T).state, "Partitioned");
+    assert.equal(assessNode(n, lease("node-1", at(20), 40), at(60), T, false, 40_000).state, "Partitioned");
   });
 
-  test("a clock jumping back makes an overdue node not partitioned", () => {
+  test("a wall clock jumping back makes a node not silent; the Lease's observed silence is on the monotonic clock", () => {
     const l = lease("node-1", T0, 40);
-    assert.equal(assessNode(ready("True"), l, at(45), T).state, "Partitioned");
-    const back = assessNode(ready("True"), l, at(35), T);
-    assert.equal(back.state, "Suspect", "overdue no more on the earlier clock");
-    assert.equal(back.partitionedBy, undefined);
-    const further = assessNode(ready("True"), l, at(5), T);
+    assert.equal(assessNode(ready("True"), l, at(45), T, false, 45_000).state, "Partitioned");
+    const back = assessNode(ready("True"), l, at(35), T, false, 45_000);
+    assert.equal(back.state, "Partitioned", "still silent (35 s ≥ 30 s), and the Lease seen unrenewed for 45 s");
+    const further = assessNode(ready("True"), l, at(5), T, false, 45_000);
     assert.equal(further.state, "Healthy");
     assert.equal(further.silent, false);
   });
 
+  test("issue 31: the operator's wall clock jumped 5 minutes ahead, the Lease just seen renewed: not partitioned", () => {
+    // renewTime T0 was seen a moment ago (observed 0); the operator's wall clock now says T0 + 300 s.
+    const h = assessNode(ready("True"), lease("node-1", T0, 40), at(300), T, false, 0);
+    assert.equal(h.silent, true, "the wall clock makes it look silent");
+    assert.equal(h.state, "Suspect", "but the Lease has not been seen unrenewed for its duration");
+    assert.equal(h.partitionedBy, undefined);
+    same(h.nextCheck, at(340), "looked at again when it could have expired");
+  });
+
+  test("issue 31: a node whose clock is 120 s behind, renewing every 10 s, is never partitioned by its Lease", () => {
+    // Its renewTimes (and Ready heartbeats) are 120 s old when written; the operator sees each one change.
+    let mono = 0;
+    const observer = new LeaseObserver(() => mono);
+    observer.synced();
+    let l = lease("node-1", at(-120), 40);
+    let n = node("node-1", { ready: "True", heartbeat: at(-120) });
+    for (let s = 0; s <= 300; s += 1) {
+      mono = s * 1000;
+      if (s % 10 === 0) {
+        l = lease("node-1", at(s - 120), 40);
+        n = node("node-1", { ready: "True", heartbeat: at(s - 120) });
+        observer.observe(l);
+      }
+      const h = assessNode(n, l, at(s), T, false, observer.silentForMs("node-1", l.spec!.renewTime));
+      assert.equal(h.silent, true, "its renewTimes look 120 s old");
+      assert.notEqual(h.state, "Partitioned", `at ${s} s`);
+    }
+    // It stops renewing at 300 s: partitioned by its Lease 40 s after the operator last saw a renewal.
+    mono = 339_999;
+    assert.equal(assessNode(n, l, at(339.999), T, false, observer.silentForMs("node-1", l.spec!.renewTime)).state, "Suspect");
+    mono = 340_000;
+    const gone = assessNode(n, l, at(340), T, false, observer.silentForMs("node-1", l.spec!.renewTime));
+    assert.equal(gone.state, "Partitioned");
+    assert.equal(gone.partitionedBy, "Lease");
+  });
+
   test("Ready=Unknown first (before the Lease expires): partitioned by the NodeController; also once both hold", () => {
     // A Lease longer than the node controller's grace: Ready=Unknown comes first.
-    const h = assessNode(ready("Unknown"), lease("node-1", T0, 100), at(50), T);
+    const h = assessNode(ready("Unknown"), lease("node-1", T0, 100), at(50), T, false, 50_000);
     assert.equal(h.state, "Partitioned");
     assert.equal(h.partitionedBy, "NodeController");
     same(h.partitionedSince, at(50), "raised to half the Lease: 50 s");
-    const both = assessNode(ready("Unknown"), lease("node-1", T0, 40), at(60), T);
+    const both = assessNode(ready("Unknown"), lease("node-1", T0, 40), at(60), T, false, 60_000);
     assert.equal(both.partitionedBy, "NodeController", "Ready already Unknown");
     assert.equal(assessNode(ready("Unknown"), lease("node-1", T0, 40), at(60), T, true).partitionedBy, "NodeController");
   });
 
   test("a fresh Lease or a fresh Ready heartbeat keeps an expired-looking node out of Partitioned", () => {
     // The Ready heartbeat is newer than the Lease's renewal: not silent, whatever the Lease says.
-    const h = assessNode(node("node-1", { ready: "True", heartbeat: at(30) }), lease("node-1", T0, 40), at(45), T);
+    const h = assessNode(node("node-1", { ready: "True", heartbeat: at(30) }), lease("node-1", T0, 40), at(45), T, false, 45_000);
     assert.equal(h.state, "Healthy");
     assert.equal(h.silent, false);
   });
 
-  test("partitionSignal says which signal, with the Lease's instants", () => {
-    const byLease = assessNode(ready("True"), lease("node-1", T0, 40), at(41), T);
+  test("partitionSignal says which signal, with the Lease's renewTime", () => {
+    const byLease = assessNode(ready("True"), lease("node-1", T0, 40), at(41), T, false, 41_000);
     assert.equal(
       partitionSignal(byLease),
-      "its Lease expired at 2026-01-01T00:00:40.000Z (renewed 2026-01-01T00:00:00.000Z, leaseDurationSeconds 40)",
+      "its Lease was not renewed for its leaseDurationSeconds 40, as this operator observed (renewTime 2026-01-01T00:00:00.000Z, on the node's clock)",
     );
     const byNc = assessNode(ready("Unknown"), lease("node-1", T0, 40), at(41), T);
     assert.equal(partitionSignal(byNc), "the node controller marked it Ready=Unknown");

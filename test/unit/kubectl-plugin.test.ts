@@ -123,15 +123,26 @@ describe("explain", () => {
   });
 
   test("issue 31: explain says which signal made the node partitioned: its Lease's expiry, or the node controller", () => {
-    // node-2 Ready=True, silent since T0 (its 8 s Lease expired at T0+8): partitioned by its Lease.
+    // node-2 Ready=True, silent since T0, its 8 s Lease's renewTime T0 + 8 s passed on the wall clock.
     const w = world(at(9));
-    const byLease = { ...w, nodes: [w.nodes[0]!, node("node-2", { ready: "True", heartbeat: T0 })] };
+    const silent = { ...w, nodes: [w.nodes[0]!, node("node-2", { ready: "True", heartbeat: T0 })] };
+    // The CLI watches no Lease: it shows the wall-clock estimate, labelled so, never a decision the operator would not make.
+    const cli = renderExplain(silent, "node-2");
+    assert.match(cli, /state:\s+Suspect \(silent, but Ready is not Unknown yet; whether its Lease expired only the operator can tell/);
+    assert.match(
+      cli,
+      /lease expires:\s+2026-01-01T00:00:08Z .*\(wall-clock estimate: renewTime, on the node's clock, \+ leaseDurationSeconds;/,
+    );
+    assert.doesNotMatch(cli, /partitioned by:/);
+    assert.equal((explainReport(silent, "node-2").health as { partitionedBy: string | null }).partitionedBy, null);
+    // Given the operator's observation (the Lease seen unrenewed for 9 s): partitioned by its Lease.
+    const byLease = { ...silent, leaseSilentMs: () => 9_000 };
     const out = renderExplain(byLease, "node-2");
     assert.match(out, /state:\s+Partitioned/);
     assert.match(out, /lease expires:\s+2026-01-01T00:00:08Z/);
     assert.match(
       out,
-      /partitioned by:\s+Lease: its Lease expired at 2026-01-01T00:00:08.000Z \(renewed 2026-01-01T00:00:00.000Z, leaseDurationSeconds 8\)/,
+      /partitioned by:\s+Lease: its Lease was not renewed for its leaseDurationSeconds 8, as this operator observed \(renewTime 2026-01-01T00:00:00.000Z, on the node's clock\)/,
     );
     assert.match(out, /waitForNodeController false/);
     const r = explainReport(byLease, "node-2").health as { partitionedBy: string; leaseExpires: string };

@@ -108,6 +108,8 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     pods: list(() => [...live.values()]),
     pvcs: list(() => []),
     podsOn: (n: string) => [...live.values()].filter((p) => p.spec?.nodeName === n),
+    // This process saw no Lease go unrenewed for long: only Ready=Unknown makes the node partitioned.
+    leaseSilentForMs: () => 0,
     pvcsByKey: () => new Map(),
     volumeAttachments: list(() => []),
     nodes: list(() => [node]),

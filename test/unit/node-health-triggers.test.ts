@@ -38,6 +38,8 @@ function setup(o: { cached?: V1Node; fresh?: V1Node; persisted?: boolean } = {})
     get podsByNode() {
       return podsByNode(this.pods.list());
     },
+    // This process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
+    leaseSilentForMs: () => 0,
     leaseOf(n: string) {
       return this.leases.get(n);
     },

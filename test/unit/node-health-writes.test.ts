@@ -36,6 +36,8 @@ function setup(o: { nodes?: number; holdCreates?: boolean; leading?: () => boole
     get podsByNode() {
       return podsByNode(this.pods.list());
     },
+    // This process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
+    leaseSilentForMs: () => 0,
     leaseOf(n: string) {
       return this.leases.get(n);
     },

@@ -40,6 +40,8 @@ export function beforePowerCommand(c: Guard, fence: NodeFence): (o: "off" | "on"
       fence,
       node: n,
       lease: l,
+      // The fresh Lease's renewTime as this process saw it: one newer than its cache counts as just renewed (refused).
+      leaseObservedSilentMs: l ? c.d.caches.leaseSilentForMs(nodeName, l) : undefined,
       now: c.d.clock(),
       policies: c.d.caches.policies.list(),
       pods: c.d.caches.podsOn(nodeName),

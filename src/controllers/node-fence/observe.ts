@@ -37,6 +37,8 @@ export function observe(
     fence,
     node,
     lease,
+    // Measured on this process's monotonic clock from when it saw the fresh Lease's renewTime (a newer one than the cache: 0).
+    leaseObservedSilentMs: lease ? c.leaseSilentForMs(name, lease) : undefined,
     policies: c.policies.list(),
     agents: new Map(c.agents.list().map((a) => [a.metadata?.name ?? "", a] as const)),
     pods: c.podsOn(name),

@@ -1,0 +1,63 @@
+// When the operator saw each node Lease's renewal, on its own monotonic clock: the node controller's way of measuring a
+// Lease (kube-controller-manager's probeTimestamp), never from the renewTime's value. A kubelet writes renewTime with
+// its node's clock: a healthy node 40 s behind writes renewTimes that already look expired, and an operator whose wall
+// clock jumps forward sees every Lease as old. What the operator saw change, and when, is neither.
+import type { V1Lease } from "@kubernetes/client-node";
+
+type RenewTime = Date | string | undefined | null;
+
+/** A renewTime as epoch milliseconds (a Date from a list, a string from a watch: the same value either way). */
+function keyOf(v: RenewTime): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  const ms = typeof v === "string" ? Date.parse(v) : v.getTime();
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+export class LeaseObserver {
+  /** Per node: the renewTime last seen, and the monotonic instant it was first seen. */
+  private readonly seen = new Map<string, { renewTime: number | undefined; at: number }>();
+  /** When the leases cache first synced; until then nothing has been watched long enough to count. */
+  private syncedAt: number | undefined;
+  private readonly mono: () => number;
+
+  constructor(mono: () => number = () => performance.now()) {
+    this.mono = mono;
+  }
+
+  /** A Lease added or updated in the cache (also while the first list fills it). */
+  observe(lease: V1Lease): void {
+    const node = lease.metadata?.name;
+    if (node !== undefined) this.record(node, keyOf(lease.spec?.renewTime));
+  }
+
+  /** A Lease deleted: a new one of that name is a new observation. */
+  forget(lease: V1Lease): void {
+    const node = lease.metadata?.name;
+    if (node !== undefined) this.seen.delete(node);
+  }
+
+  /**
+   * The leases cache has its first list: values seen before count as seen now. A restarted operator so waits a whole
+   * leaseDuration before a Lease can count as expired, as the node controller does after its own restart.
+   */
+  synced(): void {
+    this.syncedAt ??= this.mono();
+  }
+
+  /**
+   * How long (ms, monotonic) the node's Lease has had this renewTime as far as this process saw. A renewTime other than
+   * the one recorded (a fresh read newer than the cache, or a node never seen) is recorded as seen now: 0.
+   */
+  silentForMs(node: string, renewTime: RenewTime): number {
+    const now = this.mono();
+    const since = this.record(node, keyOf(renewTime), now);
+    return this.syncedAt === undefined ? 0 : Math.max(0, now - Math.max(since, this.syncedAt));
+  }
+
+  private record(node: string, renewTime: number | undefined, now = this.mono()): number {
+    const s = this.seen.get(node);
+    if (s !== undefined && s.renewTime === renewTime) return s.at;
+    this.seen.set(node, { renewTime, at: now });
+    return now;
+  }
+}
