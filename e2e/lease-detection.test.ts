@@ -73,7 +73,7 @@ describe("e2e: a node's own expired Lease is the second signal (issue 31)", () =
     assert.match(
       r.fence.spec.reason ?? "",
       new RegExp(
-        `\\(Ready=True\\); partitioned because its Lease expired at \\S+ \\(renewed \\S+, leaseDurationSeconds ${LEASE_SECONDS}\\)`,
+        `\\(Ready=True\\); partitioned because its Lease was not renewed for its leaseDurationSeconds ${LEASE_SECONDS}, as this operator observed \\(renewTime \\S+, on the node's clock\\)`,
       ),
     );
     assert.equal(r.fence.status?.policySnapshot?.waitForNodeController, false, "the snapshot carries the policy's switch");
