@@ -8,6 +8,7 @@ import { DateTime } from "luxon";
 import type { V1Lease, V1Node, V1Pod } from "@kubernetes/client-node";
 import type { FencingPolicy } from "../src/api/v1alpha1.ts";
 import { decideFleet, podsByNode } from "../src/decide/fleet.ts";
+import { LeaseObserver } from "../src/kube/lease-observer.ts";
 
 const { values } = parseArgs({
   options: {
@@ -78,9 +79,15 @@ const policy = {
   },
 } as unknown as FencingPolicy;
 
+// When each renewal was seen, as the operator's leases cache records it (asked for every node on every pass).
+const observer = new LeaseObserver();
+for (const l of leases.values()) observer.observe(l);
+observer.synced();
+
 const input = {
   nodes: nodeList,
   leases,
+  leaseSilentMs: (n: string, l: V1Lease) => observer.silentForMs(n, l.spec?.renewTime),
   // Built once, as the operator's cache keeps its index.
   pods: podsByNode(podList),
   pvcs: new Map(),

@@ -14,8 +14,11 @@ function keyOf(v: RenewTime): number | undefined {
 }
 
 export class LeaseObserver {
-  /** Per node: the renewTime last seen, and the monotonic instant it was first seen. */
-  private readonly seen = new Map<string, { renewTime: number | undefined; at: number }>();
+  /**
+   * Per node: the renewTime last seen (epoch ms, and as given: the same string again is not parsed again, the fleet
+   * pass asks for every node on every pass), and the monotonic instant it was first seen.
+   */
+  private readonly seen = new Map<string, { raw: RenewTime; renewTime: number | undefined; at: number }>();
   /** When the leases cache first synced; until then nothing has been watched long enough to count. */
   private syncedAt: number | undefined;
   private readonly mono: () => number;
@@ -27,7 +30,7 @@ export class LeaseObserver {
   /** A Lease added or updated in the cache (also while the first list fills it). */
   observe(lease: V1Lease): void {
     const node = lease.metadata?.name;
-    if (node !== undefined) this.record(node, keyOf(lease.spec?.renewTime));
+    if (node !== undefined) this.record(node, lease.spec?.renewTime);
   }
 
   /** A Lease deleted: a new one of that name is a new observation. */
@@ -50,14 +53,19 @@ export class LeaseObserver {
    */
   silentForMs(node: string, renewTime: RenewTime): number {
     const now = this.mono();
-    const since = this.record(node, keyOf(renewTime), now);
+    const since = this.record(node, renewTime, now);
     return this.syncedAt === undefined ? 0 : Math.max(0, now - Math.max(since, this.syncedAt));
   }
 
-  private record(node: string, renewTime: number | undefined, now = this.mono()): number {
+  private record(node: string, raw: RenewTime, now = this.mono()): number {
     const s = this.seen.get(node);
-    if (s !== undefined && s.renewTime === renewTime) return s.at;
-    this.seen.set(node, { renewTime, at: now });
+    if (s !== undefined && typeof raw === "string" && s.raw === raw) return s.at;
+    const renewTime = keyOf(raw);
+    if (s !== undefined && s.renewTime === renewTime) {
+      s.raw = raw;
+      return s.at;
+    }
+    this.seen.set(node, { raw, renewTime, at: now });
     return now;
   }
 }
