@@ -8,7 +8,7 @@ import type { DateTime } from "luxon";
 import { NodeHealthController, fleetReadsChange } from "../../src/controllers/node-health.ts";
 import { at, lease, node, policy, stsPod } from "./decide-fixtures.ts";
 
-function world() {
+function world(observed: (node: string, l: V1Lease) => number = () => 0) {
   let now: DateTime = at(0);
   const nodes = new Map<string, V1Node>();
   const leases = new Map<string, V1Lease>();
@@ -22,8 +22,8 @@ function world() {
     get podsByNode() {
       return podsByNode(this.pods.list());
     },
-    // This process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
-    leaseSilentForMs: () => 0,
+    // By default this process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
+    leaseSilentForMs: observed,
     leaseOf(n: string) {
       return this.leases.get(n);
     },
@@ -164,4 +164,21 @@ test("what the log last said of each node is forgotten once the node is deleted 
   w.tick(1);
   await w.ctl.reconcile();
   assert.deepEqual(remembered(), ["node-1"]);
+});
+
+test("issue 31: the fleet pass measures a silent node's Lease by what the caches observed, not by renewTime's value", () => {
+  const asked: string[] = [];
+  const justRenewed = world((n) => (asked.push(n), 0));
+  justRenewed.set(0);
+  justRenewed.tick(45);
+  const h = justRenewed.ctl.decide().decisions.find((d) => d.node === "node-1")!.health;
+  assert.deepEqual(asked, ["node-1"], "the caches' observer is asked for the node's Lease");
+  assert.equal(h.silent, true, "its renewTime is 45 s old on the wall clock");
+  assert.equal(h.state, "Suspect", "but the operator has just seen it renewed: not partitioned");
+  const unrenewed = world(() => 40_000);
+  unrenewed.set(0);
+  unrenewed.tick(45);
+  const g = unrenewed.ctl.decide().decisions.find((d) => d.node === "node-1")!.health;
+  assert.equal(g.state, "Partitioned");
+  assert.equal(g.partitionedBy, "Lease", "seen unrenewed for its 40 s");
 });
