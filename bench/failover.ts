@@ -80,9 +80,9 @@ try {
     rows.get(current)!.push(row);
     const unknown = bed.rec.first((e) => e.source === "node" && e.name === node && e.ready === "Unknown" && e.t >= t0)?.t;
     const fence = await bed.getFence(node);
-    const by = /partitioned because (its Lease expired|the node controller)/.exec(fence?.spec.reason ?? "")?.[1] ?? "?";
+    const by = /partitioned because (its Lease was not renewed|the node controller)/.exec(fence?.spec.reason ?? "")?.[1] ?? "?";
     console.log(
-      `run ${i} (${current}): ${node}: power off ${row[0]!.toFixed(1)} s, released ${row[1]!.toFixed(1)} s, replacement Running ${row[2]!.toFixed(1)} s; Ready=Unknown ${unknown === undefined ? "not yet" : `${((unknown - t0) / 1000).toFixed(1)} s`}; ${by === "its Lease expired" ? "partitioned by its Lease" : by === "the node controller" ? "partitioned by the node controller" : "reason ?"}`,
+      `run ${i} (${current}): ${node}: power off ${row[0]!.toFixed(1)} s, released ${row[1]!.toFixed(1)} s, replacement Running ${row[2]!.toFixed(1)} s; Ready=Unknown ${unknown === undefined ? "not yet" : `${((unknown - t0) / 1000).toFixed(1)} s`}; ${by === "its Lease was not renewed" ? "partitioned by its Lease" : by === "the node controller" ? "partitioned by the node controller" : "reason ?"}`,
     );
     await bed.unfence(node);
   }
