@@ -80,9 +80,14 @@ try {
     rows.get(current)!.push(row);
     const unknown = bed.rec.first((e) => e.source === "node" && e.name === node && e.ready === "Unknown" && e.t >= t0)?.t;
     const fence = await bed.getFence(node);
+    // Where the time between release and Running went: the replacement's creation and binding, as the watch saw them.
+    const mine = bed.rec.timeline().filter((e) => e.source === "pod" && e.uid === r.metadata?.uid);
+    const created = mine[0]?.t;
+    const bound = mine.find((e) => e.source === "pod" && e.node);
+    const replacement = `replacement created ${created ? ((created - t0) / 1000).toFixed(1) : "?"} s, bound ${bound ? `${((bound.t - t0) / 1000).toFixed(1)} s to ${bound.source === "pod" ? bound.node : "?"}` : "?"}`;
     const by = /partitioned because (its Lease was not renewed|the node controller)/.exec(fence?.spec.reason ?? "")?.[1] ?? "?";
     console.log(
-      `run ${i} (${current}): ${node}: power off ${row[0]!.toFixed(1)} s, released ${row[1]!.toFixed(1)} s, replacement Running ${row[2]!.toFixed(1)} s; Ready=Unknown ${unknown === undefined ? "not yet" : `${((unknown - t0) / 1000).toFixed(1)} s`}; ${by === "its Lease was not renewed" ? "partitioned by its Lease" : by === "the node controller" ? "partitioned by the node controller" : "reason ?"}`,
+      `run ${i} (${current}): ${node}: power off ${row[0]!.toFixed(1)} s, released ${row[1]!.toFixed(1)} s, replacement Running ${row[2]!.toFixed(1)} s; Ready=Unknown ${unknown === undefined ? "not yet" : `${((unknown - t0) / 1000).toFixed(1)} s`}; ${by === "its Lease was not renewed" ? "partitioned by its Lease" : by === "the node controller" ? "partitioned by the node controller" : "reason ?"}; ${replacement}`,
     );
     await bed.unfence(node);
   }
