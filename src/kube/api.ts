@@ -69,7 +69,10 @@ export class Kube {
    * A namespace's pods, read fresh (a quorum-consistent list), parsed as plain JSON: client-node's model
    * deserializer walks every field of every pod and costs more than the request on a busy namespace. Same
    * transport, credentials and deadline as the generated clients; timestamps stay RFC 3339 strings (readers
-   * go through `new Date(...)`).
+   * go through `new Date(...)`). Always a consistent read (no resourceVersion): docs/safety.md §1 says why a list
+   * "not older than" a version seen before would not do. Fetch offers gzip and the apiserver compresses answers over
+   * 128 KiB: measured on 200 pods (bench:claim-gate), asking for no compression saved about 1 ms on loopback, less
+   * than the uncompressed answer's bytes (about 570 KiB) cost over a real network, so the offer stays.
    */
   async listPodsFresh(namespace: string): Promise<V1Pod[]> {
     const server = this.kc.getCurrentCluster()?.server ?? "";
