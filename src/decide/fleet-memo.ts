@@ -12,12 +12,15 @@
 //   renewTime and leaseDurationSeconds (the caches replace objects, never change them in place; the values read are
 //   compared too, so one changed in place is assessed again, never read stale);
 // - the NodeFence of the node (the object, or none);
-// - the policies: any change to the list (a policy added, removed, or any new version of one) forgets every entry;
+// - the policies: any change to the list (a policy added, removed, renamed, reordered, or its spec changed) forgets
+//   every entry. A policy's status is not read for a node decided Healthy (only for nodes that are due, held, or hold
+//   a trigger condition, never kept): the pass's own status writes, on every pass of a burst, keep the entries;
 // - the clock: the health it holds is valid in a window of wall-clock time, [validFromMs, validUntilMs): until the
 //   node would start lagging (two missed renewals of its Lease), and once lagging until its silence reaches the
 //   heartbeat timeout. A node whose Lease simply stops being renewed sends no event: its entry runs out by the
 //   clock, the pass assesses it again, and the pass's nextCheck wakes it at that time (the health's nextCheckMs).
 //   A wall clock set back before validFromMs (the node was lagging) is outside the window too.
+import { isDeepStrictEqual } from "node:util";
 import type { V1Lease, V1Node, V1NodeCondition } from "@kubernetes/client-node";
 import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
 import { lagSecondsOf, type NodeHealth } from "./node-health.ts";
@@ -62,13 +65,11 @@ export class FleetMemo {
   private policies: readonly FencingPolicy[] = [];
   pass = 0;
 
-  /** Starts a pass: a policy list other than the last pass's (any policy added, removed or changed) forgets everything. */
+  /** Starts a pass: a policy list other than the last pass's (a policy added, removed, or its spec changed) forgets everything. */
   begin(policies: readonly FencingPolicy[]): void {
     this.pass++;
-    if (policies.length !== this.policies.length || policies.some((p, k) => p !== this.policies[k])) {
-      this.nodes.clear();
-      this.policies = [...policies];
-    }
+    if (policies.length !== this.policies.length || policies.some((p, k) => !sameSpec(p, this.policies[k]!))) this.nodes.clear();
+    this.policies = [...policies];
   }
 
   /** Ends a pass over `live` nodes: forgets the entries of nodes not seen in it, once they are many. */
@@ -130,6 +131,11 @@ export class FleetMemo {
     this.nodes.set(h.name, e);
     return e;
   }
+}
+
+/** The same policy as far as a node decided Healthy goes: its name and its spec (not its status). */
+function sameSpec(a: FencingPolicy, b: FencingPolicy): boolean {
+  return a === b || (a.metadata?.name === b.metadata?.name && isDeepStrictEqual(a.spec, b.spec));
 }
 
 /**

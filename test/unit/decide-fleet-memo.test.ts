@@ -187,6 +187,25 @@ class World {
       else this.fences.set(s.name, fence(s.name, { phase: phase as never, policy: "default" }));
       return `${s.name} fence ${phase}`;
     }
+    if (this.r() < 0.5) {
+      // A status write (the pass's own, on every pass of a burst): the spec is the same, the storm guard may turn.
+      this.policies = this.policies.map((p) => ({
+        ...p,
+        metadata: { ...p.metadata, resourceVersion: String(++this.version) },
+        status: {
+          conditions: [
+            {
+              type: "StormGuard",
+              status: this.pick(["True", "False"]),
+              reason: "x",
+              message: "",
+              lastTransitionTime: this.now.minus({ seconds: this.pick([1, 30, 300]) }).toISO()!,
+            },
+          ],
+        },
+      })) as FencingPolicy[];
+      return "policy status written";
+    }
     const variants = [
       () => [this.newPolicy("default", {})],
       () => [this.newPolicy("default", { triggers: true })],
