@@ -114,20 +114,26 @@ export class FleetMemo {
     const h = entry.health;
     if (h.silent) return undefined;
     const [validFromMs, validUntilMs] = healthWindow(h, entry.lease);
-    const e: NodeMemo = {
-      ...entry,
-      ready,
-      readyStatus: ready?.status,
-      readyBeat: ready?.lastHeartbeatTime,
-      labels: entry.node.metadata?.labels,
-      renewTime: entry.lease?.spec?.renewTime,
-      leaseDuration: entry.lease?.spec?.leaseDurationSeconds,
-      validFromMs,
-      validUntilMs,
-      selected: [],
-      guard: undefined,
-      pass: this.pass,
-    };
+    // The node's entry is updated in place where it has one: renewals replace a tenth of them every second.
+    const e = this.nodes.get(h.name) ?? ({ selected: [] } as unknown as NodeMemo);
+    e.node = entry.node;
+    e.ready = ready;
+    e.readyStatus = ready?.status;
+    e.readyBeat = ready?.lastHeartbeatTime;
+    e.labels = entry.node.metadata?.labels;
+    e.lease = entry.lease;
+    e.renewTime = entry.lease?.spec?.renewTime;
+    e.leaseDuration = entry.lease?.spec?.leaseDurationSeconds;
+    e.fence = entry.fence;
+    e.validFromMs = validFromMs;
+    e.validUntilMs = validUntilMs;
+    e.policy = entry.policy;
+    e.health = h;
+    e.want = entry.want;
+    e.decision = entry.decision;
+    e.selected.length = 0;
+    e.guard = undefined;
+    e.pass = this.pass;
     this.nodes.set(h.name, e);
     return e;
   }
