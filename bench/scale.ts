@@ -13,8 +13,9 @@
 // cannot be timed; a longer timeout leaves the silenced nodes the only silent ones. Due times follow it.
 // --keep leaves the lab's directory (logs, the operator's log) in place after it is stopped.
 // Then --failures F nodes (default 50, spread over the zones) are silenced at the same moment, and for each the bench
-// prints when its fence became due (its last Lease renewal + heartbeatTimeoutSeconds + fenceAfterSeconds, or the
-// node controller's Ready=Unknown if later), and how long after that its NodeFence appeared, its power-off was
+// prints when its fence became due (its last Lease renewal + heartbeatTimeoutSeconds + fenceAfterSeconds, or, if
+// later, when the node became partitioned: its Lease unrenewed for its 40 s, or the node controller's Ready=Unknown
+// if sooner — the Lease is the second signal since f75b242), and how long after that its NodeFence appeared, its power-off was
 // confirmed and its guarded pods were released (p50/p99/max, each seen by a watch here). The scale nodes have no
 // BMC: they are fenced through a test double that answers at once (lab/instant-agent.ts). Over the burst it also prints
 // the operator's CPU, GC time, event-loop delay and fleet passes, and the apiserver's own time (from the audit log)
@@ -89,7 +90,8 @@ function memoryLimit(v: string): { bytes?: number; source: string } {
 }
 const limit = memoryLimit(values["memory-limit"]!);
 // The shipped defaults (crds/): what the bench's policy leaves unset, but for the heartbeat timeout when asked.
-const SHIPPED_TIMEOUT_S = 40;
+// DEFAULT_HEARTBEAT_TIMEOUT_SECONDS (src/decide/node-health.ts): 40 until f75b242, 30 since (the bench still said 40).
+const SHIPPED_TIMEOUT_S = 30;
 const askedTimeout = values["heartbeat-timeout-seconds"];
 const TIMEOUT_S = askedTimeout === undefined ? SHIPPED_TIMEOUT_S : int("heartbeat-timeout-seconds", askedTimeout, 10, 600);
 const FENCE_AFTER_S = 10;
@@ -353,13 +355,15 @@ async function measureFailures(all: readonly string[], addr: string): Promise<vo
   await confirming;
   await burstLoad(before, await scrape(addr), tSilence, tDone);
   const coordination = lab.kc.makeApiClient(CoordinationV1Api);
-  const rows: { due: number; created: number; fenced: number; released: number }[] = [];
+  const rows: { due: number; created: number; fenced: number; released: number; unknown: number | undefined }[] = [];
   for (const v of victims) {
     const lease = await coordination.readNamespacedLease({ name: v, namespace: "kube-node-lease" });
     const renewed = new Date(lease.spec?.renewTime ?? 0).getTime();
     const s = seen.get(v)!;
-    const due = Math.max(renewed + (TIMEOUT_S + FENCE_AFTER_S) * 1000, s.unknown ?? 0);
-    rows.push({ due, created: s.created! - due, fenced: s.fenced! - due, released: s.released! - due });
+    const partitioned = Math.min(renewed + SCALE_LEASE_SECONDS * 1000, s.unknown ?? Infinity);
+    const due = Math.max(renewed + (TIMEOUT_S + FENCE_AFTER_S) * 1000, partitioned);
+    const unknown = s.unknown === undefined ? undefined : s.created! - s.unknown;
+    rows.push({ due, created: s.created! - due, fenced: s.fenced! - due, released: s.released! - due, unknown });
   }
   const q = (xs: number[], p: number) => {
     const sorted = [...xs].sort((a, b) => a - b);
@@ -383,6 +387,9 @@ async function measureFailures(all: readonly string[], addr: string): Promise<vo
     "guarded pods released (Released)",
     rows.map((r) => r.released),
   );
+  // Negative: created before the node controller marked the node Unknown (the Lease was the second signal).
+  const unknown = rows.flatMap((r) => (r.unknown === undefined ? [] : [r.unknown]));
+  if (unknown.length) line(`NodeFence created, from Ready=Unknown seen here (${unknown.length} nodes)`, unknown);
   // Where the time went: the operator's own histograms of each NodeFence step (bucket bounds) and their means.
   const m = await scrape(addr);
   const mean = (name: string, label: string) => {

@@ -6,7 +6,8 @@ import type { V1Lease, V1Node } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
-import { decideFleet, type FenceIntent, type FleetDecision, type PolicyState } from "../decide/fleet.ts";
+import { decideFleet, type FenceIntent, type FleetDecision, type NodeDecision, type PolicyState } from "../decide/fleet.ts";
+import { FleetMemo } from "../decide/fleet-memo.ts";
 import { nameList } from "../decide/name-list.ts";
 import { NODE_DOWN } from "../decide/node-down.ts";
 import { lagSecondsOf, nodeChangedBeyondHeartbeat } from "../decide/node-health.ts";
@@ -97,11 +98,19 @@ interface Routine {
   quietUntil: number;
   /** The pass that found the node routine: an entry of an earlier pass counts as none. */
   pass: number;
+  /** The decision it was worked out from: a pass that reuses that decision (decide/fleet-memo.ts) leaves it as it is. */
+  decision: NodeDecision;
 }
 
 export class NodeHealthController {
   /** What the log last said of each node: a line is written when it changes. */
-  private readonly lastVerdict = new Map<string, { verdict: string; message: string }>();
+  private readonly lastVerdict = new Map<string, { verdict: string; message: string; decision?: NodeDecision }>();
+  /**
+   * What the fleet decision worked out per node, for the next pass: a node none of whose objects changed (the caches
+   * replace an object on every event) and whose clock deadline has not come is not assessed again. It changes nothing
+   * that is decided (test/unit/decide-fleet-memo.test.ts).
+   */
+  private readonly memo = new FleetMemo();
   /** Nodes the last decision found Healthy, Ready and not lagging, with what it saw of their Leases. */
   private readonly routine = new Map<string, Routine>();
   private pass = 0;
@@ -146,6 +155,7 @@ export class NodeHealthController {
       policies: c.policies.list(),
       fences: this.fencesWithCreating(),
       watchStalenessSeconds: c.heartbeatStalenessSeconds(),
+      memo: this.memo,
     });
     this.sightings = d.sightings;
     return d;
@@ -270,17 +280,23 @@ export class NodeHealthController {
     for (const x of d.decisions) {
       const h = x.health;
       if (h.state !== "Healthy" || h.ready !== "True" || h.lagging || h.silent || h.lastHeartbeatMs === undefined) continue;
+      const seen = this.routine.get(x.node);
+      // The same decision object as the last pass's: the memo reused it, so the node's Lease is the one it saw then.
+      if (seen?.decision === x) {
+        seen.pass = pass;
+        continue;
+      }
       const lease = this.d.caches.leaseOf(x.node);
       const holder = lease?.spec?.holderIdentity;
       const duration = lease?.spec?.leaseDurationSeconds;
       const quietUntil = h.lastHeartbeatMs + lagSecondsOf(lease, h.timeoutSeconds) * 1000;
-      const seen = this.routine.get(x.node);
-      if (!seen) this.routine.set(x.node, { holder, duration, quietUntil, pass });
+      if (!seen) this.routine.set(x.node, { holder, duration, quietUntil, pass, decision: x });
       else {
         seen.holder = holder;
         seen.duration = duration;
         seen.quietUntil = quietUntil;
         seen.pass = pass;
+        seen.decision = x;
       }
     }
     // Nodes deleted or no longer routine keep an old entry (which counts as none) until they are as many as the fleet.
@@ -313,8 +329,12 @@ export class NodeHealthController {
     }
     for (const x of d.decisions) {
       const last = this.lastVerdict.get(x.node);
-      if (last?.verdict === x.verdict && last.message === x.message) continue;
-      this.lastVerdict.set(x.node, { verdict: x.verdict, message: x.message });
+      if (last?.decision === x) continue;
+      if (last?.verdict === x.verdict && last.message === x.message) {
+        last.decision = x;
+        continue;
+      }
+      this.lastVerdict.set(x.node, { verdict: x.verdict, message: x.message, decision: x });
       this.d.log.info(
         {
           node: x.node,

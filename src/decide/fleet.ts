@@ -7,7 +7,8 @@ import type { FencingPolicy, NodeFence } from "../api/v1alpha1.ts";
 import { podWaitSeconds } from "./forgiveness.ts";
 import { provenFinished } from "./claim-lock.ts";
 import { isGuarded } from "./guarded-pods.ts";
-import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, partitionSignal, type NodeHealth } from "./node-health.ts";
+import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, partitionSignal, readyCondition, type NodeHealth } from "./node-health.ts";
+import type { FleetMemo, NodeMemo } from "./fleet-memo.ts";
 import { desiredNodeDown, hasNodeDown, nodeDownChange, type NodeDownChange } from "./node-down.ts";
 import { orderCandidates, podPriority, type Candidate } from "./priority.ts";
 import {
@@ -47,6 +48,11 @@ export interface FleetInput {
   mono?: number;
   /** What the last pass saw of trigger conditions held (FleetDecision.sightings); absent: only the policies' status. */
   sightings?: Pick<ReadonlyMap<string, Sighting>, "get">;
+  /**
+   * What earlier decisions of the same fleet worked out per node (decide/fleet-memo.ts): reused for each node whose
+   * inputs did not change, and updated. The decision is the same with or without it.
+   */
+  memo?: FleetMemo;
 }
 
 /**
@@ -176,11 +182,36 @@ export function decideFleet(i: FleetInput): FleetDecision {
     if (ms !== undefined && (nextCheckMs === undefined || ms < nextCheckMs)) nextCheckMs = ms;
   };
 
+  const memo = i.memo;
+  memo?.begin(i.policies);
+  const nowMs = i.now.toMillis();
+  // Each node's memo entry, at its index in i.nodes: reused this pass, or kept from it for the next.
+  const kept: (NodeMemo | undefined)[] = new Array<NodeMemo | undefined>(memo ? i.nodes.length : 0);
+
   for (let k = 0; k < i.nodes.length; k++) {
     const node = i.nodes[k]!;
     const name = node.metadata?.name ?? "";
-    const policy = governingPolicy(node, i.policies);
     const lease = i.leases.get(name);
+    const fence = i.fences.get(name);
+    const ready = memo && readyCondition(node);
+    const e = memo?.lookup(name, node, ready, lease, fence, nowMs);
+    if (e) {
+      // Nothing it was decided from changed, and the clock alone has not changed it: the same decision again. Its
+      // pods are read as for any node (they are not among the inputs kept).
+      kept[k] = e;
+      // Asked as in a full pass, though a heartbeating node's health does not read it: the observer records what it is
+      // asked about (kube/lease-observer.ts), and that stays as it was.
+      if (lease) i.leaseSilentMs?.(name, lease);
+      healths[k] = e.health;
+      wake(e.health.nextCheckMs);
+      for (const p of e.want ? i.pods.on(name) : i.pods.markedOn(name)) {
+        const c = nodeDownChange(p, e.want);
+        if (c) nodeDown.push(c);
+      }
+      decisions.push(e.decision);
+      continue;
+    }
+    const policy = governingPolicy(node, i.policies);
     const h = assessNode(
       node,
       lease,
@@ -191,7 +222,6 @@ export function decideFleet(i: FleetInput): FleetDecision {
     );
     healths[k] = h;
     wake(h.nextCheckMs);
-    const fence = i.fences.get(name);
     const holding = fence !== undefined && HOLDING_PHASES.has(phaseOf(fence));
     const want = desiredNodeDown(h, fence !== undefined && FENCED_PHASES.has(phaseOf(fence)));
     // Where no pod should carry NodeDown, only those that carry it can change: at 5,000 nodes this is what keeps a
@@ -236,6 +266,10 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const partitioned = h.state === "Partitioned";
     if (!partitioned && !held.length) {
       decide("Healthy", h.state === "Healthy" ? "heartbeats are current" : `not partitioned yet (Ready=${h.ready})`);
+      if (memo) {
+        const decision = decisions[decisions.length - 1] as NodeMemo["decision"];
+        kept[k] = memo.keep({ node, lease, fence, policy, health: h, want, decision }, ready);
+      }
       continue;
     }
     if (!policy) {
@@ -321,10 +355,17 @@ export function decideFleet(i: FleetInput): FleetDecision {
 
   const create: FenceIntent[] = [];
   const policies = new Map<string, PolicyState>();
-  for (const policy of i.policies) {
+  for (let pk = 0; pk < i.policies.length; pk++) {
+    const policy = i.policies[pk]!;
     const pname = policy.metadata?.name ?? "";
     const selected: number[] = []; // indexes in i.nodes
-    for (let k = 0; k < i.nodes.length; k++) if (matchesSelector(i.nodes[k]!.metadata?.labels, policy.spec.nodeSelector)) selected.push(k);
+    for (let k = 0; k < i.nodes.length; k++) {
+      const e = kept[k];
+      const sel = e
+        ? (e.selected[pk] ??= matchesSelector(e.labels, policy.spec.nodeSelector))
+        : matchesSelector(i.nodes[k]!.metadata?.labels, policy.spec.nodeSelector);
+      if (sel) selected.push(k);
+    }
     const nameAt = (k: number) => i.nodes[k]!.metadata?.name ?? "";
     const active = [...i.fences.values()].filter(
       (f) => (f.status?.policy ?? f.spec.policy) === pname && ACTIVE_PHASES.has(phaseOf(f)),
@@ -332,12 +373,16 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const verdict = evaluateGuards({
       guards: policy.spec.guards,
       nodes: selected.map((k) => {
+        const e = kept[k];
+        if (e?.guard) return e.guard;
         const h = healths[k]!;
-        return {
+        const g = {
           name: nameAt(k),
           labels: i.nodes[k]!.metadata?.labels ?? {},
           unhealthy: h.silent || h.lagging || h.ready !== "True" || conditionHeld[k]!,
         };
+        if (e) e.guard = g;
+        return g;
       }),
       activeFences: active,
       watchStalenessSeconds: i.watchStalenessSeconds,
@@ -412,6 +457,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
       }
     }
   }
+  memo?.end(i.nodes.length);
   const nextCheck = nextCheckMs === undefined ? undefined : DateTime.fromMillis(nextCheckMs, { zone: "utc" });
   return { decisions, nodeDown, create, policies, nextCheck, sightings };
 }

@@ -166,6 +166,11 @@ export class Informer<T extends KubernetesObject> {
     return [...(this.bucket(name, value)?.values() ?? [])];
   }
 
+  /** How many cached objects the index `name` has with this value, without making an array of them. */
+  countByIndex(name: string, value: string): number {
+    return this.bucket(name, value)?.size ?? 0;
+  }
+
   /**
    * One cached object whose index `name` has this value (the first indexed), for an index with one object per value:
    * no array is made. The fleet pass looks up every node's Lease on each pass, 5,000 a pass at 5,000 nodes; by the
