@@ -50,7 +50,8 @@ describe("e2e: a node's own expired Lease is the second signal (issue 31)", () =
     await bed.lab.waitForNodeReadyStatus(node, "Unknown", 90_000);
     const order = assertFailover(
       bed.rec,
-      { node, oldUid: victim.metadata!.uid!, newUid: replacement.metadata!.uid!, name: `${sts}-0` },
+      // Only this crash's power-off: the first test may have fenced the same node.
+      { node, oldUid: victim.metadata!.uid!, newUid: replacement.metadata!.uid!, name: `${sts}-0`, since: t0 },
       t0,
     );
     // The recorder's watch may deliver the update a moment after the read above saw it.

@@ -245,7 +245,8 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
       nodeSelector: {},
       guardedPods: { statefulSets: true, readWriteOnceVolumes: true },
       detection: {
-        heartbeatTimeoutSeconds: 40,
+        heartbeatTimeoutSeconds: 30,
+        waitForNodeController: false,
         fenceAfterSeconds: 10,
         honorPodTolerations: true,
         minTolerationSeconds: 30,
