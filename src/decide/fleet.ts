@@ -199,9 +199,8 @@ export function decideFleet(i: FleetInput): FleetDecision {
       // Nothing it was decided from changed, and the clock alone has not changed it: the same decision again. Its
       // pods are read as for any node (they are not among the inputs kept).
       kept[k] = e;
-      // Asked as in a full pass, though a heartbeating node's health does not read it: the observer records what it is
-      // asked about (kube/lease-observer.ts), and that stays as it was.
-      if (lease) i.leaseSilentMs?.(name, lease);
+      // The Lease observer is not asked: the entry holds this same Lease object, which the pass that kept it (and the
+      // cache's own events before that) already showed the observer, and a heartbeating node's health does not read it.
       healths[k] = e.health;
       wake(e.health.nextCheckMs);
       for (const p of e.want ? i.pods.on(name) : i.pods.markedOn(name)) {
