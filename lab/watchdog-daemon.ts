@@ -3,7 +3,8 @@
 //   watchdog-daemon.ts <lab-dir>
 // It also carries out the killNodeAgent fault while it is in force: the agent's containers on that node are killed
 // whenever they run again, until the node boots anew or is healed.
-import { closeSync, constants, fstatSync, openSync, readSync, statSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { watchdogReset } from "./machine.ts";
 import { killNodeAgentProcesses, realContext } from "./real/machine.ts";
@@ -13,6 +14,7 @@ import {
   agentKilledFor,
   clearAgentKilled,
   DEFAULT_WATCHDOG_TIMEOUT_SECONDS,
+  monoOf,
   readWatchdogState,
   readWatchdogTimeout,
   resumeWatchdog,
@@ -47,7 +49,7 @@ class NodeWatchdog {
   }
 
   /** Opens the device's current FIFO (a new one every boot), or closes a read end of one that is gone. */
-  private device(): { mtimeMs: number | undefined } {
+  private device(): void {
     const p = watchdogPaths(this.machineDir);
     let st;
     try {
@@ -64,7 +66,6 @@ class NodeWatchdog {
         this.ino = fstatSync(this.fd).ino;
       }
     }
-    return { mtimeMs: st?.isFIFO() ? st.mtimeMs : undefined };
   }
 
   /** Everything written since the last look, and whether a writer holds the device open now. */
@@ -84,16 +85,22 @@ class NodeWatchdog {
     }
   }
 
-  look(): void {
+  /** One look. `lastRoundWallMs`: when the process that ran before this one last looked (first look only). */
+  look(lastRoundWallMs: number | undefined): void {
     if (this.resetting) return;
     const ctxDir = this.machineDir;
     const bootID = readText(nodePaths(ctxDir).bootId);
     const powered = readText(paths(this.s.dir).node(this.node).power) !== "0";
-    const { mtimeMs } = this.device();
+    this.device();
     const { data, writers } = this.drain();
     const nowMono = performance.now();
     const nowWall = Date.now();
-    if (!this.state) this.state = resumeWatchdog(readWatchdogState(ctxDir), bootID, mtimeMs, nowMono, nowWall);
+    let since: WatchdogLook["since"];
+    if (!this.state) {
+      this.state = resumeWatchdog(readWatchdogState(ctxDir), bootID, nowMono, nowWall);
+      if (lastRoundWallMs !== undefined)
+        since = { mono: monoOf(lastRoundWallMs, nowMono, nowWall), wallMs: Math.min(lastRoundWallMs, nowWall) };
+    }
     const timeoutSeconds = readWatchdogTimeout(ctxDir) ?? DEFAULT_WATCHDOG_TIMEOUT_SECONDS;
     const look: WatchdogLook = {
       bootID,
@@ -101,8 +108,8 @@ class NodeWatchdog {
       enabled: this.fd !== undefined && !watchdogDisabled(ctxDir),
       data,
       writers,
-      mtimeMs,
       timeoutSeconds,
+      ...(since ? { since } : {}),
     };
     const prev = this.state;
     const r = watchdogStep(prev, look, nowMono, nowWall);
@@ -153,15 +160,26 @@ function main(): void {
   const s = readState(dir);
   if (s.runtime !== "real") throw new Error(`lab ${dir} has no real nodes: no watchdogs to watch`);
   const nodes = s.nodes.map((n) => new NodeWatchdog(s, n.name, realContext(s, n.name).dir));
-  process.stdout.write(`${new Date().toISOString()} watching ${nodes.length} watchdogs every ${WATCHDOG_POLL_MS} ms\n`);
+  // Stamped after every round of looks: what a process started after this one finds written was written after it.
+  const alive = join(paths(dir).pids, "watchdog.alive");
+  let lastRound: number | undefined;
+  try {
+    lastRound = statSync(alive).mtimeMs;
+  } catch {
+    lastRound = undefined; // the first start: nothing was written before
+  }
+  process.stdout.write(
+    `${new Date().toISOString()} watching ${nodes.length} watchdogs every ${WATCHDOG_POLL_MS} ms${lastRound ? `; the last look before this start: ${new Date(lastRound).toISOString()}` : ""}\n`,
+  );
   setInterval(() => {
     for (const n of nodes) {
       try {
-        n.look();
+        n.look(lastRound);
       } catch (e) {
         process.stdout.write(`${new Date().toISOString()} ${n.node}: ${(e as Error).message}\n`);
       }
     }
+    writeFileSync(alive, ""); // its mtime, now
   }, WATCHDOG_POLL_MS);
 }
 

@@ -19,9 +19,11 @@
 // while the lab's watchdog process is down or restarting. That process (lab/watchdog-daemon.ts, one per lab, under
 // a supervisor that restarts it) opens its own non-blocking read end and polls every node's device: bytes read are
 // feeds (and say whether the last one ended in "V"); read() answering EAGAIN means a writer holds the device open,
-// 0 means none does (so a close is seen, with the bytes written before it, whatever the interval); the kernel stamps
-// the FIFO's mtime at every write, which tells a restarted watchdog process when the last feed was. Its state
-// (armed, in which boot) is written to `<machine>/watchdog-state.json` at every change, so a restart loses nothing.
+// 0 means none does (so a close is seen, with the bytes written before it, whatever the interval). Its state (armed,
+// in which boot, the last feed) is written to `<machine>/watchdog-state.json` at every change, and it stamps a file at
+// every round of looks: a restarted process resumes the state, and counts what was written while it was down as
+// written when it last looked (earlier than it was: never a reset later than Linux's, at worst one the downtime
+// sooner). The FIFO's mtime cannot say when: a write through a read-only mount, as the agent's is, does not stamp it.
 // At every boot the FIFO is made anew (the hardware re-initialised, disarmed): a descriptor that outlived the old boot
 // points at the old one and can never arm the new boot's watchdog.
 //
@@ -148,7 +150,7 @@ export interface WatchdogState {
   magic: boolean;
   /** The watchdog process's monotonic time (ms) of the last feed it saw (opening counts, as on Linux). */
   lastFeedMono: number;
-  /** Wall time (ms) of the last feed: the device's mtime when a write was seen, the time of the look for an open. */
+  /** Wall time (ms) of the last feed, for people and for a restarted watchdog process. */
   lastFeedWallMs: number;
 }
 
@@ -161,9 +163,12 @@ export interface WatchdogLook {
   data: string;
   /** A writer holds the device open now (read() said EAGAIN, not end of file). */
   writers: boolean;
-  /** The device's mtime (ms), the kernel's time of the last write. */
-  mtimeMs: number | undefined;
   timeoutSeconds: number;
+  /**
+   * When what this look found (bytes, an open) happened, if not at the look: a restarted watchdog process's first look
+   * finds what was written while it was down, and counts it as written when it last looked (monotonic and wall, ms).
+   */
+  since?: { mono: number; wallMs: number };
 }
 
 export type WatchdogTransition = "armed" | "disarmed" | "closed-armed" | "new-boot";
@@ -199,8 +204,11 @@ export function watchdogStep(
   const opened = look.writers && !st.writerOpen;
   const next: WatchdogState = { ...st, writerOpen: look.writers };
   if (wrote || opened) {
-    next.lastFeedMono = nowMono;
-    next.lastFeedWallMs = wrote && look.mtimeMs !== undefined ? look.mtimeMs : nowWallMs;
+    const at = look.since ?? { mono: nowMono, wallMs: nowWallMs };
+    if (!st.armed || at.mono > st.lastFeedMono) {
+      next.lastFeedMono = at.mono;
+      next.lastFeedWallMs = at.wallMs;
+    }
     if (!st.armed) transitions.push("armed");
     next.armed = true;
   }
@@ -217,21 +225,21 @@ export function watchdogStep(
   return { state: next, transitions, expired };
 }
 
+/** A wall time (ms) of the past on the monotonic clock (a wall clock set back since counts as now). */
+export const monoOf = (wallMs: number, nowMono: number, nowWallMs: number): number => nowMono - Math.max(0, nowWallMs - wallMs);
+
 /**
- * The state a (re)started watchdog process resumes from: what it wrote last if it is of this boot, with the last
- * feed placed on its monotonic clock from the wall clock (the later of its record and the device's mtime: a write
- * made while it was down still counts, from when it was made).
+ * The state a (re)started watchdog process resumes from: what it wrote last if it is of this boot, the last feed
+ * placed on its new monotonic clock by the wall clock.
  */
 export function resumeWatchdog(
   saved: WatchdogState | undefined,
   bootID: string | undefined,
-  mtimeMs: number | undefined,
   nowMono: number,
   nowWallMs: number,
 ): WatchdogState {
   if (!saved || saved.bootID !== bootID) return freshWatchdog(bootID);
-  const wall = Math.max(saved.lastFeedWallMs, saved.armed && mtimeMs !== undefined ? mtimeMs : 0);
-  return { ...saved, lastFeedWallMs: wall, lastFeedMono: nowMono - Math.max(0, nowWallMs - wall) };
+  return { ...saved, lastFeedMono: monoOf(saved.lastFeedWallMs, nowMono, nowWallMs) };
 }
 
 export function readWatchdogState(machineDir: string): WatchdogState | undefined {

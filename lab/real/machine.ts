@@ -173,8 +173,9 @@ export async function killNodeAgentProcesses(ctx: RealNodeContext): Promise<numb
 export async function realKillNodeAgent(s: LabState, name: string): Promise<number[]> {
   const ctx = realContext(s, name);
   if (!isPowered(ctx)) throw new Error(`node ${name} is powered off; no agent to kill`);
-  markAgentKilled(ctx.dir, readText(nodePaths(ctx.dir).bootId));
+  // Killed first, then kept dead by the lab's watchdog process (which would otherwise race this kill for them).
   const pids = await killNodeAgentProcesses(ctx);
+  markAgentKilled(ctx.dir, readText(nodePaths(ctx.dir).bootId));
   appendEvent(s.dir, { kind: "fault", node: name, detail: { fault: "agent-killed", pids } });
   return pids;
 }

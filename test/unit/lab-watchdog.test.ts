@@ -4,6 +4,10 @@
 // test/lab/watchdog.test.ts.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Lab } from "../../lab/lab.ts";
 import { freshWatchdog, killContainers, resumeWatchdog, watchdogStep, type WatchdogLook, type WatchdogState } from "../../lab/watchdog.ts";
 
 const BOOT = "boot-1";
@@ -13,7 +17,6 @@ const look = (o: Partial<WatchdogLook> = {}): WatchdogLook => ({
   enabled: true,
   data: "",
   writers: false,
-  mtimeMs: 1_000,
   timeoutSeconds: 5,
   ...o,
 });
@@ -54,11 +57,11 @@ describe("lab watchdog: one look at a time", () => {
 
   test("every write feeds it: fed every second it never expires", () => {
     const steps: [number, Partial<WatchdogLook>][] = [[0, { writers: true }]];
-    for (let t = 1_000; t <= 30_000; t += 1_000) steps.push([t, { writers: true, data: "k", mtimeMs: t }]);
+    for (let t = 1_000; t <= 30_000; t += 1_000) steps.push([t, { writers: true, data: "k" }]);
     const r = run(steps);
     assert.ok(r.every((x) => !x.expired));
     assert.equal(r.at(-1)!.state.lastFeedMono, 30_000);
-    assert.equal(r.at(-1)!.state.lastFeedWallMs, 30_000, "the device's mtime: when the kernel saw the write");
+    assert.equal(r.at(-1)!.state.lastFeedWallMs, 1_700_000_030_000, "the wall time of the look that saw it, for people");
   });
 
   test('"V" then close disarms it (the magic close), even when both happen between two looks', () => {
@@ -148,20 +151,33 @@ describe("lab watchdog: one look at a time", () => {
     assert.ok(r.every((x) => !x.expired && !x.state.armed));
   });
 
-  test("a restarted watchdog process resumes its boot's state, the last feed placed by the wall clock (a write while it was down counts)", () => {
+  test("a restarted watchdog process resumes its boot's state, the last feed placed on its new clock by the wall clock", () => {
     const saved: WatchdogState = { ...freshWatchdog(BOOT), armed: true, writerOpen: true, lastFeedMono: 123, lastFeedWallMs: 10_000 };
-    // Restarted at wall 12 000 (mono 500): the device was last written at wall 11 000, while it was down.
-    const r = resumeWatchdog(saved, BOOT, 11_000, 500, 12_000);
+    // Restarted at wall 12 000, mono 500: the last feed was 2 s ago.
+    const r = resumeWatchdog(saved, BOOT, 500, 12_000);
     assert.equal(r.armed, true);
-    assert.equal(r.lastFeedWallMs, 11_000);
-    assert.equal(r.lastFeedMono, -500, "1 s before now on the new process's clock");
-    assert.equal(watchdogStep(r, look({ writers: true }), 3_999, 15_500).expired, false);
-    assert.equal(watchdogStep(r, look({ writers: true }), 4_500, 16_000).expired, true);
+    assert.equal(r.lastFeedMono, -1_500);
+    assert.equal(watchdogStep(r, look({ writers: true }), 3_499, 15_000).expired, false);
+    assert.equal(watchdogStep(r, look({ writers: true }), 3_500, 15_000).expired, true);
     // Another boot's state, or none: disarmed.
-    assert.equal(resumeWatchdog(saved, "boot-2", 11_000, 500, 12_000).armed, false);
-    assert.equal(resumeWatchdog(undefined, BOOT, 11_000, 500, 12_000).armed, false);
-    // A wall clock set back since the last feed does not make it older than now.
-    assert.equal(resumeWatchdog(saved, BOOT, 11_000, 500, 5_000).lastFeedMono, 500);
+    assert.equal(resumeWatchdog(saved, "boot-2", 500, 12_000).armed, false);
+    assert.equal(resumeWatchdog(undefined, BOOT, 500, 12_000).armed, false);
+    // A wall clock set back since the last feed does not place it in the future.
+    assert.equal(resumeWatchdog(saved, BOOT, 500, 5_000).lastFeedMono, 500);
+  });
+
+  test("what a restarted process finds written counts from when the one before last looked: never later than it was written", () => {
+    const saved: WatchdogState = { ...freshWatchdog(BOOT), armed: true, writerOpen: true, lastFeedMono: 0, lastFeedWallMs: 10_000 };
+    const r = resumeWatchdog(saved, BOOT, 500, 12_000);
+    // The old process last looked at wall 10 500; the bytes were written after that, at most now.
+    const first = watchdogStep(r, look({ writers: true, data: "k", since: { mono: -1_000, wallMs: 10_500 } }), 500, 12_000);
+    assert.equal(first.state.lastFeedMono, -1_000);
+    assert.equal(first.state.lastFeedWallMs, 10_500);
+    assert.equal(watchdogStep(first.state, look({ writers: true }), 3_999, 15_499).expired, false);
+    assert.equal(watchdogStep(first.state, look({ writers: true }), 4_000, 15_500).expired, true, "5 s after 10 500, not after now");
+    // A since earlier than the feed it already knows never moves the last feed back.
+    const older = watchdogStep(r, look({ writers: true, data: "k", since: { mono: -5_000, wallMs: 6_500 } }), 500, 12_000);
+    assert.equal(older.state.lastFeedMono, -1_500);
   });
 });
 
@@ -183,5 +199,40 @@ describe("lab watchdog: the agent-killed fault", () => {
       [11],
     );
     assert.deepEqual(signalled, [11]);
+  });
+});
+
+describe("lab watchdog: kwok nodes", () => {
+  test("the watchdog faults and status refuse kwok nodes with a clear error", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "stockade-kwok-watchdog-"));
+    try {
+      const kubeconfig = {
+        apiVersion: "v1",
+        kind: "Config",
+        clusters: [{ name: "lab", cluster: { server: "https://127.0.0.1:1" } }],
+        users: [{ name: "admin", user: { token: "x" } }],
+        contexts: [{ name: "lab", context: { cluster: "lab", user: "admin" } }],
+        "current-context": "lab",
+      };
+      writeFileSync(join(dir, "kubeconfig"), JSON.stringify(kubeconfig));
+      const nodes = [
+        {
+          name: "node-1",
+          index: 0,
+          zone: "zone-a",
+          cidr: "10.244.1.0/24",
+          bmc: { address: "127.0.0.1", port: 1, username: "admin", passwordFile: "/nonexistent" },
+        },
+      ];
+      writeFileSync(join(dir, "state.json"), JSON.stringify({ version: 1, dir, runtime: "kwok", nodes }));
+      const lab = Lab.attach(dir);
+      const real = /needs real nodes \(npm run lab -- up --runtime real\)/;
+      await assert.rejects(lab.killNodeAgent("node-1"), real);
+      await assert.rejects(lab.disableWatchdog("node-1"), real);
+      assert.throws(() => lab.watchdog("node-1"), real);
+      assert.throws(() => lab.setWatchdogTimeout("node-1", 5), real);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
