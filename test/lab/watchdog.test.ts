@@ -3,7 +3,7 @@
 // boot ID). A writer started in the node's cgroup and mount namespace stands in for the agent, opening the device at
 // the path the DaemonSet mounts, as a pod sees it; one test runs a real pod that does the same through a hostPath
 // (killNodeAgent kills it). Timeout 3 s; the reset is asserted neither early nor later than the timeout + MARGIN_MS.
-import { after, before, describe, test } from "node:test";
+import { after, before, describe, test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync } from "node:fs";
@@ -89,7 +89,7 @@ describe("the lab watchdog on a real node", () => {
    * Waits for the watchdog's reset after `before` resets, and checks when it came: not before the timeout after the
    * last feed it recorded, not much after; and that last feed is the writer's (when `lastFeedMs` is known).
    */
-  async function expectReset(before: number, lastFeedMs?: number): Promise<LabEvent> {
+  async function expectReset(before: number, lastFeedMs?: number, t?: TestContext): Promise<LabEvent> {
     const ev = await waitFor(`${NODE}'s watchdog to reset it`, () => resets()[before], { timeoutMs: (T + 15) * 1000, intervalMs: 50 });
     const lastFeed = Date.parse(String(ev.detail.lastFeed));
     if (lastFeedMs !== undefined)
@@ -101,6 +101,8 @@ describe("the lab watchdog on a real node", () => {
     assert.ok(after >= T * 1000 - 20, `not before the timeout: ${after} ms after the last feed`);
     assert.ok(after <= T * 1000 + MARGIN_MS, `within the timeout + ${MARGIN_MS} ms: ${after} ms after the last feed`);
     assert.equal(ev.detail.timeoutSeconds, T);
+    if (lastFeedMs !== undefined)
+      t?.diagnostic(`reset ${Date.parse(ev.time) - lastFeedMs - T * 1000} ms after the timeout from the writer's last write`);
     return ev;
   }
 
@@ -147,7 +149,7 @@ describe("the lab watchdog on a real node", () => {
     await w.close(true);
   });
 
-  test("unfed, it resets the node after its timeout: a new boot ID, every process of the old boot gone", async () => {
+  test("unfed, it resets the node after its timeout: a new boot ID, every process of the old boot gone", async (t) => {
     await ready();
     const boot = lab.machine(NODE).bootID;
     const before = resets().length;
@@ -155,11 +157,12 @@ describe("the lab watchdog on a real node", () => {
     await w.open();
     await w.feedFor(2_500); // then nothing more, the device held open
     const writerPid = w.child.pid!;
-    const ev = await expectReset(before, w.lastFeedMs);
+    const ev = await expectReset(before, w.lastFeedMs, t);
     assert.equal(ev.detail.bootID, boot);
     await w.exited;
     assert.equal(w.child.signalCode, "SIGKILL", "the writer was a process of the node: killed with it");
     const newBoot = await waitBooted(boot);
+    t.diagnostic(`node Ready with its new boot ID ${Date.now() - Date.parse(ev.time)} ms after the reset began`);
     assert.notEqual(newBoot, boot);
     const snap = readSnapshots(ctx().dir).findLast((x) => x.bootID === boot && /before kill/.test(x.reason));
     assert.ok(snap, "the power-off recorded the old boot's processes");
@@ -200,7 +203,7 @@ describe("the lab watchdog on a real node", () => {
     assert.ok(readEvents(lab.dir).some((e) => e.kind === "watchdog" && e.detail.action === "disarmed" && e.detail.bootID === boot));
   });
 
-  test('a close without "V" leaves it counting: reset after the timeout from the last write', async () => {
+  test('a close without "V" leaves it counting: reset after the timeout from the last write', async (t) => {
     await ready();
     const boot = lab.machine(NODE).bootID;
     const before = resets().length;
@@ -209,7 +212,7 @@ describe("the lab watchdog on a real node", () => {
     await w.feedFor(1_500);
     await w.close(false);
     assert.equal(w.child.exitCode, 0, "the writer closed it and exited on its own");
-    await expectReset(before, w.lastFeedMs);
+    await expectReset(before, w.lastFeedMs, t);
     await waitBooted(boot);
   });
 
