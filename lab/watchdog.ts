@@ -1,6 +1,7 @@
 // A watchdog per real lab node (issue 30), behaving like Linux's /dev/watchdog for the node agent (a DaemonSet pod,
 // unprivileged) that reaches it through a hostPath:
-//   - open for write arms it (and counts as a feed); every write feeds it;
+//   - open for write starts a disarmed watchdog (its count begins at the open); every write feeds it; opening one
+//     already armed (closed without "V") does not feed it, as Linux's watchdog_start does nothing for an active one;
 //   - a last write ending in "V" then close disarms it (the magic close); a close without it leaves it counting;
 //   - not fed for its timeout (a file beside the device that reads like /sys/class/watchdog/watchdogN/timeout, set
 //     by the lab) -> the lab resets the machine exactly as the BMC's power cycle does (every process of the node
@@ -148,7 +149,7 @@ export interface WatchdogState {
   writerOpen: boolean;
   /** The last byte written was "V": a close now disarms. */
   magic: boolean;
-  /** The watchdog process's monotonic time (ms) of the last feed it saw (opening counts, as on Linux). */
+  /** The watchdog process's monotonic time (ms) of the last feed it saw (or of the open that started it). */
   lastFeedMono: number;
   /** Wall time (ms) of the last feed, for people and for a restarted watchdog process. */
   lastFeedWallMs: number;
@@ -203,7 +204,9 @@ export function watchdogStep(
   const wrote = look.data.length > 0;
   const opened = look.writers && !st.writerOpen;
   const next: WatchdogState = { ...st, writerOpen: look.writers };
-  if (wrote || opened) {
+  // An open starts a disarmed watchdog; it does not feed an armed one (Linux: watchdog_start returns at once for an
+  // active watchdog), so an agent restarted in a loop extends nothing by opening the device again.
+  if (wrote || (opened && !st.armed)) {
     const at = look.since ?? { mono: nowMono, wallMs: nowWallMs };
     if (!st.armed || at.mono > st.lastFeedMono) {
       next.lastFeedMono = at.mono;

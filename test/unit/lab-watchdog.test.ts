@@ -1,5 +1,6 @@
 // The lab watchdog's logic (lab/watchdog.ts), one look at a time: Linux's semantics as the node agent relies on them
-// (open arms, every write feeds, "V" then close disarms, close without it keeps counting, expiry after the timeout)
+// (open starts it, every write feeds, "V" then close disarms, close without it keeps counting, a reopen feeds nothing,
+// expiry after the timeout)
 // and what a restarted watchdog process resumes from. The device and the reset are tested on a real node in
 // test/lab/watchdog.test.ts.
 import { describe, test } from "node:test";
@@ -43,7 +44,7 @@ describe("lab watchdog: one look at a time", () => {
     assert.equal(r[1]!.expired, false);
   });
 
-  test("opening arms it and counts as a feed; unfed for the timeout it expires, not a moment before", () => {
+  test("opening starts it (the count begins at the open); unfed for the timeout it expires, not a moment before", () => {
     const r = run([
       [1_000, { writers: true }],
       [5_999, { writers: true }],
@@ -111,7 +112,7 @@ describe("lab watchdog: one look at a time", () => {
     assert.equal(open[1]!.expired, true, "still open: Linux's release happens at close only");
   });
 
-  test("an agent that opens and closes repeatedly without V keeps it armed; each open or write feeds it", () => {
+  test("an agent that opens, writes and closes repeatedly without V keeps it armed; each write feeds it", () => {
     const steps: [number, Partial<WatchdogLook>][] = [];
     for (let t = 0; t < 20_000; t += 2_000) steps.push([t, { writers: true }], [t + 1_000, { writers: false, data: "k" }]);
     const r = run(steps);
@@ -121,6 +122,20 @@ describe("lab watchdog: one look at a time", () => {
       r.flatMap((x) => x.transitions).filter((t) => t === "armed"),
       ["armed"],
     );
+  });
+
+  test("opening it again while armed (closed without V) does not feed it, as on Linux: a restarted agent's open extends nothing", () => {
+    const r = run([
+      [0, { writers: true, data: "k" }],
+      [1_000, { writers: false }],
+      [3_000, { writers: true }],
+      [4_999, { writers: true }],
+      [5_000, { writers: true }],
+    ]);
+    assert.deepEqual(r[1]!.transitions, ["closed-armed"]);
+    assert.equal(r[2]!.state.lastFeedMono, 0, "the reopen at 3 s is no feed");
+    assert.equal(r[3]!.expired, false);
+    assert.equal(r[4]!.expired, true, "5 s after the last write, not after the reopen");
   });
 
   test("a new boot or a powered-off machine starts disarmed, whatever the last boot left", () => {
