@@ -28,15 +28,17 @@
 // At every boot the FIFO is made anew (the hardware re-initialised, disarmed): a descriptor that outlived the old boot
 // points at the old one and can never arm the new boot's watchdog.
 //
-// Limits (the lab's, not Linux's): a device opened and closed again without a write within one poll (100 ms) is
-// not seen; "V" counts only as the last byte written before the close (Linux accepts it anywhere in the last write);
-// two writers at once are not refused (Linux answers EBUSY to a second open).
+// Limits (the lab's, not Linux's): a disarmed device opened and closed again without a write within one poll (100 ms)
+// is not seen, so not started (Linux would count from the open: an agent never does this, it writes before it says
+// armed); "V" counts only as the last byte written before the close (Linux accepts it anywhere in the last write: the
+// lab disarms less often, never more); two writers at once are not refused (Linux answers EBUSY to a second open); a
+// reset comes up to one poll after the timeout.
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { NODE_AGENT_NAMESPACE } from "../src/decide/node-agent-record.ts";
-import { clearRef, isAlive, procStart, readRef, stop, writeRef } from "./processes.ts";
+import { clearRef, procStart, readRef, stop, writeRef } from "./processes.ts";
 
 /** Inside every real node: the directory the node agent's DaemonSet mounts (hostPath, type Directory, readOnly). */
 export const WATCHDOG_HOST_PATH = "/run/stockade-lab/watchdog";
@@ -335,5 +337,3 @@ export function agentKilledFor(machineDir: string): { bootID: string | undefined
     return undefined;
   }
 }
-
-export const holderAlive = (machineDir: string): boolean => isAlive(readRef(watchdogPaths(machineDir).holder));
