@@ -286,7 +286,7 @@ describe("decideFleet: NodeDown", () => {
     const nd = { type: NODE_DOWN, status: "True", reason: "NodePartitioned", message: "node node-2 has sent no heartbeat since …" };
     const pods = [stsPod("db-1", { node: "node-2", conditions: [nd] }), pod("web", { node: "node-2" })];
     const d = decide(now, [up("node-1", now), up("node-2", now), up("node-3", now)], { pods });
-    assert.deepEqual(d.nodeDown, [{ namespace: "default", name: "db-1", uid: "uid-default-db-1", condition: null }]);
+    assert.deepEqual(d.nodeDown, [{ node: "node-2", namespace: "default", name: "db-1", uid: "uid-default-db-1", condition: null }]);
   });
 
   test("is removed from a node that is merely Suspect again (fresh Lease)", () => {
