@@ -484,14 +484,20 @@ export class NodeHealthController {
       await this.fenceCreatesSettled();
       const slot = async (n: number) => {
         for (;;) {
-          if (n >= this.nodeDownSlots()) {
-            const x = this.nodeDownExpanding;
-            if (!this.nodeDownQueue.size && !(x && x.next < x.pods.length)) return; // nothing left for this slot
+          const x = this.nodeDownExpanding;
+          const left = this.nodeDownQueue.size > 0 || (x !== undefined && x.next < x.pods.length);
+          // Nothing left: this slot waits while another write is under way (a pass meanwhile may queue more, and
+          // one slot alone would take it), and ends with the last.
+          if (!left && this.nodeDownBusy.size === 0) return;
+          if (!left || n >= this.nodeDownSlots()) {
             await sleep(NODE_DOWN_SLOT_POLL_MS);
             continue;
           }
           const ch = this.nextNodeDown();
-          if (!ch) return;
+          if (!ch) {
+            if (this.d.inflight?.stopping) return; // what is left is the next leader's
+            continue; // nothing needed a write after all: the next turn waits or ends
+          }
           const key = nodeDownKey(ch);
           this.nodeDownBusy.add(key);
           try {
