@@ -259,3 +259,43 @@ test("a node that heartbeats again before its queued NodeDown writes are made ge
   assert.equal(w.order.filter((o) => o.startsWith("NodeDown db-")).length, 40, "node-1's pods all written");
   assert.ok(!w.order.includes("NodeDown web-0"), "no NodeDown written on the pod of a node heartbeating again");
 });
+
+test("nodes a pass queues while a drain's last write hangs are written 8 at a time, not behind that write", async () => {
+  // Five nodes, three silent (the storm guard holds: no fence is created, so 8 write slots): a has one pod, b and c none.
+  const now = at(100);
+  const silentNode = (n: string) => node(n, { ready: "Unknown", heartbeat: at(0) });
+  const ns = new Map(["a", "b", "c"].map((n) => [n, silentNode(n)]));
+  const ls = new Map(["a", "b", "c"].map((n) => [n, lease(n, at(0), 40)]));
+  for (const n of ["d", "e"]) {
+    ns.set(n, node(n, { heartbeat: now }));
+    ls.set(n, lease(n, now, 40));
+  }
+  const pods = [stsPod("a-0", { node: "a" }), ...Array.from({ length: 20 }, (_, i) => stsPod(`d-${i}`, { node: "d" }))];
+  const inf = <T>(m: Map<string, T>) => ({ list: () => [...m.values()], get: (name: string) => m.get(name), on() {} });
+  const caches = {
+    nodes: inf(ns),
+    leases: inf(ls),
+    pvcsByKey: () => new Map(),
+    podsByNode: podsByNode(pods),
+    leaseSilentForMs: () => 0,
+    leaseOf: (n: string) => ls.get(n),
+    pdbs: inf(new Map()),
+    policies: inf(new Map([["default", policy("default")]])),
+    agents: inf(new Map([["ipmi", {}]])),
+    fences: inf(new Map()),
+    heartbeatStalenessSeconds: () => 0,
+  };
+  let inFlight = 0;
+  const kube = { setPodCondition: () => (inFlight++, new Promise(() => {})), replaceStatus: () => new Promise(() => {}) };
+  const silent = { info() {}, warn() {}, error() {}, debug() {} };
+  const ctl = new NodeHealthController({ caches, kube, events: { record: async () => {} }, log: silent, clock: () => now } as never);
+  await ctl.reconcile();
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(inFlight, 1, "a-0's write hangs");
+  ns.set("d", silentNode("d")); // d goes silent too, with 20 pods
+  ls.set("d", lease("d", at(0), 40));
+  await ctl.reconcile();
+  await new Promise((r) => setTimeout(r, 400)); // the idle slots look again
+  assert.equal(ctl.decide().decisions.find((x) => x.node === "d")?.verdict, "Held");
+  assert.equal(inFlight, 8, "a-0's and 7 of d's");
+});
