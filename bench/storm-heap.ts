@@ -9,6 +9,7 @@
 import { spawnSync } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
+import { pino } from "pino";
 import { DateTime } from "luxon";
 import type { V1Lease, V1Node, V1Pod } from "@kubernetes/client-node";
 import { KubeConfig } from "@kubernetes/client-node";
@@ -26,6 +27,9 @@ const { values } = parseArgs({
     every: { type: "string", default: "200" },
     "write-ms": { type: "string", default: "500" },
     sweep: { type: "boolean", default: false },
+    // The operator's own logger (pino to stdout, asynchronous): run with stdout piped to a reader that stalls, e.g.
+    // `| (sleep 30; cat >/dev/null)`, to see what its buffer holds. The figures then go to stderr.
+    log: { type: "boolean", default: false },
   },
 });
 
@@ -144,7 +148,7 @@ const ctl = new NodeHealthController({
   caches: caches as never,
   kube: kube as never,
   events: recorder,
-  log: quiet as never,
+  log: values.log ? pino({ base: { instance: "storm-heap" } }) : (quiet as never),
   clock: () => DateTime.utc(),
 });
 
@@ -165,7 +169,7 @@ const after = live();
 const verdicts = new Map<string, number>();
 for (const d of ctl.decide().decisions) verdicts.set(d.verdict, (verdicts.get(d.verdict) ?? 0) + 1);
 const held = verdicts.get("Held") ?? 0;
-console.log(
+(values.log ? console.error : console.log)(
   `${nodeCount} nodes × ${perNode} pods, ${silentCount} silent (${held} held by the storm guard), ${passes} passes ${every} ms apart, writes of ${writeMs} ms: ` +
     `retained ${mib(after - before)} MiB over the caches' ${mib(before)} MiB (peak heap ${mib(peak)} MiB); ` +
     `NodeDown backlog ${ctl.nodeDownBacklog()} pod(s), ${podWrites} written, ${events} Events created`,
