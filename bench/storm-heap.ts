@@ -166,12 +166,20 @@ for (let k = 0; k < passes; k++) {
   await sleep(every);
 }
 const after = live();
+// What one pass's decision holds while it is applied (the changes, the decisions): live, then let go.
+const beforeDecision = live();
+const changes = ((d) => {
+  const bytes = live() - beforeDecision;
+  return { bytes, count: d.nodeDown.length };
+})(ctl.decide());
+const decisionBytes = changes.bytes;
 const verdicts = new Map<string, number>();
 for (const d of ctl.decide().decisions) verdicts.set(d.verdict, (verdicts.get(d.verdict) ?? 0) + 1);
 const held = verdicts.get("Held") ?? 0;
 (values.log ? console.error : console.log)(
   `${nodeCount} nodes × ${perNode} pods, ${silentCount} silent (${held} held by the storm guard), ${passes} passes ${every} ms apart, writes of ${writeMs} ms: ` +
     `retained ${mib(after - before)} MiB over the caches' ${mib(before)} MiB (peak heap ${mib(peak)} MiB); ` +
-    `NodeDown backlog ${ctl.nodeDownBacklog()} pod(s), ${podWrites} written, ${events} Events created`,
+    `NodeDown backlog ${ctl.nodeDownBacklog()} pod(s), ${podWrites} written, ${events} Events created; ` +
+    `a pass's decision holds ${mib(decisionBytes)} MiB while applied (${changes.count} NodeDown changes)`,
 );
 process.exit(0);

@@ -167,6 +167,7 @@ export class NodeHealthController {
       fences: this.fencesWithCreating(),
       watchStalenessSeconds: c.heartbeatStalenessSeconds(),
       memo: this.memo,
+      nodeDownFirstOnly: true,
     });
     this.sightings = d.sightings;
     return d;

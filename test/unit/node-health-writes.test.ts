@@ -237,7 +237,13 @@ test("queued NodeDown writes are held one entry per node, not per pod: a storm-g
   const ctl = new NodeHealthController({ caches, kube, events: { record: async () => {} }, log: silent, clock: () => now } as never);
   for (let k = 0; k < 3; k++) await ctl.reconcile();
   await new Promise((r) => setTimeout(r, 20));
-  assert.equal(ctl.decide().decisions.filter((d) => d.verdict === "Held").length, 3, "the storm guard holds the three");
+  const d = ctl.decide();
+  assert.equal(d.decisions.filter((x) => x.verdict === "Held").length, 3, "the storm guard holds the three");
+  assert.deepEqual(
+    d.nodeDown.map((c) => c.node),
+    names,
+    "a pass lists one change per node, not 90",
+  );
   assert.equal(writes, 8, "8 writes under way (none answered)");
   assert.equal(ctl.nodeDownBacklog(), 90, "every pod of the three nodes still to be written");
   const held = ctl.nodeDownHeld();
