@@ -196,7 +196,7 @@ describe("decide/isolation: the agent's promise", () => {
     assert.deepEqual(checkAgentConfig(5, 2, 26, 10, 3), []);
     const short = checkAgentConfig(5, 2, 25, 10, 3);
     assert.equal(short.length, 1);
-    assert.match(short[0], /26 s/);
+    assert.match(short.join(), /26 s/);
     assert.match(checkAgentConfig(5, 2, 30, 10, 5).join(), /shorter than the check interval/);
     assert.match(checkAgentConfig(5, 2, 30, 4, 3).join(), /F \(4 s\)/);
     assert.match(checkAgentConfig(0, 2, 30, 10, 3).join(), /check interval/);
@@ -224,7 +224,7 @@ describe("decide/isolation: random sequences", () => {
     const D = cfg.deadlineSeconds * 1000;
     for (let seed = 1; seed <= 300; seed++) {
       const r = random(seed);
-      const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)];
+      const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
       let state = initialAgentState();
       let now = 0;
       // The world's truth: a NodeFence created at fenceAt (maybe never); a read at t sees it iff t ≥ fenceAt.
@@ -255,11 +255,13 @@ describe("decide/isolation: random sequences", () => {
             if (roll < 0.3) answers.push({ ...absent(p, start), nodeFence: fenced ? "fence" : "absent" });
             else if (roll < 0.7) answers.push(unreachable(p, start, Math.floor(r() * 20)));
           }
-        if (r() < 0.1 && answers.length) answers[0] = { ...answers[0], roundStartedMs: start - r() * 60_000 }; // an old round
+        const first = answers[0];
+        if (r() < 0.1 && first) answers[0] = { ...first, roundStartedMs: start - r() * 60_000 }; // an old round
         const d = decideIsolation({ nowMs: now, config: cfg, state, own, answers });
         state = d.state;
         // The truth this step added.
-        if (own.kind === "ok") own.nodeFence === "fence" ? (sawFence = true) : (lastAbsentStart = Math.max(lastAbsentStart, own.startedMs));
+        if (own.kind === "ok" && own.nodeFence === "fence") sawFence = true;
+        if (own.kind === "ok" && own.nodeFence === "absent") lastAbsentStart = Math.max(lastAbsentStart, own.startedMs);
         const rounds = new Map<number, Set<string>>();
         for (const a of answers) {
           if (!peers.includes(a.from)) continue;
