@@ -57,6 +57,11 @@ export const startDoubtWindow = (t0Ms: number, t0Wall: string): DoubtWindow => (
 export interface AgentSilence {
   node: string;
   silentMs: number;
+  /**
+   * The operator has not yet seen this record renewed since it started watching (a restarted operator: the silence
+   * may have begun long before it looked). Counted as silent until it is seen renewed: more time, never less.
+   */
+  unseen?: boolean;
 }
 
 /**
@@ -72,7 +77,8 @@ export function advanceDoubtWindow(
   controlPlaneDownSeconds: number = DEFAULT_CONTROL_PLANE_DOWN_SECONDS,
 ): DoubtWindow {
   const others = new Map<string, number>();
-  for (const o of observations) if (o.node !== fencedNode) others.set(o.node, Math.max(others.get(o.node) ?? 0, o.silentMs));
+  for (const o of observations)
+    if (o.node !== fencedNode) others.set(o.node, Math.max(others.get(o.node) ?? 0, o.unseen ? Infinity : o.silentMs));
   const threshold = Math.max(0, controlPlaneDownSeconds - SILENCE_SLACK_SECONDS) * 1000;
   // A silence that cannot be measured (NaN) counts as silent: the safe side.
   const silentAgents = [...others.values()].filter((ms) => !(ms < threshold)).length;

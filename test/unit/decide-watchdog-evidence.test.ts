@@ -159,6 +159,15 @@ describe("decide/watchdog-evidence: the control-plane-doubt window", () => {
     // a silence that cannot be measured counts as silent.
     w = advanceDoubtWindow(w0, "n1", silences([Number.NaN, 0]), T0 + 20_000, "x");
     assert.equal(w.startMs, T0 + 20_000);
+    // a record a restarted operator has not yet seen renewed counts as silent (its silence may be older than the look).
+    w = advanceDoubtWindow(
+      w0,
+      "n1",
+      [{ node: "p0", silentMs: 1_000, unseen: true }, ...silences([0, 0]).map((x) => ({ ...x, node: `q${x.node}` }))],
+      T0 + 20_000,
+      "x",
+    );
+    assert.equal(w.startMs, T0 + 20_000);
     // a larger F (an agent fleet configured so) needs longer silences.
     w = advanceDoubtWindow(w0, "n1", silences([9_000, 0]), T0 + 20_000, "x", 20);
     assert.equal(w.startMs, T0);
