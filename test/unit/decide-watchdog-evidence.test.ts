@@ -173,6 +173,20 @@ describe("decide/watchdog-evidence: the control-plane-doubt window", () => {
     assert.equal(w.startMs, T0);
   });
 
+  test("the users' worked example: 2 of 6 other agents silent 8 s, 20 s after t0: 88 s after t0 at the earliest", () => {
+    const w = advanceDoubtWindow(
+      startDoubtWindow(T0, T0_WALL),
+      "n1",
+      silences([8_000, 8_000, 0, 0, 0, 0]),
+      T0 + 20_000,
+      "2026-01-01T00:00:30.000Z",
+    );
+    const at = (s: number) => watchdogEvidence(input({ nowMs: T0 + s, window: w, kubeletSilentMs: s, recordSilentMs: s })).holds;
+    assert.equal(at(68_000), false);
+    assert.equal(at(87_999), false);
+    assert.equal(at(88_000), true);
+  });
+
   test("the window never moves earlier, and a restart makes the evidence wait from it", () => {
     let w = startDoubtWindow(T0, T0_WALL);
     w = advanceDoubtWindow(w, "n1", silences([60_000]), T0 + 30_000, "2026-01-01T00:00:40.000Z");
