@@ -264,3 +264,20 @@ export function checkAgentConfig(c: number, n: number, d: number, f: number, pee
     );
   return errors;
 }
+
+/**
+ * What a peer may sign as its "unreachableForSeconds" when asked (whole seconds, rounded down): the time since its
+ * last successful check STARTED (the protocol's rule) — and, stricter, since its record was last renewed (the write
+ * acknowledged), whichever is shorter. The operator sees control-plane doubt only through records that stop being
+ * renewed; a check that started F ago but whose record write landed later would let the peer vote while the
+ * operator has seen its record silent for less than F. Never an "unreachable" vote without a past success: 0.
+ */
+export function unreachableForSeconds(
+  lastSuccessStartMs: number | undefined,
+  lastRecordRenewedMs: number | undefined,
+  nowMs: number,
+): number {
+  if (lastSuccessStartMs === undefined) return 0;
+  const since = Math.max(lastSuccessStartMs, lastRecordRenewedMs ?? -Infinity);
+  return Math.max(0, Math.floor((nowMs - since) / 1000));
+}

@@ -10,6 +10,7 @@ import {
   initialAgentState,
   mayFeed,
   nodeFenceVerdict,
+  unreachableForSeconds,
   type AgentConfig,
   type AgentState,
   type OwnCheck,
@@ -189,6 +190,14 @@ describe("decide/isolation: the agent's promise", () => {
     assert.equal(nodeFenceVerdict({ status: { phase: "Unfenced" } }), "absent");
     for (const phase of [undefined, "Pending", "Fencing", "Fenced", "Releasing", "Released", "Failed"])
       assert.equal(nodeFenceVerdict({ status: { phase } }), "fence", String(phase));
+  });
+
+  test("unreachableForSeconds: since the later of the last success's start and the last record renewal, rounded down", () => {
+    assert.equal(unreachableForSeconds(0, 3_000, 12_999), 9, "the record landed 3 s after the check started: 9 s, not 12");
+    assert.equal(unreachableForSeconds(5_000, 3_000, 15_000), 10);
+    assert.equal(unreachableForSeconds(5_000, undefined, 15_999), 10);
+    assert.equal(unreachableForSeconds(undefined, 3_000, 60_000), 0, "never a success: no vote");
+    assert.equal(unreachableForSeconds(5_000, 5_000, 1_000), 0, "a clock that reads earlier: 0, not negative");
   });
 
   test("checkAgentConfig: D ≥ N·c + F + 2·peerTimeout, the bounds, the peer timeout under c", () => {
