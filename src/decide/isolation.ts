@@ -281,3 +281,13 @@ export function unreachableForSeconds(
   const since = Math.max(lastSuccessStartMs, lastRecordRenewedMs ?? -Infinity);
   return Math.max(0, Math.floor((nowMs - since) / 1000));
 }
+
+/**
+ * What a graceful shutdown (SIGTERM) does with the watchdog: disarm it (the magic close: write "V", then close) only
+ * while healthy — no fence seen and the last confirmation within D; otherwise close without "V", so the watchdog
+ * fires as promised.
+ */
+export function shutdownAction(state: AgentState, config: AgentConfig, nowMs: number): "disarm" | "let-fire" {
+  if (state.fencedAtMs !== undefined || state.lastConfirmationStartMs === undefined) return "let-fire";
+  return mayFeed(state.lastConfirmationStartMs + config.deadlineSeconds * 1000, nowMs) ? "disarm" : "let-fire";
+}

@@ -10,6 +10,7 @@ import {
   initialAgentState,
   mayFeed,
   nodeFenceVerdict,
+  shutdownAction,
   unreachableForSeconds,
   type AgentConfig,
   type AgentState,
@@ -198,6 +199,16 @@ describe("decide/isolation: the agent's promise", () => {
     assert.equal(unreachableForSeconds(5_000, undefined, 15_999), 10);
     assert.equal(unreachableForSeconds(undefined, 3_000, 60_000), 0, "never a success: no vote");
     assert.equal(unreachableForSeconds(5_000, 5_000, 1_000), 0, "a clock that reads earlier: 0, not negative");
+  });
+
+  test("shutdownAction: disarm only while healthy; after the deadline, before any confirmation or after a fence, let it fire", () => {
+    const cfg = config();
+    const s = step(initialAgentState(), 0, okAbsent(0)).state;
+    assert.equal(shutdownAction(s, cfg, 29_999), "disarm");
+    assert.equal(shutdownAction(s, cfg, 30_000), "let-fire");
+    assert.equal(shutdownAction(initialAgentState(), cfg, 0), "let-fire");
+    const fenced = step(s, 1_000, { kind: "ok", nodeFence: "fence", startedMs: 1_000 }).state;
+    assert.equal(shutdownAction(fenced, cfg, 1_000), "let-fire");
   });
 
   test("checkAgentConfig: D ≥ N·c + F + 2·peerTimeout, the bounds, the peer timeout under c", () => {
