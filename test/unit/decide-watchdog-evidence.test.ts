@@ -187,6 +187,22 @@ describe("decide/watchdog-evidence: the control-plane-doubt window", () => {
     assert.equal(at(88_000), true);
   });
 
+  test("a majority vote with up to a sixth of the agents lying still leaves a third silent: doubt", () => {
+    for (let m = 1; m <= 60; m++) {
+      const liars = Math.floor(m / 6);
+      const votes = Math.floor(m / 2) + 1; // the least strict majority of m peers
+      const honest = votes - liars; // their records are not renewed: silent
+      const w = advanceDoubtWindow(
+        startDoubtWindow(T0, T0_WALL),
+        "n1",
+        silences(Array.from({ length: m }, (_, k) => (k < honest ? 8_000 : 0))),
+        T0 + 1,
+        "x",
+      );
+      assert.equal(w.startMs, T0 + 1, `m ${m}, ${liars} lying`);
+    }
+  });
+
   test("the window never moves earlier, and a restart makes the evidence wait from it", () => {
     let w = startDoubtWindow(T0, T0_WALL);
     w = advanceDoubtWindow(w, "n1", silences([60_000]), T0 + 30_000, "2026-01-01T00:00:40.000Z");
