@@ -2,7 +2,7 @@
 // NodeFence named after a node, read fresh (never from a cache), and the other agents' records (the membership).
 // Every request has a deadline shorter than the check interval (kube/deadline.ts), so a hung request ends as a
 // failed check, never as a stalled loop.
-import type { KubeConfig, V1Lease } from "@kubernetes/client-node";
+import { V1MicroTime, type KubeConfig, type V1Lease } from "@kubernetes/client-node";
 import { GROUP, VERSION, type NodeFence } from "../api/v1alpha1.ts";
 import { NODE_AGENT_NAMESPACE, parseNodeAgentRecord, RECORD_ANNOTATIONS, type NodeAgentRecord } from "../decide/node-agent-record.ts";
 import { isConflict, isNotFound, Kube } from "../kube/api.ts";
@@ -85,6 +85,8 @@ export class RecordClient {
       [RECORD_ANNOTATIONS.peerAddress]: f.peerAddress,
     };
     const fresh = current?.spec?.holderIdentity !== this.#holder;
+    // MicroTime fields go back as V1MicroTime (a plain Date serializes with milliseconds, which the apiserver refuses).
+    const micro = (d: Date | undefined) => (d ? new V1MicroTime(new Date(d).getTime()) : undefined);
     return {
       apiVersion: "coordination.k8s.io/v1",
       kind: "Lease",
@@ -93,8 +95,9 @@ export class RecordClient {
         ...(current?.spec ?? {}),
         holderIdentity: this.#holder,
         leaseDurationSeconds: f.deadlineSeconds,
-        renewTime: now,
-        ...(fresh ? { acquireTime: now, leaseTransitions: (current?.spec?.leaseTransitions ?? -1) + 1 } : {}),
+        renewTime: micro(now),
+        acquireTime: fresh ? micro(now) : micro(current?.spec?.acquireTime),
+        ...(fresh ? { leaseTransitions: (current?.spec?.leaseTransitions ?? -1) + 1 } : {}),
       },
     };
   }
