@@ -62,6 +62,8 @@ export class Agent {
   readonly #cfg: NodeAgentConfig;
   readonly #log: Logger;
   readonly #records: RecordClient;
+  /** For peers' questions: a deadline shorter than the asker's peer timeout, so a slow API ends as "unreachable", not silence. */
+  readonly #peerReads: RecordClient;
   readonly #keys: KeyPair = generateKeyPair();
   readonly metrics = new AgentMetrics();
   #state: IsolationState = initialIsolation();
@@ -85,11 +87,17 @@ export class Agent {
       namespace: cfg.namespace,
       requestTimeoutMs: cfg.apiRequestTimeoutMs,
     });
+    this.#peerReads = new RecordClient(kc, {
+      node: cfg.nodeName,
+      holder: cfg.podName,
+      namespace: cfg.namespace,
+      requestTimeoutMs: Math.max(250, Math.min(cfg.apiRequestTimeoutMs, cfg.peerTimeoutSeconds * 1000 - 500)),
+    });
     this.#server = new PeerServer({
       node: cfg.nodeName,
       privateKey: this.#keys.privateKey,
       peerKey: (n) => this.#peers.get(n)?.publicKey,
-      freshCheck: (about) => this.#records.nodeFence(about).catch(() => "unreachable" as const),
+      freshCheck: (about) => this.#peerReads.nodeFence(about).catch(() => "unreachable" as const),
       unreachableForSeconds: () => (this.#lastSuccessStart === undefined ? Infinity : (mono() - this.#lastSuccessStart) / 1000),
       minUnreachableSeconds: cfg.minUnreachableSeconds,
       log,
