@@ -1,18 +1,20 @@
 // The node agent's loop (issue 30): every c seconds a fresh read of the NodeFence named after its node; after N
 // failed reads in a row, a signed question to every known peer. Each outcome goes through the isolation decision
-// (one call: #apply) which says until when the watchdog may be fed; the feeder runs on its own timer and asks that
-// at every write. The record is renewed after each successful check; a failed renewal never stops feeding.
+// (decide/isolation.ts, through ./isolation.ts) which says until when the watchdog may be fed; the feeder runs on
+// its own timer and asks that at every write. The record is renewed after each successful check; a failed renewal never stops feeding.
 import { writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { Counter, Gauge, Registry } from "prom-client";
+import type { OwnCheck } from "../decide/isolation.ts";
+import { unreachableForSeconds } from "../decide/isolation.ts";
 import type { NodeAgentRecord } from "../decide/node-agent-record.ts";
 import { errorMessage } from "../kube/api.ts";
 import type { NodeAgentConfig } from "./config.ts";
-import { applyObservation, initialIsolation, mayFeed, type IsolationState, type Observation } from "./isolation-stand-in.ts";
+import { Isolation } from "./isolation.ts";
 import { askPeers, PeerServer } from "./peers.ts";
-import { generateKeyPair, type KeyPair } from "./protocol.ts";
+import { generateKeyPair, type KeyPair, type PeerAnswer } from "./protocol.ts";
 import { RecordClient } from "./record.ts";
 import { Feeder, feedPeriodMs, Watchdog } from "./watchdog.ts";
 
@@ -66,9 +68,11 @@ export class Agent {
   readonly #peerReads: RecordClient;
   readonly #keys: KeyPair = generateKeyPair();
   readonly metrics = new AgentMetrics();
-  #state: IsolationState = initialIsolation();
+  readonly #isolation: Isolation;
   #peers = new Map<string, NodeAgentRecord>();
   #lastSuccessStart: number | undefined;
+  /** When our record's last renewal was acknowledged (our monotonic clock). */
+  #lastRenewed: number | undefined;
   #watchdog: Watchdog | undefined;
   #timeoutSeconds = 0;
   #armProblem: string | undefined;
@@ -81,6 +85,12 @@ export class Agent {
   constructor(kc: KubeConfig, cfg: NodeAgentConfig, log: Logger) {
     this.#cfg = cfg;
     this.#log = log;
+    this.#isolation = new Isolation({
+      checkIntervalSeconds: cfg.checkIntervalSeconds,
+      failedChecksBeforePeers: cfg.failedChecksBeforePeers,
+      deadlineSeconds: cfg.deadlineSeconds,
+      controlPlaneDownSeconds: cfg.controlPlaneDownSeconds,
+    });
     this.#records = new RecordClient(kc, {
       node: cfg.nodeName,
       holder: cfg.podName,
@@ -98,33 +108,34 @@ export class Agent {
       privateKey: this.#keys.privateKey,
       peerKey: (n) => this.#peers.get(n)?.publicKey,
       freshCheck: (about) => this.#peerReads.nodeFence(about).catch(() => "unreachable" as const),
-      unreachableForSeconds: () => (this.#lastSuccessStart === undefined ? Infinity : (mono() - this.#lastSuccessStart) / 1000),
-      minUnreachableSeconds: cfg.minUnreachableSeconds,
+      unreachableForSeconds: () => unreachableForSeconds(this.#lastSuccessStart, this.#lastRenewed, mono()),
+      minUnreachableSeconds: cfg.controlPlaneDownSeconds,
       log,
       onRefused: (reason) => this.metrics.refused.inc({ reason }),
       onAnswered: () => this.metrics.peerIn.inc(),
     });
   }
 
-  /** The only call into the isolation decision (slice A's decide/isolation.ts replaces the stand-in here). */
-  #apply(o: Observation): void {
-    const before = this.#state;
-    this.#state = applyObservation(before, o);
-    if (this.#state.fenceSeen && !before.fenceSeen) this.#onFence();
+  /** Every call into the isolation decision goes through here: the own check's outcome, or one peer round. */
+  #apply(own: OwnCheck, round?: { startedMs: number; answers: PeerAnswer[] }): boolean {
+    const d = this.#isolation.decide(mono(), [...this.#peers.keys()], own, round);
+    if (d.fenceNow !== undefined) this.#onFence(d.fenceNow);
+    this.#log.debug({ reason: d.reason, feedUntilMs: d.feedUntilMs }, d.message);
     this.#publishState();
+    return d.askPeers;
   }
 
   mayFeed(now = mono()): boolean {
-    return mayFeed(this.#state, now, this.#cfg.deadlineSeconds);
+    return this.#isolation.mayFeed(now);
   }
 
-  /** Healthy: a confirmation within D and no fence seen (SIGTERM then disarms; otherwise it leaves the watchdog armed). */
+  /** Healthy: SIGTERM now disarms (decide/isolation.ts shutdownAction); otherwise it leaves the watchdog armed. */
   get healthy(): boolean {
-    return this.mayFeed();
+    return this.#isolation.shutdown(mono()) === "disarm";
   }
 
   get stateName(): AgentState {
-    if (this.#state.fenceSeen) return "fence-seen";
+    if (this.#isolation.fenced) return "fence-seen";
     if (!this.#watchdog) return "unarmed";
     return this.mayFeed() ? "confirmed" : "unconfirmed";
   }
@@ -134,8 +145,8 @@ export class Agent {
       this.metrics.state.set({ state: s }, s === this.stateName ? 1 : 0);
   }
 
-  #onFence(): void {
-    this.#log.error({ node: this.#cfg.nodeName }, "a NodeFence for this node exists: the watchdog is no longer fed");
+  #onFence(why: string): void {
+    this.#log.error({ node: this.#cfg.nodeName, why }, "a NodeFence for this node exists: the watchdog is no longer fed");
     if (!this.#cfg.sysrqReboot) return;
     try {
       writeFileSync("/proc/sysrq-trigger", "b");
@@ -156,9 +167,10 @@ export class Agent {
     if (this.#stopped) return;
     this.#timer = setTimeout(() => {
       this.checkOnce()
-        .catch((err: unknown) =>
-          this.#log.error({ err: errorMessage(err) }, "check failed unexpectedly (feeding goes on until the deadline)"),
-        )
+        .catch((err: unknown) => {
+          this.#log.error({ err: errorMessage(err) }, "check failed unexpectedly (feeding goes on until the deadline)");
+          this.#apply({ kind: "error", message: errorMessage(err) });
+        })
         .finally(() => this.#schedule());
     }, this.#cfg.checkIntervalSeconds * 1000);
   }
@@ -172,30 +184,25 @@ export class Agent {
     } catch (err) {
       this.metrics.checks.inc({ result: "failed" });
       this.#log.warn({ err: errorMessage(err) }, "cannot read this node's NodeFence");
-      this.#apply({ kind: "own-failed", startedMono });
-      if (this.#state.failedChecks >= this.#cfg.failedChecksBeforePeers) await this.#askPeers(startedMono);
+      if (this.#apply({ kind: "failed", startedMs: startedMono })) await this.#askPeers();
       return;
     }
     this.metrics.checks.inc({ result: seen });
     this.#lastSuccessStart = startedMono;
-    this.#apply({ kind: "own", startedMono, nodeFence: seen });
+    this.#apply({ kind: "ok", startedMs: startedMono, nodeFence: seen });
     if (seen === "absent" && !this.#watchdog && this.#armProblem === undefined) this.#arm();
     await this.#renewAndList();
   }
 
-  async #askPeers(startedMono: number): Promise<void> {
+  async #askPeers(): Promise<void> {
     const peers = [...this.#peers.values()].map((r) => ({ node: r.node, address: r.peerAddress, publicKey: r.publicKey }));
+    // The round's start, taken before any request is sent: every answer's fresh read happened after it.
+    const startedMs = mono();
     const r = await askPeers(this.#cfg.nodeName, this.#keys.privateKey, peers, this.#cfg.peerTimeoutSeconds * 1000);
     this.metrics.peerOut.inc({ result: "answered" }, r.answers.length);
     this.metrics.peerOut.inc({ result: "dropped" }, r.dropped.length);
     for (const d of r.dropped) this.#log.info(d, "peer answer dropped");
-    this.#apply({
-      kind: "peers",
-      startedMono,
-      answers: r.answers,
-      knownPeers: peers.length,
-      minUnreachableSeconds: this.#cfg.minUnreachableSeconds,
-    });
+    this.#apply({ kind: "none" }, { startedMs, answers: r.answers });
   }
 
   async #renewAndList(): Promise<void> {
@@ -204,9 +211,11 @@ export class Agent {
         armed: this.#watchdog !== undefined,
         watchdogTimeoutSeconds: this.#timeoutSeconds,
         deadlineSeconds: this.#cfg.deadlineSeconds,
+        controlPlaneDownSeconds: this.#cfg.controlPlaneDownSeconds,
         publicKey: this.#keys.publicKeyBase64,
         peerAddress: `${this.#cfg.podIP.includes(":") ? `[${this.#cfg.podIP}]` : this.#cfg.podIP}:${this.#cfg.peerPort}`,
       });
+      this.#lastRenewed = mono();
     } catch (err) {
       this.#log.warn({ err: errorMessage(err) }, "cannot renew this node's record (feeding is not affected)");
     }

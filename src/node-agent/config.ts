@@ -1,6 +1,8 @@
 // `stockade node-agent` flags (each with an environment variable), validated before anything starts: the timing
-// rule of the agent's promise (D ≥ N·c + F + 2·peer timeout) is refused at start, never bent at run time.
+// rules of the agent's promise (decide/isolation.ts checkAgentConfig: D ≥ N·c + F + 2·peer timeout, peer timeout < c,
+// F ≥ c) are refused at start, never bent at run time.
 import { parseArgs } from "node:util";
+import { checkAgentConfig } from "../decide/isolation.ts";
 import { NODE_AGENT_NAMESPACE } from "../decide/node-agent-record.ts";
 import { defaultTimeoutFile } from "./watchdog.ts";
 
@@ -20,8 +22,8 @@ export interface NodeAgentConfig {
   healthBindAddress: { host: string; port: number };
   sysrqReboot: boolean;
   logLevel: "trace" | "debug" | "info" | "warn" | "error";
-  /** F = 2·c: how long a peer must have been cut off for its "unreachable" to count. */
-  minUnreachableSeconds: number;
+  /** F (default 2·c): how long a peer must have been cut off for its "unreachable" to count; also in the record. */
+  controlPlaneDownSeconds: number;
   /** Deadline of every API request: shorter than the check interval. */
   apiRequestTimeoutMs: number;
 }
@@ -41,9 +43,11 @@ Flags (environment variable in brackets):
   --watchdog-timeout-file PATH     [STOCKADE_WATCHDOG_TIMEOUT_FILE] (default /sys/class/watchdog/<device>/timeout)
   --check-interval-seconds N       c, 1-60 [STOCKADE_CHECK_INTERVAL_SECONDS] (default 5)
   --failed-checks-before-peers N   N, 1-10 [STOCKADE_FAILED_CHECKS_BEFORE_PEERS] (default 2)
-  --deadline-seconds N             D, at least N·c + 2·c + 2·peer timeout, at most 600 [STOCKADE_DEADLINE_SECONDS] (default 30)
+  --deadline-seconds N             D, at least N·c + F + 2·peer timeout, at most 600 [STOCKADE_DEADLINE_SECONDS] (default 30)
+  --control-plane-down-seconds N   F, at least c: how long without the API before this agent tells a peer it cannot
+                                   reach it [STOCKADE_CONTROL_PLANE_DOWN_SECONDS] (default 2·c)
   --peer-port PORT                 [STOCKADE_PEER_PORT] (default 9447)
-  --peer-timeout-seconds N         1-30 [STOCKADE_PEER_TIMEOUT_SECONDS] (default 3)
+  --peer-timeout-seconds N         1-30, shorter than c [STOCKADE_PEER_TIMEOUT_SECONDS] (default 3)
   --health-bind-address HOST:PORT  /healthz and /metrics [STOCKADE_HEALTH_BIND_ADDRESS] (default 0.0.0.0:9448)
   --sysrq-reboot BOOL              reboot at once through /proc/sysrq-trigger when a NodeFence is seen [STOCKADE_SYSRQ_REBOOT] (default false)
   --log-level LEVEL                [STOCKADE_LOG_LEVEL] (default info)
@@ -63,6 +67,7 @@ const FLAGS = {
   "check-interval-seconds": "STOCKADE_CHECK_INTERVAL_SECONDS",
   "failed-checks-before-peers": "STOCKADE_FAILED_CHECKS_BEFORE_PEERS",
   "deadline-seconds": "STOCKADE_DEADLINE_SECONDS",
+  "control-plane-down-seconds": "STOCKADE_CONTROL_PLANE_DOWN_SECONDS",
   "peer-port": "STOCKADE_PEER_PORT",
   "peer-timeout-seconds": "STOCKADE_PEER_TIMEOUT_SECONDS",
   "health-bind-address": "STOCKADE_HEALTH_BIND_ADDRESS",
@@ -103,12 +108,9 @@ export function parseNodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): No
   const n = int("failed-checks-before-peers", get("failed-checks-before-peers") ?? "2", 1, 10);
   const peerTimeout = int("peer-timeout-seconds", get("peer-timeout-seconds") ?? "3", 1, 30);
   const d = int("deadline-seconds", get("deadline-seconds") ?? "30", 1, 600);
-  const f = 2 * c;
-  const need = n * c + f + 2 * peerTimeout;
-  if (d < need)
-    throw new NodeAgentConfigError(
-      `--deadline-seconds ${d} is too short: it must be at least N·c + F + 2·peer timeout = ${n}·${c} + ${f} + 2·${peerTimeout} = ${need} s`,
-    );
+  const f = int("control-plane-down-seconds", get("control-plane-down-seconds") ?? String(2 * c), 1, 600);
+  const problems = checkAgentConfig(c, n, d, f, peerTimeout);
+  if (problems.length) throw new NodeAgentConfigError(problems.join("; "));
   const health = get("health-bind-address") ?? "0.0.0.0:9448";
   const m = /^(.*):(\d{1,5})$/.exec(health);
   if (!m || Number(m[2]) > 65535) throw new NodeAgentConfigError(`invalid --health-bind-address "${health}": expected HOST:PORT`);
@@ -133,7 +135,7 @@ export function parseNodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): No
     healthBindAddress: { host: m[1] || "0.0.0.0", port: Number(m[2]) },
     sysrqReboot: sysrq === "true",
     logLevel: logLevel as NodeAgentConfig["logLevel"],
-    minUnreachableSeconds: f,
+    controlPlaneDownSeconds: f,
     apiRequestTimeoutMs: Math.max(500, Math.floor(c * 1000 * 0.8)),
   };
 }

@@ -36,7 +36,10 @@ export interface PeerServerDeps {
    * "unreachable" when the API did not answer in time.
    */
   freshCheck(about: string): Promise<"fence" | "absent" | "unreachable">;
-  /** Seconds since the start of our own last successful API check (Infinity: never). */
+  /**
+   * What we may sign as unreachableForSeconds (decide/isolation.ts unreachableForSeconds: since our last successful
+   * check started and our record was last renewed, whichever is later; 0 without a past success).
+   */
   unreachableForSeconds(): number;
   /** F: "unreachable" is said only after this long without a successful check. */
   minUnreachableSeconds: number;

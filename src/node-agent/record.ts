@@ -4,6 +4,7 @@
 // failed check, never as a stalled loop.
 import { V1MicroTime, type KubeConfig, type V1Lease } from "@kubernetes/client-node";
 import { GROUP, VERSION, type NodeFence } from "../api/v1alpha1.ts";
+import { nodeFenceVerdict } from "../decide/isolation.ts";
 import { NODE_AGENT_NAMESPACE, parseNodeAgentRecord, RECORD_ANNOTATIONS, type NodeAgentRecord } from "../decide/node-agent-record.ts";
 import { isConflict, isNotFound, Kube } from "../kube/api.ts";
 import { withRequestTimeout } from "../kube/deadline.ts";
@@ -12,15 +13,9 @@ export interface RecordFields {
   armed: boolean;
   watchdogTimeoutSeconds: number;
   deadlineSeconds: number;
+  controlPlaneDownSeconds: number;
   publicKey: string;
   peerAddress: string;
-}
-
-/** Whether a NodeFence makes the operator act on the node: present, not being deleted, not unfencing/unfenced. */
-export function fenceActsOn(f: NodeFence | undefined): boolean {
-  if (!f || f.metadata?.deletionTimestamp) return false;
-  const phase = f.status?.phase;
-  return phase !== "Unfencing" && phase !== "Unfenced";
 }
 
 export class RecordClient {
@@ -45,7 +40,7 @@ export class RecordClient {
         plural: "nodefences",
         name: node,
       })) as NodeFence;
-      return fenceActsOn(f) ? "fence" : "absent";
+      return nodeFenceVerdict(f);
     } catch (err) {
       if (isNotFound(err)) return "absent";
       throw err;
@@ -81,6 +76,7 @@ export class RecordClient {
       [RECORD_ANNOTATIONS.armed]: String(f.armed),
       [RECORD_ANNOTATIONS.watchdogTimeoutSeconds]: String(f.watchdogTimeoutSeconds),
       [RECORD_ANNOTATIONS.deadlineSeconds]: String(f.deadlineSeconds),
+      [RECORD_ANNOTATIONS.controlPlaneDownSeconds]: String(f.controlPlaneDownSeconds),
       [RECORD_ANNOTATIONS.publicKey]: f.publicKey,
       [RECORD_ANNOTATIONS.peerAddress]: f.peerAddress,
     };

@@ -101,7 +101,10 @@ describe("node agent: its record on a real apiserver, bound to its node", () => 
         device(),
         "--watchdog-timeout-file",
         join(lab.dir, "timeout"),
+        // c = 2 s with a 1 s peer timeout (the peer timeout must be shorter than c).
         "--check-interval-seconds",
+        "2",
+        "--peer-timeout-seconds",
         "1",
         "--deadline-seconds",
         "20",

@@ -47,10 +47,11 @@ test("feeds while confirmed, keeps feeding through a hung API until D, then stop
   const device = join(dir, "watchdog");
   writeFileSync(device, "");
   writeFileSync(join(dir, "timeout"), "3\n");
-  // c = 1 s, N = 1, peer timeout 1 s: D ≥ 1 + 2 + 2 = 5 s.
+  // c = 2 s, N = 1, F = 2 s, peer timeout 1 s (shorter than c): D ≥ 2 + 2 + 2 = 6 s.
   const cfg = parseNodeAgentConfig(
     [
-      ...["--check-interval-seconds", "1", "--failed-checks-before-peers", "1", "--peer-timeout-seconds", "1", "--deadline-seconds", "5"],
+      ...["--check-interval-seconds", "2", "--failed-checks-before-peers", "1", "--peer-timeout-seconds", "1", "--deadline-seconds", "6"],
+      ...["--control-plane-down-seconds", "2"],
       ...["--watchdog-device", device, "--watchdog-timeout-file", join(dir, "timeout")],
       ...["--peer-port", String(await freeTcpPort()), "--health-bind-address", "127.0.0.1:0"],
     ],
@@ -62,6 +63,7 @@ test("feeds while confirmed, keeps feeding through a hung API until D, then stop
     assert.equal(agent.stateName, "confirmed");
     assert.ok(leases.length >= 1, "the record was created");
     assert.match(leases[0]!, /"node-agent.stockade.io\/armed":"true"/);
+    assert.match(leases[0]!, /"node-agent.stockade.io\/control-plane-down-seconds":"2"/);
     await sleep(1500);
     const fedBeforeHang = readFileSync(device).length;
     assert.ok(fedBeforeHang >= 2, `fed ${fedBeforeHang} times`);
@@ -70,8 +72,8 @@ test("feeds while confirmed, keeps feeding through a hung API until D, then stop
     // Within D of the last confirmation (≤ 1 s before the hang): still fed, although every request hangs.
     await sleep(2500);
     assert.ok(readFileSync(device).length > fedBeforeHang, "fed on while the API hung, before the deadline");
-    // Past D (5 s after the last confirmation, which started before the hang): no more feeding.
-    await sleep(Math.max(0, hungAt + 5200 - performance.now()));
+    // Past D (6 s after the last confirmation, which started before the hang): no more feeding.
+    await sleep(Math.max(0, hungAt + 6200 - performance.now()));
     assert.equal(agent.stateName, "unconfirmed");
     const atDeadline = readFileSync(device).length;
     await sleep(1500);
