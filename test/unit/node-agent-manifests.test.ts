@@ -32,6 +32,19 @@ test("the DaemonSet: the operator's image, `node-agent`, every node, downward-AP
   assert.equal(ds.metadata!.namespace, NODE_AGENT_NAMESPACE);
 });
 
+test("the DaemonSet mounts nothing from the host: the watchdog is the privileged container's own /dev/watchdog", () => {
+  const ds = one<V1DaemonSet>("DaemonSet");
+  const pod = ds.spec!.template.spec!;
+  const c = pod.containers[0]!;
+  assert.ok(c.args?.includes("--watchdog-device=/dev/watchdog"), JSON.stringify(c.args));
+  assert.deepEqual(
+    (pod.volumes ?? []).filter((v) => v.hostPath),
+    [],
+    "no hostPath volume (the host's whole /dev was mounted before)",
+  );
+  assert.equal(c.securityContext?.privileged, true, "host devices reach the container only when privileged");
+});
+
 test("the namespace allows privileged pods; the policy binds writes by the agent's ServiceAccount to its node", () => {
   const ns = objects.find((o) => o.kind === "Namespace")!;
   assert.equal(ns.metadata.name, NODE_AGENT_NAMESPACE);
