@@ -1,14 +1,14 @@
 // The node agent's loop (issue 30): every c seconds a fresh read of the NodeFence named after its node; after N
 // failed reads in a row, a signed question to every known peer. Each outcome goes through the isolation decision
 // (decide/isolation.ts, through ./isolation.ts) which says until when the watchdog may be fed; the feeder runs on
-// its own timer and asks that at every write. The record is renewed after each successful check; a failed renewal never stops feeding.
+// its own timer and asks that at every write. The record is renewed after each successful check; a failed renewal
+// never stops feeding.
 import { writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { Counter, Gauge, Registry } from "prom-client";
-import type { OwnCheck } from "../decide/isolation.ts";
-import { unreachableForSeconds } from "../decide/isolation.ts";
+import { unreachableForSeconds, type OwnCheck } from "../decide/isolation.ts";
 import type { NodeAgentRecord } from "../decide/node-agent-record.ts";
 import { errorMessage } from "../kube/api.ts";
 import type { NodeAgentConfig } from "./config.ts";
