@@ -1,8 +1,8 @@
 // The node agent's loop (issue 30): every c seconds a fresh read of the NodeFence named after its node; after N
 // failed reads in a row, a signed question to every known peer. Each outcome goes through the isolation decision
 // (decide/isolation.ts, through ./isolation.ts) which says until when the watchdog may be fed; the feeder runs on
-// its own timer and asks that at every write. The record is renewed after each successful check; a failed renewal
-// never stops feeding.
+// its own timer and asks that at every write. The record is renewed after each successful check, beside the loop (a
+// hung renewal must not delay the next check); a failed renewal never stops feeding.
 import { writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { KubeConfig } from "@kubernetes/client-node";
@@ -15,7 +15,7 @@ import type { NodeAgentConfig } from "./config.ts";
 import { Isolation } from "./isolation.ts";
 import { askPeers, PeerServer } from "./peers.ts";
 import { generateKeyPair, type KeyPair, type PeerAnswer } from "./protocol.ts";
-import { RecordClient } from "./record.ts";
+import { RecordClient, type RecordFields } from "./record.ts";
 import { Feeder, feedPeriodMs, Watchdog } from "./watchdog.ts";
 
 const mono = () => performance.now();
@@ -78,6 +78,8 @@ export class Agent {
   #armProblem: string | undefined;
   #feeder: Feeder | undefined;
   #timer: NodeJS.Timeout | undefined;
+  /** The renewal under way, if any: at most one, and the check loop never waits for it. */
+  #renewal: Promise<void> | undefined;
   #server: PeerServer;
   #health: Server | undefined;
   #stopped = false;
@@ -160,6 +162,7 @@ export class Agent {
     this.#log.info({ port }, "peer server listening");
     await this.#startHealth();
     await this.checkOnce();
+    await this.#renewal; // the first record is written before start() returns
     this.#schedule();
   }
 
@@ -191,7 +194,9 @@ export class Agent {
     this.#lastSuccessStart = startedMono;
     this.#apply({ kind: "ok", startedMs: startedMono, nodeFence: seen });
     if (seen === "absent" && !this.#watchdog && this.#armProblem === undefined) this.#arm();
-    await this.#renewAndList();
+    // Not awaited: a renewal hung until its deadline would otherwise push the next check back by up to two request
+    // deadlines; one still under way is not doubled (the next success renews again).
+    if (!this.#stopped) this.#renewal ??= this.#renewAndList().finally(() => (this.#renewal = undefined));
   }
 
   async #askPeers(): Promise<void> {
@@ -205,16 +210,30 @@ export class Agent {
     this.#apply({ kind: "none" }, { startedMs, answers: r.answers });
   }
 
+  #fields(armed: boolean): RecordFields {
+    return {
+      armed,
+      watchdogTimeoutSeconds: this.#timeoutSeconds,
+      deadlineSeconds: this.#cfg.deadlineSeconds,
+      controlPlaneDownSeconds: this.#cfg.controlPlaneDownSeconds,
+      publicKey: this.#keys.publicKeyBase64,
+      peerAddress: `${this.#cfg.podIP.includes(":") ? `[${this.#cfg.podIP}]` : this.#cfg.podIP}:${this.#cfg.peerPort}`,
+    };
+  }
+
+  async #recordDisarmed(): Promise<boolean> {
+    try {
+      await this.#records.renew(this.#fields(false));
+      return true;
+    } catch (err) {
+      this.#log.error({ err: errorMessage(err) }, "cannot record armed=false before disarming: the watchdog is left armed");
+      return false;
+    }
+  }
+
   async #renewAndList(): Promise<void> {
     try {
-      await this.#records.renew({
-        armed: this.#watchdog !== undefined,
-        watchdogTimeoutSeconds: this.#timeoutSeconds,
-        deadlineSeconds: this.#cfg.deadlineSeconds,
-        controlPlaneDownSeconds: this.#cfg.controlPlaneDownSeconds,
-        publicKey: this.#keys.publicKeyBase64,
-        peerAddress: `${this.#cfg.podIP.includes(":") ? `[${this.#cfg.podIP}]` : this.#cfg.podIP}:${this.#cfg.peerPort}`,
-      });
+      await this.#records.renew(this.#fields(this.#watchdog !== undefined));
       this.#lastRenewed = mono();
     } catch (err) {
       this.#log.warn({ err: errorMessage(err) }, "cannot renew this node's record (feeding is not affected)");
@@ -262,14 +281,21 @@ export class Agent {
     await new Promise<void>((resolve) => this.#health!.listen(port, host, resolve));
   }
 
-  /** SIGTERM (design rule 5): healthy → magic close (disarmed); otherwise close without "V" (the watchdog fires). */
+  /**
+   * SIGTERM (design rule 5): healthy → magic close (disarmed); otherwise close without "V" (the watchdog fires).
+   * A disarm needs the record to say armed=false first, acknowledged by the API: a record left saying "armed" over a
+   * disarmed watchdog would let the operator count a reset that never comes. No acknowledgement → left armed.
+   */
   async stop(): Promise<"disarmed" | "left-armed" | "unarmed"> {
     this.#stopped = true;
     if (this.#timer) clearTimeout(this.#timer);
-    this.#feeder?.stop();
+    await this.#renewal; // an armed=true renewal under way must not land after the armed=false one
     let outcome: "disarmed" | "left-armed" | "unarmed" = "unarmed";
     if (this.#watchdog) {
-      if (this.healthy) {
+      // The feeder runs on (within D only) while the record is written.
+      const recorded = this.healthy && (await this.#recordDisarmed());
+      this.#feeder?.stop();
+      if (recorded && this.healthy) {
         this.#watchdog.disarm();
         outcome = "disarmed";
       } else {

@@ -3,7 +3,7 @@
 // node-name claim the admission policy reads). A plain file stands in for /dev/watchdog.
 //   - the agent renews its record (the Lease named after its node) with the annotations the operator reads;
 //   - manifests/node-agent/'s ValidatingAdmissionPolicy refuses that token a write to another node's record;
-//   - SIGTERM while confirmed disarms the watchdog (magic close: "V" last).
+//   - SIGTERM while confirmed records armed=false, then disarms the watchdog (magic close: "V" last).
 // The pod the token is bound to is created with spec.nodeName set (no scheduler): the apiserver puts the pod's
 // node in the token when it is issued (TokenRequest with a Pod bound object).
 import { after, before, describe, test } from "node:test";
@@ -179,11 +179,14 @@ describe("node agent: its record on a real apiserver, bound to its node", () => 
     );
   });
 
-  test("SIGTERM while confirmed disarms the watchdog: V written last", async () => {
+  test("SIGTERM while confirmed records armed=false, then disarms the watchdog: V written last", async () => {
     const exited = new Promise<number | null>((resolve) => agent!.once("exit", resolve));
     agent!.kill("SIGTERM");
     assert.equal(await exited, 0, agentLog);
     const written = readFileSync(device(), "latin1");
     assert.ok(written.endsWith("V"), `device content ends with ${JSON.stringify(written.slice(-3))}`);
+    // A record still saying "armed" over a disarmed watchdog would let the operator count a reset that never comes.
+    const record = await admin.readNamespacedLease({ name: nodeX, namespace: NS });
+    assert.equal(record.metadata?.annotations?.["node-agent.stockade.io/armed"], "false");
   });
 });
