@@ -23,8 +23,12 @@ const usage = `usage: npm run lab -- <command>
                                  (kwok: kubelet frozen; real: packets dropped, containers really run)
   partition-nodes <a> <b>        cut two real nodes from each other (both still reach the control plane)
   kill-kubelet <node>            a real node's kubelet dies, its containers keep running
+  kill-agent <node>              a real node's node agent dies (its containers SIGKILLed, and again whenever
+                                 they restart) until the node boots anew or heal: an armed watchdog fires
+  disable-watchdog <node>        a real node's watchdog device goes for good: never armed, never a reset
+  watchdog <node> [seconds]      a real node's watchdog (armed, last feed, timeout); seconds: set its timeout
   etcd cut|reconnect             partition kube-apiserver from etcd (an etcd proxy drops every byte)
-  heal <node>                    undo a partition / restart a dead kubelet (same boot ID), or reboot a hung one
+  heal <node>                    undo a partition / restart a dead kubelet or agent (same boot ID), or reboot a hung one
   bmc <node> on|off|status       power control through the node's BMC over IPMI (ipmitool lanplus)
   bmc <node> unreachable|reachable   make the BMC stop/resume answering
   install [--image <tar>]        install the operator in-cluster as a user would (real nodes): import the image
@@ -100,6 +104,24 @@ async function main(argv: string[]): Promise<number> {
       const lab = Lab.attach(dir);
       await lab.killKubelet(needNode());
       console.log(`${node}: ${describe(lab.machine(node!))}`);
+      return 0;
+    }
+    case "kill-agent": {
+      const pids = await Lab.attach(dir).killNodeAgent(needNode());
+      console.log(
+        `${node}: node agent killed (${pids.length ? `pids ${pids.join(", ")}` : "none running now"}); kept dead until a new boot or heal`,
+      );
+      return 0;
+    }
+    case "disable-watchdog": {
+      await Lab.attach(dir).disableWatchdog(needNode());
+      console.log(`${node}: watchdog disabled (no device; it never resets the node)`);
+      return 0;
+    }
+    case "watchdog": {
+      const lab = Lab.attach(dir);
+      if (action !== undefined) lab.setWatchdogTimeout(needNode(), Number(action));
+      console.log(JSON.stringify({ node, ...lab.watchdog(needNode()) }));
       return 0;
     }
     case "etcd": {
