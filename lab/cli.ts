@@ -6,6 +6,7 @@ import { Lab } from "./lab.ts";
 import { KUBERNETES_NODE_LEASE_SECONDS, kubernetesTimings } from "./control-plane.ts";
 import { realNodeImages } from "./images.ts";
 import { readState, readEvents } from "./state.ts";
+import { installNodeAgent } from "./node-agent-install.ts";
 import { imageFromTar, installOperator, overlayRef, uninstallOperator } from "./operator-install.ts";
 
 const usage = `usage: npm run lab -- <command>
@@ -36,6 +37,9 @@ const usage = `usage: npm run lab -- <command>
                                  wait for both replicas Ready, the leader and the webhooks. --image: a tar made by
                                  docker save (default: build it from the Dockerfile, cached by its inputs)
   uninstall                      manifests/README.md's uninstall steps (unfence, NodeFences, webhooks, the bundle)
+  install-node-agent [--image <tar>]  the node agent from manifests/node-agent/ (real nodes), with the lab's overlay:
+                                 the lab watchdog through a hostPath (not privileged) and the fast timings
+                                 c=2 N=2 F=4 D=12 peer timeout 1; waits for every node's record, armed
   events                         the lab's own event log (power changes, boots, faults)
   down                           stop every process the lab started
 
@@ -147,6 +151,17 @@ async function main(argv: string[]): Promise<number> {
       const done = await installOperator(lab, { image: values.image ? await imageFromTar(values.image) : undefined, log });
       console.log(
         `operator ${overlayRef(done.image)} installed (overlay ${done.overlay}): import ${(done.ms.import / 1000).toFixed(1)} s, apply ${(done.ms.apply / 1000).toFixed(1)} s, Ready ${(done.ms.ready / 1000).toFixed(1)} s`,
+      );
+      return 0;
+    }
+    case "install-node-agent": {
+      const lab = Lab.attach(dir);
+      const done = await installNodeAgent(lab, {
+        image: values.image ? await imageFromTar(values.image) : undefined,
+        log: (m) => console.error(`[lab] ${m}`),
+      });
+      console.log(
+        `node agent ${overlayRef(done.image)} installed on ${lab.nodes().length} nodes (overlay ${done.overlay}), every watchdog armed`,
       );
       return 0;
     }

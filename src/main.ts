@@ -76,4 +76,7 @@ async function main(): Promise<number> {
   return drained ? 0 : 1;
 }
 
-process.exit(await main());
+// `stockade node-agent ...` runs the node agent (manifests/node-agent/); anything else is the operator, as before.
+process.exit(
+  process.argv[2] === "node-agent" ? await (await import("./node-agent/main.ts")).runNodeAgent(process.argv.slice(3)) : await main(),
+);

@@ -135,15 +135,26 @@ function fenceSeen(i: AgentInput): string | undefined {
   return peer ? `peer ${peer.from} read a NodeFence for this node` : undefined;
 }
 
+/**
+ * How many distinct known peers of one round must sign "I reach the API and there is no NodeFence for you" before
+ * their word extends feeding: ⌊n/6⌋ + 1 of n known peers. One compromised agent's "no NodeFence" must not keep a
+ * node that the operator sees silent feeding its watchdog; this is the same tolerance (up to a sixth of the agents
+ * lying) as the control-plane-down majority against the operator's doubt window (a third).
+ */
+export const peerQuorum = (knownPeers: number): number => Math.floor(knownPeers / 6) + 1;
+
 /** The latest start time among this decision's confirmations, and what gave it. */
 function newConfirmation(i: AgentInput): { at: number; by: ConfirmedBy } | undefined {
   const found: { at: number; by: ConfirmedBy }[] = [];
   if (i.own.kind === "ok" && i.own.nodeFence === "absent" && usable(i.own.startedMs, i.nowMs))
     found.push({ at: i.own.startedMs, by: "api" });
   const known = new Set(i.config.peers);
+  const vouched = new Map<number, Set<string>>();
   for (const a of i.answers)
     if (known.has(a.from) && a.api === "reachable" && a.nodeFence === "absent" && usable(a.roundStartedMs, i.nowMs))
-      found.push({ at: a.roundStartedMs, by: "peer" });
+      vouched.set(a.roundStartedMs, (vouched.get(a.roundStartedMs) ?? new Set<string>()).add(a.from));
+  const q = peerQuorum(known.size);
+  for (const [round, peers] of vouched) if (peers.size >= q) found.push({ at: round, by: "peer" });
   const majority = majorityRound(i);
   if (majority !== undefined) found.push({ at: majority, by: "majority" });
   return found.reduce<{ at: number; by: ConfirmedBy } | undefined>((b, f) => (b === undefined || f.at > b.at ? f : b), undefined);

@@ -19,6 +19,12 @@ export const RECORD_ANNOTATIONS = {
    * answer), unless most of its peers sign that they cannot reach the API either.
    */
   deadlineSeconds: `${P}deadline-seconds`,
+  /**
+   * F: how long (seconds, on its monotonic clock) the agent must have been without the API before it signs "I cannot
+   * reach the API" for a peer's control-plane-down vote. The operator's doubt window uses the smallest F any agent
+   * states (decide/watchdog-evidence.ts).
+   */
+  controlPlaneDownSeconds: `${P}control-plane-down-seconds`,
   /** The agent's Ed25519 public key, base64 of its SPKI DER: peers check its signed requests and answers with it. */
   publicKey: `${P}public-key`,
   /** Where peers reach the agent: host:port on the pod network. */
@@ -35,6 +41,7 @@ export interface NodeAgentRecord {
   armed: boolean;
   watchdogTimeoutSeconds: number;
   deadlineSeconds: number;
+  controlPlaneDownSeconds: number;
   /** base64 SPKI DER of an Ed25519 key. */
   publicKey: string;
   peerAddress: string;
@@ -67,6 +74,9 @@ export function parseNodeAgentRecord(lease: V1Lease): ParsedRecord {
   const deadlineSeconds = intIn(a[RECORD_ANNOTATIONS.deadlineSeconds], 1, MAX_DEADLINE_SECONDS);
   if (deadlineSeconds === undefined)
     return bad(`${RECORD_ANNOTATIONS.deadlineSeconds} must be a whole number of seconds, 1-${MAX_DEADLINE_SECONDS}`);
+  const controlPlaneDownSeconds = intIn(a[RECORD_ANNOTATIONS.controlPlaneDownSeconds], 1, MAX_DEADLINE_SECONDS);
+  if (controlPlaneDownSeconds === undefined)
+    return bad(`${RECORD_ANNOTATIONS.controlPlaneDownSeconds} must be a whole number of seconds, 1-${MAX_DEADLINE_SECONDS}`);
   const publicKey = a[RECORD_ANNOTATIONS.publicKey] ?? "";
   if (!/^[A-Za-z0-9+/]{40,200}={0,2}$/.test(publicKey)) return bad(`${RECORD_ANNOTATIONS.publicKey} is not a base64 public key`);
   const peerAddress = a[RECORD_ANNOTATIONS.peerAddress] ?? "";
@@ -80,6 +90,7 @@ export function parseNodeAgentRecord(lease: V1Lease): ParsedRecord {
       armed: armedRaw === "true",
       watchdogTimeoutSeconds: watchdogTimeoutSeconds ?? 0,
       deadlineSeconds,
+      controlPlaneDownSeconds,
       publicKey,
       peerAddress,
       renewTime,

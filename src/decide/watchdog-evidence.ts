@@ -95,6 +95,17 @@ export function advanceDoubtWindow(
   };
 }
 
+/**
+ * F for the doubt window: the smallest control-plane-down time any valid agent record states (an agent with a smaller
+ * F signs "unreachable" sooner, so its record is silent for less when it votes), or the agents' default when no
+ * record is valid. Unusable records say nothing about F and are skipped: the operator does not vouch for them either.
+ */
+export function doubtControlPlaneDownSeconds(records: readonly ParsedRecord[]): number {
+  let f = Infinity;
+  for (const r of records) if (r.ok) f = Math.min(f, r.record.controlPlaneDownSeconds);
+  return Number.isFinite(f) ? f : DEFAULT_CONTROL_PLANE_DOWN_SECONDS;
+}
+
 export interface WatchdogEvidenceInput {
   /** The fenced node. */
   node: string;

@@ -10,6 +10,7 @@ import {
   initialAgentState,
   mayFeed,
   nodeFenceVerdict,
+  peerQuorum,
   shutdownAction,
   unreachableForSeconds,
   type AgentConfig,
@@ -287,6 +288,65 @@ describe("decide/isolation: random sequences", () => {
         if (d.feed && now >= fenceAt + D)
           assert.ok(now < lastMajority + D, `${why}: fed past the NodeFence's creation + D without a majority`);
         if (d.feedUntilMs !== undefined) assert.ok(d.feedUntilMs <= Math.max(lastAbsentStart, lastMajority) + D, why);
+      }
+    }
+  });
+});
+
+describe("decide/isolation: peers' 'no NodeFence' needs a quorum of ⌊n/6⌋ + 1", () => {
+  const twelve = ["p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12"];
+  test("the quorum by membership size", () => {
+    assert.deepEqual([1, 5, 6, 11, 12, 18].map(peerQuorum), [1, 1, 2, 2, 3, 4]);
+  });
+  test("with 12 known peers, 2 vouching peers do not extend feeding, 3 of the same round do", () => {
+    const cfg = config(twelve);
+    const lost = step(initialAgentState(), 1_000, okAbsent(0), [], cfg).state; // confirmed at 0: feeds until 30 s
+    let d = step(lost, 20_000, { kind: "failed", startedMs: 19_000 }, [absent("p1", 18_000), absent("p2", 18_000)], cfg);
+    assert.equal(d.feedUntilMs, 30_000, "two vouchers (q = 3): no extension");
+    d = step(lost, 20_000, { kind: "failed", startedMs: 19_000 }, [absent("p1", 18_000), absent("p2", 18_000), absent("p2", 18_000)], cfg);
+    assert.equal(d.feedUntilMs, 30_000, "the same peer twice counts once");
+    d = step(lost, 20_000, { kind: "failed", startedMs: 19_000 }, [absent("p1", 18_000), absent("p2", 17_000), absent("p3", 16_000)], cfg);
+    assert.equal(d.feedUntilMs, 30_000, "three vouchers of three different rounds: no quorum in any round");
+    d = step(lost, 20_000, { kind: "failed", startedMs: 19_000 }, [absent("p1", 18_000), absent("p2", 18_000), absent("p3", 18_000)], cfg);
+    assert.equal(d.feedUntilMs, 48_000, "three of one round: extended to that round's start + D");
+    assert.equal(d.state.confirmedBy, "peer");
+  });
+  test("random sequences with up to ⌊n/6⌋ liars: never fed past the NodeFence + D unless a third of the peers, honest (so silent to the operator: its doubt window), were unreachable", () => {
+    const peers = twelve;
+    const liars = new Set(["p11", "p12"]); // ⌊12/6⌋ = 2
+    const cfg = config(peers);
+    const D = cfg.deadlineSeconds * 1000;
+    for (let seed = 1; seed <= 200; seed++) {
+      const r = random(seed);
+      let state = initialAgentState();
+      let now = 0;
+      const fenceAt = 20_000 + r() * 100_000;
+      let lastDoubt = -Infinity; // the latest round in which ≥ n/3 honest peers were unreachable
+      for (let k = 0; k < 100; k++) {
+        now += Math.floor(r() * 4_000);
+        const start = now - Math.floor(r() * 6_000);
+        const fenced = start >= fenceAt; // an honest read made after the start sees the fence once it exists
+        // The node is cut off from the API after the fence (own checks fail); before it, they may succeed.
+        const own: OwnCheck = !fenced && r() < 0.5 ? okAbsent(start) : { kind: "failed", startedMs: start };
+        const answers: PeerAnswer[] = [];
+        let honestUnreachable = 0;
+        for (const p of peers) {
+          if (liars.has(p)) {
+            answers.push(r() < 0.5 ? absent(p, start) : unreachable(p, start, 60));
+            continue;
+          }
+          const roll = r();
+          if (roll < 0.3) {
+            answers.push(unreachable(p, start, 10 + Math.floor(r() * 10)));
+            honestUnreachable++;
+          } // After the fence the node reaches no honest peer that reaches the API (the attack: only liars vouch).
+          else if (roll < 0.4 && !fenced) answers.push({ ...absent(p, start), nodeFence: fenced ? "fence" : "absent" });
+        }
+        if (3 * honestUnreachable >= peers.length) lastDoubt = Math.max(lastDoubt, start);
+        const d = decideIsolation({ nowMs: now, config: cfg, state, own, answers });
+        state = d.state;
+        if (d.feed && now >= fenceAt + D)
+          assert.ok(now < lastDoubt + D, `seed ${seed} step ${k} now ${now}: fed past the NodeFence + D on the liars' word`);
       }
     }
   });

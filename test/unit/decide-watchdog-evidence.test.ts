@@ -8,6 +8,7 @@ import { parseNodeAgentRecord, RECORD_ANNOTATIONS as A, type ParsedRecord } from
 import {
   CLOCK_RATE_DRIFT,
   DOUBT_FRACTION,
+  doubtControlPlaneDownSeconds,
   FIXED_MARGIN_SECONDS,
   SILENCE_SLACK_SECONDS,
   advanceDoubtWindow,
@@ -20,7 +21,7 @@ import {
 
 const KEY = "MCowBQYDK2VwAyEA" + "A".repeat(43) + "=";
 
-function recordLease(name: string, o: { armed?: string; T?: string; D?: string } = {}): V1Lease {
+function recordLease(name: string, o: { armed?: string; T?: string; D?: string; F?: string | null } = {}): V1Lease {
   return {
     metadata: {
       name,
@@ -29,6 +30,7 @@ function recordLease(name: string, o: { armed?: string; T?: string; D?: string }
         [A.armed]: o.armed ?? "true",
         [A.watchdogTimeoutSeconds]: o.T ?? "30",
         [A.deadlineSeconds]: o.D ?? "30",
+        ...(o.F === null ? {} : { [A.controlPlaneDownSeconds]: o.F ?? "10" }),
         [A.publicKey]: KEY,
         [A.peerAddress]: "10.0.0.1:9443",
       },
@@ -237,5 +239,20 @@ describe("decide/watchdog-evidence: the control-plane-doubt window", () => {
       const e = watchdogEvidence(input({ nowMs: now, window: w, kubeletSilentMs: now - T0, recordSilentMs: now - T0 }));
       if (e.holds) assert.ok(now - w.startMs >= 68_000 && now - T0 >= 68_000);
     }
+  });
+});
+
+describe("decide/watchdog-evidence: F travels in the records", () => {
+  test("a record without control-plane-down-seconds is refused, naming the annotation", () => {
+    const r = parseNodeAgentRecord(recordLease("n1", { F: null }));
+    assert.equal(r.ok, false);
+    assert.match(r.ok ? "" : r.problem, /control-plane-down-seconds must be a whole number of seconds, 1-600/);
+    assert.equal(parseNodeAgentRecord(recordLease("n1", { F: "0" })).ok, false);
+  });
+  test("the doubt window uses the smallest F any valid record states; none valid: the default", () => {
+    const recs = [recordLease("a", { F: "12" }), recordLease("b", { F: "6" }), recordLease("c", { F: null })].map(parseNodeAgentRecord);
+    assert.equal(doubtControlPlaneDownSeconds(recs), 6);
+    assert.equal(doubtControlPlaneDownSeconds([parseNodeAgentRecord(recordLease("c", { F: null }))]), 10);
+    assert.equal(doubtControlPlaneDownSeconds([]), 10);
   });
 });
