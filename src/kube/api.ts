@@ -24,6 +24,7 @@ import type { DateTime } from "luxon";
 import { GROUP, VERSION, type FenceAgent, type FenceRecord, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS } from "../decide/fleet.ts";
 import { assessNode, type NodeHealth } from "../decide/node-health.ts";
+import { NODE_AGENT_NAMESPACE } from "../decide/node-agent-record.ts";
 
 export type Plural = "nodefences" | "fencingpolicies" | "fenceagents";
 
@@ -209,6 +210,16 @@ export class Kube {
   async readNode(name: string): Promise<V1Node | undefined> {
     try {
       return await this.core.readNode({ name });
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /** The node agent's record for a node (a Lease in stockade-node-agent), fresh; undefined when there is none. */
+  async readAgentRecord(node: string): Promise<V1Lease | undefined> {
+    try {
+      return await this.coordination.readNamespacedLease({ name: node, namespace: NODE_AGENT_NAMESPACE });
     } catch (err) {
       if (isNotFound(err)) return undefined;
       throw err;

@@ -42,7 +42,8 @@ async function standIn(device: string): Promise<StandIn> {
     const url = req.url ?? "";
     const status = (code: number, body: object) => res.writeHead(code, { "content-type": "application/json" }).end(JSON.stringify(body));
     const failure = (code: number, reason: string) => status(code, { kind: "Status", apiVersion: "v1", status: "Failure", reason, code });
-    if (req.method === "GET" && url.startsWith("/apis/stockade.io/v1alpha1/nodefences/")) return (s.nodeFenceReads++, failure(404, "NotFound"));
+    if (req.method === "GET" && url.startsWith("/apis/stockade.io/v1alpha1/nodefences/"))
+      return (s.nodeFenceReads++, failure(404, "NotFound"));
     if (url.includes("/leases") && s.hangLeases) return;
     if (req.method === "GET" && /\/leases\/n1$/.test(url)) return failure(404, "NotFound");
     if (req.method === "GET" && /\/leases(\?|$)/.test(url))

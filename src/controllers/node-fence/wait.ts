@@ -33,7 +33,11 @@ export async function waitFor(
   // machine is powered back on: a wait for an agent (lifting a storage fence, one power-on of several) must not
   // overwrite it, or the next step would skip the power-on.
   const reason = fence.status?.phase === "Unfencing" && before?.reason ? before.reason : step.reason;
-  await c.write(fence, (s) => c.cond(s, { type, status: "False", reason, message: step.message }, fence));
+  await c.write(fence, (s) => {
+    // A level of watchdog agents waiting: the arithmetic, every number, for a person to check.
+    if (step.watchdog) s.watchdog = step.watchdog;
+    return c.cond(s, { type, status: "False", reason, message: step.message }, fence);
+  });
   if (before?.reason !== step.reason && WARNING_WAITS.has(step.reason)) {
     c.d.log.warn({ nodeFence: fence.metadata?.name, reason: step.reason }, step.message);
     c.announce(c.event(fence, "Warning", step.reason, step.message, node));
