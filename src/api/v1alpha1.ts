@@ -1129,7 +1129,7 @@ export interface FenceRecordStatusLevelsAgents {
 
 /** The proof the node was fenced, when there was one. */
 export interface FenceRecordStatusEvidence {
-  /** PowerOffConfirmed, ManualConfirmation or StorageFenced. */
+  /** PowerOffConfirmed, ManualConfirmation, StorageFenced or WatchdogExpired. */
   method?: string;
   time?: string;
   agents?: string[];
