@@ -41,7 +41,7 @@ import { stillHeld } from "./node-conditions.ts";
 import { quorumRefusal } from "./quorum.ts";
 import { matchesSelector, policyForNode } from "./selectors.ts";
 import { fencedStorageClasses, isStorageFence, networkFenceName } from "./storage-fence.ts";
-import { agentRecordChanges, agentRecordFingerprint, describeArithmetic, watchdogStatus } from "./watchdog-fence.ts";
+import { agentRecordChanges, agentRecordFingerprint, describeArithmetic, watchdogStatus, watchdogWaitMessage } from "./watchdog-fence.ts";
 import { NODE_AGENT_NAMESPACE } from "./node-agent-record.ts";
 import type { WatchdogEvidence } from "./watchdog-evidence.ts";
 
@@ -819,21 +819,23 @@ function watchdogStep(o: FenceObservation, index: number): Step {
       message: `waiting for the first list of the node agents' records (Leases in namespace ${NODE_AGENT_NAMESPACE}; the operator needs get, list and watch on them): the watchdog's wait counts from this operator's own first look`,
       requeueAfterMs: 2_000,
     };
-  const watchdog = watchdogStatus(w, o.now);
   if (w.holds)
     return {
       kind: "recordOutcome",
       index,
       outcome: "Succeeded",
       message: `WatchdogExpired: ${describeArithmetic(w.arithmetic)}`,
-      watchdog,
+      watchdog: watchdogStatus(w, o.now),
     };
-  if (!w.arithmetic) return { kind: "recordOutcome", index, outcome: "Failed", message: w.reason, watchdog };
+  if (!w.arithmetic) return { kind: "recordOutcome", index, outcome: "Failed", message: w.reason, watchdog: watchdogStatus(w, o.now) };
+  // Worded to stay the same while only time passes: the wait is not written to status at every look.
+  const message = watchdogWaitMessage(w);
+  const watchdog = watchdogStatus(w, o.now, message);
   const leftMs = (w.arithmetic.requiredSeconds - w.arithmetic.observedSeconds) * 1000;
   return {
     kind: "wait",
     reason: "WaitingForWatchdog",
-    message: w.reason,
+    message,
     requeueAfterMs: Math.max(500, Math.min(5_000, Math.ceil(leftMs))),
     watchdog,
   };

@@ -57,11 +57,39 @@ export function describeArithmetic(a: WatchdogArithmetic): string {
   );
 }
 
-/** The arithmetic as the NodeFence status shows it (status.watchdog), so that a person can check it. */
-export function watchdogStatus(w: WatchdogEvidence, now: DateTime): NodeFenceStatusWatchdog {
+/**
+ * Why the evidence does not hold yet, in words that stay the same from one look to the next while nothing but the
+ * time passes (a wait's condition message is rewritten only when it changes): for the wait itself, when it ends on
+ * the operator's wall clock for people (the window's start plus the required seconds) instead of the seconds so far.
+ */
+export function watchdogWaitMessage(w: Extract<WatchdogEvidence, { holds: false }>): string {
+  const a = w.arithmetic;
+  if (!a || !w.reason.startsWith("waiting for the watchdog")) return w.reason;
+  const end = new Date(Date.parse(a.windowStart) + Math.round(a.requiredSeconds * 1000));
+  const doubt = a.windowRestarts
+    ? ` (restarted ${a.windowRestarts} time(s): ${a.silentAgents} of ${a.agents} other agents were silent at the last look: the control plane may be down)`
+    : "";
+  const until = Number.isNaN(end.getTime()) ? "" : `, about ${end.toISOString()} on the operator's clock`;
+  return (
+    `waiting for the watchdog: (${a.deadlineSeconds} + ${a.watchdogTimeoutSeconds})·(1 + ${a.clockRateDrift}) + ${a.marginSeconds} = ${a.requiredSeconds} s ` +
+    `of silence counted from ${a.windowStart}${doubt}${until}`
+  );
+}
+
+/** Whether two status.watchdog say the same but for the time passed (observedSeconds, time): no status write for it. */
+export function sameWatchdogStatus(a: NodeFenceStatusWatchdog | undefined, b: NodeFenceStatusWatchdog | undefined): boolean {
+  const strip = (x: NodeFenceStatusWatchdog | undefined) => (x ? { ...x, observedSeconds: undefined, time: undefined } : undefined);
+  return JSON.stringify(strip(a)) === JSON.stringify(strip(b));
+}
+
+/**
+ * The arithmetic as the NodeFence status shows it (status.watchdog), so that a person can check it; `reason`, when it
+ * does not hold (default: the evidence's own). observedSeconds is as of `time`, truncated to the millisecond.
+ */
+export function watchdogStatus(w: WatchdogEvidence, now: DateTime, why?: string): NodeFenceStatusWatchdog {
   const time = now.toUTC().toISO({ suppressMilliseconds: true }) ?? "";
   const a = w.arithmetic;
-  const reason = w.holds ? {} : { reason: w.reason };
+  const reason = w.holds ? {} : { reason: why ?? w.reason };
   if (!a) return { holds: false, ...reason, time };
   return {
     holds: w.holds,
@@ -71,7 +99,7 @@ export function watchdogStatus(w: WatchdogEvidence, now: DateTime): NodeFenceSta
     clockRateDrift: String(a.clockRateDrift),
     marginSeconds: a.marginSeconds,
     requiredSeconds: String(a.requiredSeconds),
-    observedSeconds: String(a.observedSeconds),
+    observedSeconds: String(Math.floor(a.observedSeconds * 1000) / 1000),
     firstSeen: a.firstSeen,
     windowStart: a.windowStart,
     silentAgents: a.silentAgents,

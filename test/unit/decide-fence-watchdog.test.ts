@@ -13,7 +13,7 @@ import { driverFor } from "../../src/agents/registry.ts";
 import { FINALIZER, nextStep, snapshotOf, type FenceObservation, type Step } from "../../src/decide/fence-machine.ts";
 import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS as A } from "../../src/decide/node-agent-record.ts";
 import { watchdogEvidence, type WatchdogEvidence } from "../../src/decide/watchdog-evidence.ts";
-import { agentRecordFingerprint } from "../../src/decide/watchdog-fence.ts";
+import { agentRecordFingerprint, sameWatchdogStatus } from "../../src/decide/watchdog-fence.ts";
 import { heartbeatOf } from "../../src/decide/heartbeat.ts";
 import { WatchdogObserver } from "../../src/kube/watchdog-observer.ts";
 import { T0, agent, agentMap, at, fencing, lease, partitionedNode, policy, pvcMap, stamp, stsPod } from "./decide-fixtures.ts";
@@ -160,7 +160,10 @@ describe("WatchdogExpired: the arithmetic decides", () => {
     assert.equal(early.kind, "wait");
     if (early.kind !== "wait") return;
     assert.equal(early.reason, "WaitingForWatchdog");
-    assert.match(early.message, /waiting for the watchdog: 67\.999 s of \(30 \+ 30\)·\(1 \+ 0\.05\) \+ 5 = 68 s/);
+    assert.match(
+      early.message,
+      /^waiting for the watchdog: \(30 \+ 30\)·\(1 \+ 0\.05\) \+ 5 = 68 s of silence counted from 2026-01-01T00:00:00\.000Z, about 2026-01-01T00:01:08\.000Z/,
+    );
     assert.deepEqual(
       { ...early.watchdog, time: undefined, firstSeen: undefined, windowStart: undefined },
       {
@@ -180,6 +183,14 @@ describe("WatchdogExpired: the arithmetic decides", () => {
         time: undefined,
       },
     );
+    // A second later the wait says the same (no status write, no requeue loop); only observedSeconds and time moved.
+    const { look: look2 } = operator();
+    const a = nextStep(obs(inProgress, { watchdog: look2(30_000) }));
+    const b = nextStep(obs(inProgress, { now: at(1001), watchdog: look2(1_000) }));
+    assert.ok(a.kind === "wait" && b.kind === "wait");
+    assert.equal(a.message, b.message);
+    assert.equal(sameWatchdogStatus(a.watchdog, b.watchdog), true);
+    assert.notEqual(a.watchdog?.observedSeconds, b.watchdog?.observedSeconds);
     const late = nextStep(obs(inProgress, { watchdog: look(1) }));
     assert.equal(late.kind, "recordOutcome");
     if (late.kind !== "recordOutcome") return;

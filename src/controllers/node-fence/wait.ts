@@ -3,6 +3,7 @@
 import type { V1Node } from "@kubernetes/client-node";
 import type { NodeFence } from "../../api/v1alpha1.ts";
 import { agentRunning, type Step } from "../../decide/fence-machine.ts";
+import { sameWatchdogStatus } from "../../decide/watchdog-fence.ts";
 import { findCondition, type Condition } from "../../kube/conditions.ts";
 import { FENCED_CONDITION } from "./conditions.ts";
 import type { StepContext } from "./context.ts";
@@ -35,7 +36,8 @@ export async function waitFor(
   const reason = fence.status?.phase === "Unfencing" && before?.reason ? before.reason : step.reason;
   await c.write(fence, (s) => {
     // A level of watchdog agents waiting: the arithmetic, every number, for a person to check.
-    if (step.watchdog) s.watchdog = step.watchdog;
+    // Rewritten only when more than the time passed changed (a write per look would requeue the fence at once, in a loop).
+    if (step.watchdog && !sameWatchdogStatus(s.watchdog, step.watchdog)) s.watchdog = step.watchdog;
     return c.cond(s, { type, status: "False", reason, message: step.message }, fence);
   });
   if (before?.reason !== step.reason && WARNING_WAITS.has(step.reason)) {
