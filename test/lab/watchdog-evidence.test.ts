@@ -7,7 +7,6 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CoordinationV1Api, PatchStrategy, setHeaderOptions, type V1Lease } from "@kubernetes/client-node";
-import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS } from "../../lab/bed.ts";
 import { GUARDED_LABEL } from "../../src/decide/guarded-pods.ts";
 import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS as A } from "../../src/decide/node-agent-record.ts";
