@@ -706,7 +706,7 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
     if (!last || last.outcome === "Interrupted" || last.outcome === "Cancelled") {
       const agent = o.agents.get(name);
       if (!agent) return levelFailed(o, levels.length, level, `FenceAgent ${name} does not exist`);
-      if (agent.spec.type === "watchdog" && !snap.allowWatchdogEvidence)
+      if (agent.spec.type === "watchdog" && !watchdogAllowed(o))
         return levelFailed(o, levels.length, level, watchdogNotAllowed(st.policy ?? "", name));
       let timeoutMs = (agent.spec.timeoutSeconds ?? 30) * 1000;
       if (levelDeadline) timeoutMs = Math.min(timeoutMs, levelDeadline.diff(o.now).as("milliseconds"));
@@ -802,6 +802,14 @@ export const watchdogNotAllowed = (policy: string, agent: string) =>
   `FenceAgent ${agent} is of type watchdog, but FencingPolicy ${policy} does not allow WatchdogExpired evidence: set spec.allowWatchdogEvidence: true on it to use the node agent's watchdog (weaker than a confirmed power-off: docs/safety.md), or remove ${agent} from its escalation`;
 
 /**
+ * WatchdogExpired is taken only while both the fence's policy snapshot and its FencingPolicy as it is now allow it:
+ * an opt-in withdrawn mid-fence counts at once, and a policy deleted allows nothing (the safer reading of both).
+ */
+function watchdogAllowed(o: Pick<FenceObservation, "fence" | "policies">): boolean {
+  return !!o.fence.status?.policySnapshot?.allowWatchdogEvidence && policyOf(o)?.spec.allowWatchdogEvidence === true;
+}
+
+/**
  * An InProgress watchdog attempt: nothing runs. Each look computes WatchdogExpired (o.watchdog, from what this process
  * observed); it succeeds once the arithmetic holds, fails when the node's record rules the watchdog out (none, not
  * armed, unusable, another node's: the next level applies), and otherwise waits, the arithmetic in status. The level's
@@ -809,7 +817,7 @@ export const watchdogNotAllowed = (policy: string, agent: string) =>
  */
 function watchdogStep(o: FenceObservation, index: number): Step {
   const a = attemptsOf(o.fence)[index]!;
-  if (!o.fence.status?.policySnapshot?.allowWatchdogEvidence)
+  if (!watchdogAllowed(o))
     return { kind: "recordOutcome", index, outcome: "Failed", message: watchdogNotAllowed(o.fence.status?.policy ?? "", a.agent) };
   const w = o.watchdog;
   if (!w)
@@ -855,6 +863,7 @@ function watchdogConfirmation(
   health: NodeHealth | undefined,
 ): Step {
   const w = o.watchdog;
+  if (!watchdogAllowed(o)) return levelFailed(o, levels, level, watchdogNotAllowed(o.fence.status?.policy ?? "", agents.join(", ")));
   if (!w?.holds)
     return levelFailed(
       o,

@@ -140,6 +140,20 @@ describe("WatchdogExpired: the policy's opt-in", () => {
     assert.equal(step.kind === "recordOutcome" && step.outcome, "Failed");
   });
 
+  test("the opt-in withdrawn from the policy (or the policy deleted) mid-fence counts at once: no success, no confirmation", () => {
+    const { look } = operator();
+    const w = look(70_000);
+    const withdrawn = policy("default", { escalation: [{ agents: [{ name: "wd" }] }] });
+    for (const policies of [[withdrawn], []]) {
+      const running = nextStep(obs(inProgress, { watchdog: w, agentRecord: record("node-1"), policies }));
+      assert.equal(running.kind === "recordOutcome" && running.outcome, "Failed");
+      const done = fencing({ policySnapshot: snapshotOf(allowed), attempts: [wdAttempt("Succeeded")] });
+      const confirm = nextStep(obs(done, { watchdog: w, agentRecord: record("node-1"), policies }));
+      assert.equal(confirm.kind, "roundFailed");
+      assert.match(confirm.kind === "roundFailed" ? confirm.message : "", /set spec\.allowWatchdogEvidence: true/);
+    }
+  });
+
   test("with the opt-in the watchdog agent's attempt starts (no operation: the machine counts)", () => {
     const step = nextStep(obs(fencing({ policySnapshot: snapshotOf(allowed) })));
     assert.equal(step.kind, "runAgent");
