@@ -15,6 +15,7 @@ import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS as A } from "../../src/decide/
 import { watchdogEvidence, type WatchdogEvidence } from "../../src/decide/watchdog-evidence.ts";
 import { agentRecordFingerprint, sameWatchdogStatus } from "../../src/decide/watchdog-fence.ts";
 import { heartbeatOf } from "../../src/decide/heartbeat.ts";
+import { fencedSince } from "../../src/decide/claim-lock.ts";
 import { WatchdogObserver } from "../../src/kube/watchdog-observer.ts";
 import { T0, agent, agentMap, at, fencing, lease, partitionedNode, policy, pvcMap, stamp, stsPod } from "./decide-fixtures.ts";
 
@@ -308,6 +309,33 @@ describe("WatchdogExpired: the fresh reads before each release step", () => {
     const step = nextStep(obs(releasing(), { agentRecord: structuredClone(rec), lease: l, pods }));
     assert.equal(step.kind, "reenter");
     assert.match(step.kind === "reenter" ? step.message : "", /kubelet Lease resourceVersion 77 → 78/);
+  });
+});
+
+describe("WatchdogExpired and the claim lock / force-delete guard (fencedSince)", () => {
+  const rec = record("node-1");
+  const fence = (): NodeFence => {
+    const f = fenceOf({
+      ...fencing({ policySnapshot: snapshotOf(allowed) }),
+      phase: "Releasing",
+      fencedTime: stamp(at(995)),
+      evidence: {
+        method: "WatchdogExpired",
+        time: stamp(at(995)),
+        agents: ["wd"],
+        round: 0,
+        heartbeat: { ...heartbeatOf(partitionedNode(), kubeletLease()), silent: true, ...agentRecordFingerprint(kubeletLease(), rec) },
+      },
+    });
+    return f;
+  };
+
+  test("counts the node fenced only with the agent record read fresh and unchanged", () => {
+    assert.equal(fencedSince(fence(), partitionedNode(), kubeletLease()), undefined, "not read: not fenced");
+    assert.ok(fencedSince(fence(), partitionedNode(), kubeletLease(), undefined, { read: structuredClone(rec) }));
+    const written = { ...rec, metadata: { ...rec.metadata, resourceVersion: "999999" } };
+    assert.equal(fencedSince(fence(), partitionedNode(), kubeletLease(), undefined, { read: written }), undefined);
+    assert.equal(fencedSince(fence(), partitionedNode(), kubeletLease(), undefined, { read: undefined }), undefined, "gone");
   });
 });
 
