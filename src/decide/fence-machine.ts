@@ -11,6 +11,9 @@
 // - evidence is only PowerOffConfirmed or ManualConfirmation, each from the attempts of the current round — or
 //   StorageFenced (a level of storage fences only), which releases volumes only: never a pod, never out-of-service;
 //   what each attempt proves is what its agent was when the attempt started (recorded in it), never today's FenceAgent;
+//   or WatchdogExpired (a level of watchdog agents only, under a policy that allows it in its snapshot and now), from
+//   the arithmetic the observation carries (decide/watchdog-evidence.ts), with the node agent's record, read fresh,
+//   compared before each release step as the heartbeat is;
 // - a storage fence, once confirmed up, comes down only for an administrator's unfence, the NodeFence's deletion, or
 //   after a later confirmed power-off — never for a new bootID (the node's kubelet writes it);
 // - every storage fence that may have gone out is lifted (retried with backoff) before the fence ends Unfenced or its
