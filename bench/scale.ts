@@ -246,6 +246,22 @@ try {
 }
 
 /**
+ * What made a burst's figures measure something else: the storm guard holding (the lab let more nodes go silent than
+ * the 50 silenced: its kwok could not keep their Leases renewed) or the operator dying. Said in the output, so that a
+ * spoiled run is never read as the operator's figure.
+ */
+function spoiledBy(): void {
+  const log = bed.operators.length ? bed.operatorLog(bed.operators[0]!) : [];
+  const holds = log.filter((l) => typeof l.msg === "string" && l.msg.startsWith("storm guard holds"));
+  if (holds.length)
+    console.log(
+      `SPOILED: the storm guard held ${holds.length} time(s) during the run (first: ${String(holds[0]!.msg).slice(0, 160)}…): more nodes than the silenced ones went unhealthy, so creation times measure the lab, not the operator`,
+    );
+  if (bed.operators.some((c) => c.exitCode !== null || c.signalCode !== null))
+    console.log("SPOILED: the operator exited during the run (its log ends with why)");
+}
+
+/**
  * Where the burst's time went, operator side against apiserver side: the operator's CPU, GC and event-loop delay
  * over the burst, its fleet passes, and how long the apiserver itself took to answer the operator's fresh reads
  * (from the audit log's timestamps) — to tell a slow apiserver from a busy operator.
@@ -390,8 +406,17 @@ async function measureFailures(all: readonly string[], addr: string): Promise<vo
   // Negative: created before the node controller marked the node Unknown (the Lease was the second signal).
   const unknown = rows.flatMap((r) => (r.unknown === undefined ? [] : [r.unknown]));
   if (unknown.length) line(`NodeFence created, from Ready=Unknown seen here (${unknown.length} nodes)`, unknown);
+  spoiledBy();
   // Where the time went: the operator's own histograms of each NodeFence step (bucket bounds) and their means.
-  const m = await scrape(addr);
+  let m: Map<string, number>;
+  try {
+    m = await scrape(addr);
+  } catch (err) {
+    console.log(
+      `the operator's /metrics did not answer after the burst (${err instanceof Error ? err.message : String(err)}): see its log`,
+    );
+    return;
+  }
   const mean = (name: string, label: string) => {
     const sum = m.get(`${name}_sum{${label}}`) ?? NaN;
     const count = m.get(`${name}_count{${label}}`) ?? 0;

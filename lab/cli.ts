@@ -6,6 +6,7 @@ import { Lab } from "./lab.ts";
 import { KUBERNETES_NODE_LEASE_SECONDS, kubernetesTimings } from "./control-plane.ts";
 import { realNodeImages } from "./images.ts";
 import { readState, readEvents } from "./state.ts";
+import { installNodeAgent } from "./node-agent-install.ts";
 import { imageFromTar, installOperator, overlayRef, uninstallOperator } from "./operator-install.ts";
 
 const usage = `usage: npm run lab -- <command>
@@ -23,8 +24,12 @@ const usage = `usage: npm run lab -- <command>
                                  (kwok: kubelet frozen; real: packets dropped, containers really run)
   partition-nodes <a> <b>        cut two real nodes from each other (both still reach the control plane)
   kill-kubelet <node>            a real node's kubelet dies, its containers keep running
+  kill-agent <node>              a real node's node agent dies (its containers SIGKILLed, and again whenever
+                                 they restart) until the node boots anew or heal: an armed watchdog fires
+  disable-watchdog <node>        a real node's watchdog device goes for good: never armed, never a reset
+  watchdog <node> [seconds]      a real node's watchdog (armed, last feed, timeout); seconds: set its timeout
   etcd cut|reconnect             partition kube-apiserver from etcd (an etcd proxy drops every byte)
-  heal <node>                    undo a partition / restart a dead kubelet (same boot ID), or reboot a hung one
+  heal <node>                    undo a partition / restart a dead kubelet or agent (same boot ID), or reboot a hung one
   bmc <node> on|off|status       power control through the node's BMC over IPMI (ipmitool lanplus)
   bmc <node> unreachable|reachable   make the BMC stop/resume answering
   install [--image <tar>]        install the operator in-cluster as a user would (real nodes): import the image
@@ -32,6 +37,9 @@ const usage = `usage: npm run lab -- <command>
                                  wait for both replicas Ready, the leader and the webhooks. --image: a tar made by
                                  docker save (default: build it from the Dockerfile, cached by its inputs)
   uninstall                      manifests/README.md's uninstall steps (unfence, NodeFences, webhooks, the bundle)
+  install-node-agent [--image <tar>]  the node agent from manifests/node-agent/ (real nodes), with the lab's overlay:
+                                 the lab watchdog through a hostPath (not privileged) and the fast timings
+                                 c=2 N=2 F=4 D=12 peer timeout 1; waits for every node's record, armed
   events                         the lab's own event log (power changes, boots, faults)
   down                           stop every process the lab started
 
@@ -102,6 +110,24 @@ async function main(argv: string[]): Promise<number> {
       console.log(`${node}: ${describe(lab.machine(node!))}`);
       return 0;
     }
+    case "kill-agent": {
+      const pids = await Lab.attach(dir).killNodeAgent(needNode());
+      console.log(
+        `${node}: node agent killed (${pids.length ? `pids ${pids.join(", ")}` : "none running now"}); kept dead until a new boot or heal`,
+      );
+      return 0;
+    }
+    case "disable-watchdog": {
+      await Lab.attach(dir).disableWatchdog(needNode());
+      console.log(`${node}: watchdog disabled (no device; it never resets the node)`);
+      return 0;
+    }
+    case "watchdog": {
+      const lab = Lab.attach(dir);
+      if (action !== undefined) lab.setWatchdogTimeout(needNode(), Number(action));
+      console.log(JSON.stringify({ node, ...lab.watchdog(needNode()) }));
+      return 0;
+    }
     case "etcd": {
       if (node !== "cut" && node !== "reconnect") throw new UsageError("etcd needs cut or reconnect");
       await Lab.attach(dir).partitionEtcd(node === "cut");
@@ -125,6 +151,17 @@ async function main(argv: string[]): Promise<number> {
       const done = await installOperator(lab, { image: values.image ? await imageFromTar(values.image) : undefined, log });
       console.log(
         `operator ${overlayRef(done.image)} installed (overlay ${done.overlay}): import ${(done.ms.import / 1000).toFixed(1)} s, apply ${(done.ms.apply / 1000).toFixed(1)} s, Ready ${(done.ms.ready / 1000).toFixed(1)} s`,
+      );
+      return 0;
+    }
+    case "install-node-agent": {
+      const lab = Lab.attach(dir);
+      const done = await installNodeAgent(lab, {
+        image: values.image ? await imageFromTar(values.image) : undefined,
+        log: (m) => console.error(`[lab] ${m}`),
+      });
+      console.log(
+        `node agent ${overlayRef(done.image)} installed on ${lab.nodes().length} nodes (overlay ${done.overlay}), every watchdog armed`,
       );
       return 0;
     }

@@ -30,7 +30,15 @@ export interface FaultDriver {
   partitionNodes(a: string, b: string): Promise<void>;
   /** The kubelet dies, its containers keep running (the hung-kubelet case). Real nodes only. */
   killKubelet(node: string): Promise<void>;
-  /** Undo a partition or a dead kubelet (same boot), or reboot a hung machine (new boot ID). */
+  /**
+   * The node agent dies: its container processes on the node are SIGKILLed, and again whenever its kubelet restarts
+   * them, until the node boots anew or `heal`; an armed watchdog then fires. Resolves with the pids killed at once.
+   * Real nodes only (kwok nodes have no containers).
+   */
+  killNodeAgent(node: string): Promise<number[]>;
+  /** The node's watchdog is gone for good (no device: the agent cannot arm it; it never resets the node). Real nodes only. */
+  disableWatchdog(node: string): Promise<void>;
+  /** Undo a partition, a dead kubelet or a killed agent (same boot), or reboot a hung machine (new boot ID). */
   heal(node: string): Promise<void>;
   /** kube-apiserver <-> etcd cut (true) or reconnected (false). */
   partitionEtcd(cut: boolean): Promise<void>;

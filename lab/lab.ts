@@ -61,9 +61,10 @@ import {
 } from "./real/net.ts";
 import { recordHostSettings, restoreHostSettings } from "./real/host-settings.ts";
 import { startClusterDns, stopClusterDns } from "./cluster-dns.ts";
-import { realKillKubelet, realPartitionNodes, realContext, realReconnect } from "./real/machine.ts";
+import { realDisableWatchdog, realKillKubelet, realKillNodeAgent, realPartitionNodes, realContext, realReconnect } from "./real/machine.ts";
+import { prepareWatchdog, removeWatchdog, setWatchdogTimeout, watchdogStatus, type WatchdogStatus } from "./watchdog.ts";
 import { killSlotNodes, nodeCgroup, removeNodeCgroup } from "./real/node.ts";
-import { clearRef, isAlive, readRef, signal, startDetached, stop, writeRef } from "./processes.ts";
+import { clearRef, isAlive, readRef, signal, startDetached, stop, writeRef, type ProcRef } from "./processes.ts";
 import { pooled } from "../src/kube/connections.ts";
 
 export interface UpOptions {
@@ -81,6 +82,8 @@ export interface UpOptions {
   /** The providerID each node registers with (a kubelet's --provider-id; kwok nodes get it in spec), e.g.
    * `(n) => \`aws:///${n.zone}/i-...\``: cloud agents find the instance from it. None when absent. */
   providerID?: (node: { name: string; index: number; zone: string }) => string | undefined;
+  /** Real nodes: every node's watchdog timeout (lab/watchdog.ts), seconds; DEFAULT_WATCHDOG_TIMEOUT_SECONDS if absent. */
+  watchdogTimeoutSeconds?: number;
 }
 
 /** The programs a real-node lab runs besides the control plane's. */
@@ -100,6 +103,8 @@ function slotStale(owner: string, creatorAlive: boolean): boolean {
 }
 
 const NODE_PREFIX = "node-";
+
+const watchdogPidFile = (s: LabState) => join(paths(s.dir).pids, "watchdog.json");
 
 /** Where a node's BMC answers, for FenceAgent templates: under node-restriction.kubernetes.io/, which a node's own
  * kubelet may not set (an annotation it could, and point fencing at another machine). */
@@ -294,7 +299,7 @@ export class Lab implements FaultDriver {
       }
       const lab = new Lab(s);
       if (runtime === "real") {
-        await lab.upRealNodes(log);
+        await lab.upRealNodes(log, o.watchdogTimeoutSeconds);
       } else {
         log(`creating ${n} nodes with their BMCs`);
         for (const node of nodes) {
@@ -317,7 +322,7 @@ export class Lab implements FaultDriver {
   }
 
   /** Network, forwarder, BMCs and machines of a real-node lab; the kubelets register their Nodes. */
-  private async upRealNodes(log: (msg: string) => void): Promise<void> {
+  private async upRealNodes(log: (msg: string) => void, watchdogTimeoutSeconds?: number): Promise<void> {
     const s = this.state;
     const r = s.real!;
     const p = paths(s.dir);
@@ -362,7 +367,9 @@ export class Lab implements FaultDriver {
     for (const node of s.nodes) {
       writeBmcConfig(s, node, newBmcPassword());
       startBmc(s, node);
+      prepareWatchdog(realContext(s, node.name).dir, watchdogTimeoutSeconds);
     }
+    this.startWatchdogProcess();
     await Promise.all(s.nodes.map((node) => boot(s, node.name, "lab-up")));
     // Where each node's BMC answers: labels only an administrator may set (NodeRestriction refuses a kubelet).
     await Promise.all(
@@ -385,6 +392,18 @@ export class Lab implements FaultDriver {
         );
       }),
     );
+  }
+
+  /** The lab's watchdog process (lab/watchdog-daemon.ts), under a supervisor that starts it again if it dies. */
+  private startWatchdogProcess(): void {
+    const s = this.state;
+    const ref = startDetached({
+      cmd: "sh",
+      args: ["-c", 'while :; do "$@"; sleep 0.2; done', "watchdog-supervisor", s.nodeBin, join(repoRoot, "lab/watchdog-daemon.ts"), s.dir],
+      logFile: join(paths(s.dir).logs, "watchdog.log"),
+      env: { ...process.env, NODE_COMPILE_CACHE: join(s.dir, "node-compile-cache") },
+    });
+    writeRef(watchdogPidFile(s), ref);
   }
 
   private nodeObject(node: NodeSpec): V1Node {
@@ -576,6 +595,32 @@ export class Lab implements FaultDriver {
     const s = this.state;
     await withNodeLock(paths(s.dir).node(nodeSpec(s, node).name).lock, () => realKillKubelet(s, node));
   }
+  /** Real nodes: the node agent's containers die now and whenever they start again, until a new boot or heal. */
+  async killNodeAgent(node: string): Promise<number[]> {
+    this.requireReal("killing the node agent");
+    const s = this.state;
+    return withNodeLock(paths(s.dir).node(nodeSpec(s, node).name).lock, () => realKillNodeAgent(s, node));
+  }
+  /** Real nodes: the node's watchdog device goes for good; the machine is never reset by it. */
+  async disableWatchdog(node: string): Promise<void> {
+    this.requireReal("disabling a watchdog");
+    const s = this.state;
+    await withNodeLock(paths(s.dir).node(nodeSpec(s, node).name).lock, () => realDisableWatchdog(s, node));
+  }
+  /** Real nodes: the node's watchdog: enabled, device present, armed, last feed, timeout (lab/watchdog.ts). */
+  watchdog(node: string): WatchdogStatus {
+    this.requireReal("a watchdog");
+    return watchdogStatus(this.machineDir(node));
+  }
+  /** Real nodes: the timeout the node's watchdog device reports (and counts) from now on. */
+  setWatchdogTimeout(node: string, seconds: number): void {
+    this.requireReal("a watchdog");
+    setWatchdogTimeout(this.machineDir(node), seconds);
+  }
+  /** The supervisor of the lab's watchdog process (its child is the process itself). */
+  watchdogProcess(): ProcRef | undefined {
+    return readRef(watchdogPidFile(this.state));
+  }
   private requireReal(what: string): void {
     if (this.state.runtime !== "real") throw new Error(`${what} needs real nodes (npm run lab -- up --runtime real)`);
   }
@@ -683,6 +728,9 @@ export class Lab implements FaultDriver {
 
   /** Stops every process the lab started, whatever state it is in (frozen ones included). */
   static async stopAll(s: LabState): Promise<void> {
+    // First, so that no watchdog resets a machine being shut down.
+    await stop(readRef(watchdogPidFile(s)), 2000);
+    clearRef(watchdogPidFile(s));
     await Promise.all(
       s.nodes.map(async (n) => {
         await shutdownMachine(s, n.name);
@@ -695,6 +743,7 @@ export class Lab implements FaultDriver {
     clearRef(join(paths(s.dir).pids, "forwarder.json"));
     for (const c of [...components].reverse()) await stopComponent(s, c);
     if (s.runtime === "real" && s.real) {
+      for (const n of s.nodes) await removeWatchdog(realContext(s, n.name).dir);
       for (const n of s.nodes) removeNodeCgroup(nodeCgroup(s.real.slot, n.name));
       teardownNet(s.real.slot);
       releaseSlot(s.real.slot);

@@ -115,22 +115,40 @@ export function boot(s: LabState, name: string, source = "lab"): Promise<string>
 
 /** What the BMC does on "chassis power on|off|cycle|reset". Idempotent like a real BMC. */
 export function setPower(s: LabState, name: string, action: "on" | "off" | "cycle", source: string): Promise<void> {
+  return withNodeLock(paths(s.dir).node(name).lock, () => changePower(s, name, action, source));
+}
+
+/** setPower's work, under the node's lock (held by the caller). */
+async function changePower(s: LabState, name: string, action: "on" | "off" | "cycle", source: string): Promise<void> {
+  const p = paths(s.dir).node(name);
+  const was = readText(p.power) === "0" ? "off" : "on";
+  if (action === "off" || action === "cycle") {
+    if (s.runtime === "real") await realPowerOff(s, name);
+    else await killKubelet(s, name);
+    writeFileSync(p.power, "0");
+    if (was === "on") appendEvent(s.dir, { kind: "power", node: name, detail: { power: "off", source } });
+  }
+  if (action === "on" || action === "cycle") {
+    if (action === "on" && was === "on") return; // already on: nothing changes, as on real hardware
+    writeFileSync(p.power, "1");
+    appendEvent(s.dir, { kind: "power", node: name, detail: { power: "on", source } });
+    if (s.runtime === "real") await realBoot(s, name, source);
+    else await startKubelet(s, name, source);
+  }
+}
+
+/**
+ * A watchdog that expired resets its machine: the BMC's power cycle (source "watchdog"), preceded by a `watchdog`
+ * event, and only if the machine is still on in the boot that armed it (a fence's power-off or a reboot that got the
+ * lock first disarmed it: a watchdog does not power a machine on). Resolves with whether it reset.
+ */
+export function watchdogReset(s: LabState, name: string, bootID: string | undefined, detail: Record<string, unknown>): Promise<boolean> {
   const p = paths(s.dir).node(name);
   return withNodeLock(p.lock, async () => {
-    const was = readText(p.power) === "0" ? "off" : "on";
-    if (action === "off" || action === "cycle") {
-      if (s.runtime === "real") await realPowerOff(s, name);
-      else await killKubelet(s, name);
-      writeFileSync(p.power, "0");
-      if (was === "on") appendEvent(s.dir, { kind: "power", node: name, detail: { power: "off", source } });
-    }
-    if (action === "on" || action === "cycle") {
-      if (action === "on" && was === "on") return; // already on: nothing changes, as on real hardware
-      writeFileSync(p.power, "1");
-      appendEvent(s.dir, { kind: "power", node: name, detail: { power: "on", source } });
-      if (s.runtime === "real") await realBoot(s, name, source);
-      else await startKubelet(s, name, source);
-    }
+    if (readText(p.power) === "0" || machineStatus(s, name).bootID !== bootID) return false;
+    appendEvent(s.dir, { kind: "watchdog", node: name, detail: { action: "reset", bootID, ...detail } });
+    await changePower(s, name, "cycle", "watchdog");
+    return true;
   });
 }
 

@@ -147,13 +147,11 @@ export async function webhookRefusal(lab: Lab, namespace = "default"): Promise<s
 }
 
 /**
- * Installs the operator as a user would: imports `image` into every node's containerd (in parallel), applies an
- * overlay of manifests/ naming it, and waits until both replicas are Ready, the Lease is held and the webhooks
- * answer. Real nodes only (the pods run there).
+ * The operator image in every node's containerd (in parallel, no registry), as `overlayRef(image)`: `image`, or the
+ * lab's (labOperatorImage). The lab keeps its own link to the tar (the build cache keeps one tar per inputs).
  */
-export async function installOperator(lab: Lab, o: { image?: OperatorImage; log?: (m: string) => void }): Promise<Installed> {
+export async function importOperatorImage(lab: Lab, o: { image?: OperatorImage; log?: (m: string) => void }): Promise<OperatorImage> {
   const log = o.log ?? (() => {});
-  if (!lab.state.real) throw new Error("installing the operator in-cluster needs real nodes (npm run lab -- up --runtime real)");
   let image = o.image ?? (await labOperatorImage(log));
   // The build cache keeps one tar (a build for other inputs, e.g. another worktree's, deletes it): the lab holds its own link.
   const tar = join(lab.dir, "operator-image.tar");
@@ -174,11 +172,23 @@ export async function installOperator(lab: Lab, o: { image?: OperatorImage; log?
     image = await operatorImage({ log });
     pin();
   }
-  let t = Date.now();
   log(`importing ${overlayRef(image)} into ${lab.nodes().length} nodes' containerd`);
   await Promise.all(
     lab.nodes().map((n) => importImages("ctr", nodePaths(lab.machineDir(n)).containerdSocket, [tar], { timeoutMs: 300_000 })),
   );
+  return image;
+}
+
+/**
+ * Installs the operator as a user would: imports `image` into every node's containerd (in parallel), applies an
+ * overlay of manifests/ naming it, and waits until both replicas are Ready, the Lease is held and the webhooks
+ * answer. Real nodes only (the pods run there).
+ */
+export async function installOperator(lab: Lab, o: { image?: OperatorImage; log?: (m: string) => void }): Promise<Installed> {
+  const log = o.log ?? (() => {});
+  if (!lab.state.real) throw new Error("installing the operator in-cluster needs real nodes (npm run lab -- up --runtime real)");
+  let t = Date.now();
+  const image = await importOperatorImage(lab, o);
   const ms = { import: Date.now() - t, apply: 0, ready: 0 };
 
   const overlay = join(lab.dir, "operator-overlay");

@@ -134,8 +134,9 @@ export function nodeSpec(s: LabState, name: string): NodeSpec {
 /** One line of the lab's own event log: power changes, boots, faults. The recorder merges it with watches. */
 export interface LabEvent {
   time: string;
-  /** storage-fence: a storage side (lab/test-doubles/csi-addons-network-fence.ts) reported the node's storage Fenced or Unfenced. */
-  kind: "power" | "boot" | "crash" | "partition" | "heal" | "bmc" | "lab" | "kubelet" | "fault" | "storage-fence";
+  /** storage-fence: a storage side (lab/test-doubles/csi-addons-network-fence.ts) reported the node's storage Fenced or Unfenced.
+   * watchdog: a real node's lab watchdog armed, disarmed, closed while armed, or reset its machine (lab/watchdog.ts). */
+  kind: "power" | "boot" | "crash" | "partition" | "heal" | "bmc" | "lab" | "kubelet" | "fault" | "storage-fence" | "watchdog";
   node?: string;
   detail: Record<string, unknown>;
 }

@@ -7,7 +7,9 @@
 //   partition -> the node's cable to the control plane is cut (iptables in its namespace): its pods keep running
 //   partitionFrom(peer) -> node<->node cut, both ways
 //   killKubelet -> the kubelet dies, containerd and the containers keep running
-//   heal      -> cables reconnected, a dead kubelet restarted (same boot); a hung machine is rebooted
+//   killNodeAgent -> the node agent's containers SIGKILLed, and again whenever they start, until a new boot or heal
+//   disableWatchdog -> the node's watchdog device removed for good: the agent cannot arm it, it never resets the node
+//   heal      -> cables reconnected, a dead kubelet restarted, a killed agent let live (same boot); a hung machine is rebooted
 import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -27,6 +29,8 @@ import {
 } from "./node.ts";
 import { isAlive, readRef } from "../processes.ts";
 import { nodePaths } from "./config.ts";
+import { describe, nodePids } from "./node.ts";
+import { agentContainerIds, clearAgentKilled, disableWatchdogDevice, killContainers, markAgentKilled } from "../watchdog.ts";
 
 export function realContext(s: LabState, name: string): RealNodeContext {
   const spec = nodeSpec(s, name);
@@ -155,9 +159,37 @@ export function realReconnect(s: LabState, name: string): string[] {
   return faults.map((f) => f.peer ?? f.kind);
 }
 
+/** SIGKILLs the node agent's container processes on the node (found through its containerd and cgroups). */
+export async function killNodeAgentProcesses(ctx: RealNodeContext): Promise<number[]> {
+  const ids = await agentContainerIds(nodePaths(ctx.dir).containerdSocket);
+  if (ids.size === 0) return [];
+  return killContainers(nodePids(ctx.cgroup), (pid) => describe(pid)?.containerID, ids);
+}
+
+/**
+ * The agent-killed fault: its containers die now, and (lab/watchdog-daemon.ts) whenever the kubelet starts them again
+ * in this boot (it would within a second, before a short watchdog fired), until the node boots anew or is healed.
+ */
+export async function realKillNodeAgent(s: LabState, name: string): Promise<number[]> {
+  const ctx = realContext(s, name);
+  if (!isPowered(ctx)) throw new Error(`node ${name} is powered off; no agent to kill`);
+  // Killed first, then kept dead by the lab's watchdog process (which would otherwise race this kill for them).
+  const pids = await killNodeAgentProcesses(ctx);
+  markAgentKilled(ctx.dir, readText(nodePaths(ctx.dir).bootId));
+  appendEvent(s.dir, { kind: "fault", node: name, detail: { fault: "agent-killed", pids } });
+  return pids;
+}
+
+/** The watchdog-disabled fault: no device from now on (an agent cannot arm it) and no reset by it, for the lab's life. */
+export async function realDisableWatchdog(s: LabState, name: string): Promise<void> {
+  await disableWatchdogDevice(realContext(s, name).dir);
+  appendEvent(s.dir, { kind: "fault", node: name, detail: { fault: "watchdog-disabled" } });
+}
+
 export async function realHeal(s: LabState, name: string): Promise<void> {
   const ctx = realContext(s, name);
   if (readText(paths(s.dir).node(name).power) === "0") throw new Error(`node ${name} is powered off; power it on through its BMC`);
+  clearAgentKilled(ctx.dir); // its kubelet starts it again
   const reconnected = realReconnect(s, name);
   if (frozen(ctx.cgroup)) {
     // A hung machine comes back only through a reset: new boot.

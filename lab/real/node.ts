@@ -3,7 +3,8 @@
 // at once (kubelet, containerd, shims, pause, containers), records what was alive, kills them all and
 // thaws; nothing is left mounted because every mount the node made lives in its own mount namespace,
 // which dies with its last process. On boots it fresh with a new boot ID (bind-mounted over the
-// machine's /proc/sys/kernel/random/boot_id inside that namespace, so the kubelet reports it).
+// machine's /proc/sys/kernel/random/boot_id inside that namespace, so the kubelet reports it) and a new, disarmed
+// watchdog (lab/watchdog.ts: its directory bind-mounted read-only where the node agent's hostPath points).
 import { appendFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, rmdirSync, writeFileSync } from "node:fs";
 import { execFile } from "node:child_process";
 import { join } from "node:path";
@@ -14,6 +15,7 @@ import { nodeNetns } from "./net.ts";
 import { clearRef, isAlive, readRef, startDetached, stop, writeRef, type ProcRef } from "../processes.ts";
 import { importImages } from "../images.ts";
 import { waitFor } from "../health.ts";
+import { WATCHDOG_HOST_PATH, watchdogAtBoot, watchdogPaths } from "../watchdog.ts";
 
 export const CGROUP_PARENT = "/stockade-lab";
 const CGROUP_FS = "/sys/fs/cgroup";
@@ -106,7 +108,7 @@ export interface ProcessSnapshot {
   processes: ProcessEntry[];
 }
 
-function describe(pid: number): ProcessEntry | undefined {
+export function describe(pid: number): ProcessEntry | undefined {
   try {
     const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean).join(" ");
     const cg = readFileSync(`/proc/${pid}/cgroup`, "utf8");
@@ -145,19 +147,20 @@ export function readSnapshots(dir: string): ProcessSnapshot[] {
     .map((l) => JSON.parse(l) as ProcessSnapshot);
 }
 
-/** Starts `cmd` inside the node's cgroup (every hierarchy) and, when given, its namespaces. */
-function startInNode(ctx: RealNodeContext, cmd: string[], logName: string, ns?: { initPid: number }): ProcRef {
+/** `sh` arguments that run `cmd` inside the node's cgroup (every hierarchy) and, when given, its namespaces. */
+export function inNodeArgs(ctx: Pick<RealNodeContext, "cgroup" | "slot" | "name">, cmd: string[], ns?: { initPid: number }): string[] {
   const joins = cgroupHierarchies()
     .map((h) => `echo $$ > ${join(CGROUP_FS, h, ctx.cgroup, "cgroup.procs")}`)
     .join(" && ");
   const full = ns
     ? ["nsenter", `--target=${ns.initPid}`, "--mount", `--net=/var/run/netns/${nodeNetns(ctx.slot, ctx.name)}`, "--", ...cmd]
     : cmd;
-  return startDetached({
-    cmd: "sh",
-    args: ["-c", `${joins} && exec "$@"`, "node-start", ...full],
-    logFile: join(ctx.logDir, `${logName}-${ctx.name}.log`),
-  });
+  return ["-c", `${joins} && exec "$@"`, "node-start", ...full];
+}
+
+/** Starts `cmd` inside the node's cgroup (every hierarchy) and, when given, its namespaces. */
+function startInNode(ctx: RealNodeContext, cmd: string[], logName: string, ns?: { initPid: number }): ProcRef {
+  return startDetached({ cmd: "sh", args: inNodeArgs(ctx, cmd, ns), logFile: join(ctx.logDir, `${logName}-${ctx.name}.log`) });
 }
 
 /** waitFor with a synchronous condition checked every 20 ms (these are local /proc and cgroup reads). */
@@ -197,13 +200,18 @@ export async function bootNode(ctx: RealNodeContext, bootID: string): Promise<vo
     }),
   );
   writeFileSync(p.kubeProxyConfig, kubeProxyConfig(ctx, { kubeconfig: ctx.kubeProxyKubeconfig, clusterCidr: ctx.clusterCidr }));
-  for (const d of ["/run/containerd", "/var/lib/cni"]) mkdirSync(d, { recursive: true });
+  for (const d of ["/run/containerd", "/var/lib/cni", WATCHDOG_HOST_PATH]) mkdirSync(d, { recursive: true });
+  // The node's watchdog (lab/watchdog.ts): a new, disarmed device for every boot, before anything of the node runs.
+  await watchdogAtBoot(ctx.dir);
 
   // The machine's "PID 1": holds the node's mount namespace for as long as the node is powered.
   const script = [
     `mount --bind ${p.bootId} /proc/sys/kernel/random/boot_id`,
     `mount --bind ${p.runContainerd} /run/containerd`,
     `mount --bind ${p.varLibCni} /var/lib/cni`,
+    // The node's own watchdog where its agent's hostPath points, read-only: a pod can write to the device, not replace it.
+    `mount --bind ${watchdogPaths(ctx.dir).dir} ${WATCHDOG_HOST_PATH}`,
+    `mount -o remount,bind,ro ${WATCHDOG_HOST_PATH}`,
     "exec sleep infinity",
   ].join(" && ");
   const init = startInNode(ctx, ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script], "node-init");

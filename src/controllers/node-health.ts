@@ -2,14 +2,14 @@
 // all nodes at once) that applies the pure fleet decision — NodeDown pod conditions, new NodeFences,
 // FencingPolicy status — and logs every change of a node's verdict once, with its inputs.
 import { setTimeout as sleep } from "node:timers/promises";
-import type { V1Lease, V1Node } from "@kubernetes/client-node";
+import type { V1Lease, V1Node, V1Pod } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { API_VERSION, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { decideFleet, type FenceIntent, type FleetDecision, type NodeDecision, type PolicyState } from "../decide/fleet.ts";
 import { FleetMemo } from "../decide/fleet-memo.ts";
 import { nameList } from "../decide/name-list.ts";
-import { NODE_DOWN } from "../decide/node-down.ts";
+import { NODE_DOWN, nodeDownChange } from "../decide/node-down.ts";
 import { lagSecondsOf, nodeChangedBeyondHeartbeat } from "../decide/node-health.ts";
 import { stillHeld, type Sighting } from "../decide/node-conditions.ts";
 import { quorumRefusal } from "../decide/quorum.ts";
@@ -38,6 +38,10 @@ export interface NodeHealthDeps {
 }
 
 type NodeDownChange = FleetDecision["nodeDown"][number];
+
+const nodeDownKey = (ch: NodeDownChange) => `${ch.namespace}/${ch.name}/${ch.uid}`;
+const sameCondition = (a: NodeDownChange["condition"] | undefined, b: NodeDownChange["condition"]) =>
+  a === b || (!!a && !!b && a.status === b.status && a.reason === b.reason && a.message === b.message);
 
 const ref = (kind: string, name: string, uid?: string, namespace?: string, apiVersion = "v1") => ({
   apiVersion,
@@ -125,8 +129,15 @@ export class NodeHealthController {
   private readonly creating = new Map<string, PendingCreate>();
   private readonly createQueue: FenceIntent[] = [];
   private readonly createsRunning = new Set<Promise<void>>();
-  /** NodeDown writes waiting, by pod (the latest decision wins), and those under way or just made. */
-  private readonly nodeDownQueue = new Map<string, NodeDownChange>();
+  /**
+   * NodeDown writes waiting, by node: the condition the latest pass wants on the node's pods, expanded to the pods (as
+   * the cache then shows them) only when the drain comes to the node. One entry per node, not per pod: a mass silence
+   * held by the storm guard queued every pod of thousands of nodes (3,700 × 30 at 5,000 nodes) faster than a loaded
+   * apiserver took them, and the operator ran out of heap. The pods under way, and those just written, are by pod.
+   */
+  private nodeDownQueue = new Map<string, NodeDownChange["condition"]>();
+  /** The pods of the node the drain is at that are still to be looked at (one node's, never more). */
+  private nodeDownExpanding: { node: string; pods: readonly V1Pod[]; next: number; want: NodeDownChange["condition"] } | undefined;
   private readonly nodeDownBusy = new Set<string>();
   private readonly nodeDownWritten = new Map<string, { present: boolean; at: number }>();
   private nodeDownDrain: Promise<void> | undefined;
@@ -156,6 +167,7 @@ export class NodeHealthController {
       fences: this.fencesWithCreating(),
       watchStalenessSeconds: c.heartbeatStalenessSeconds(),
       memo: this.memo,
+      nodeDownFirstOnly: true,
     });
     this.sightings = d.sightings;
     return d;
@@ -398,9 +410,18 @@ export class NodeHealthController {
     while (this.policyDrain) await this.policyDrain;
   }
 
-  /** NodeDown writes still queued or under way. */
+  /** NodeDown writes still queued or under way, in pods (counted from the cache on each call: for tests and the bench). */
   nodeDownBacklog(): number {
-    return this.nodeDownQueue.size + this.nodeDownBusy.size;
+    let n = this.nodeDownBusy.size;
+    const x = this.nodeDownExpanding;
+    if (x) for (let k = x.next; k < x.pods.length; k++) if (this.nodeDownWrite(x.pods[k]!, x.want)) n++;
+    for (const [node, want] of this.nodeDownQueue) for (const p of this.nodeDownPodsOn(node, want)) if (this.nodeDownWrite(p, want)) n++;
+    return n;
+  }
+
+  /** NodeDown entries this controller holds: queued nodes, and pods under way (bounded by nodes, not by pods). */
+  nodeDownHeld(): { nodes: number; pods: number } {
+    return { nodes: this.nodeDownQueue.size, pods: this.nodeDownBusy.size + (this.nodeDownExpanding?.pods.length ?? 0) };
   }
 
   /** Waits until the NodeDown writes queued so far have been made. */
@@ -408,20 +429,53 @@ export class NodeHealthController {
     while (this.nodeDownDrain) await this.nodeDownDrain;
   }
 
+  /** The latest pass wins: a node whose pods it would not change any more is dropped from the queue. */
   private queueNodeDown(changes: NodeDownChange[]): void {
     const now = performance.now();
     for (const [k, w] of this.nodeDownWritten) if (now - w.at > NODE_DOWN_ECHO_MS) this.nodeDownWritten.delete(k);
-    for (const ch of changes) {
-      const key = `${ch.namespace}/${ch.name}/${ch.uid}`;
-      // Under way, or just made and not in the cache yet: the pass after its watch event decides again.
-      if (this.nodeDownBusy.has(key)) continue;
-      if (this.nodeDownWritten.get(key)?.present === !!ch.condition) continue;
-      this.nodeDownQueue.set(key, ch);
-    }
-    if (this.nodeDownQueue.size && !this.nodeDownDrain && !this.d.inflight?.stopping) {
+    const queue = new Map<string, NodeDownChange["condition"]>();
+    // Every change of a node carries the same condition (the decision wants one per node).
+    for (const ch of changes) if (!queue.has(ch.node)) queue.set(ch.node, ch.condition);
+    // The node the drain is at goes on if this pass wants the same of it; otherwise it stops there.
+    const x = this.nodeDownExpanding;
+    if (x && queue.has(x.node) && sameCondition(queue.get(x.node), x.want)) queue.delete(x.node);
+    else if (x) x.next = x.pods.length;
+    this.nodeDownQueue = queue;
+    if (queue.size && !this.nodeDownDrain && !this.d.inflight?.stopping) {
       const drain = this.drainNodeDown().finally(() => (this.nodeDownDrain = undefined));
       this.nodeDownDrain = drain;
       this.d.inflight?.track(drain);
+    }
+  }
+
+  private nodeDownPodsOn(node: string, want: NodeDownChange["condition"]): readonly V1Pod[] {
+    return want ? this.d.caches.podsByNode.on(node) : this.d.caches.podsByNode.markedOn(node);
+  }
+
+  /** The write a pod needs, unless it is under way, or just made and not in the cache yet (the pass after its watch
+   * event decides again). */
+  private nodeDownWrite(pod: V1Pod, want: NodeDownChange["condition"]): NodeDownChange | undefined {
+    const ch = nodeDownChange(pod, want);
+    if (!ch) return undefined;
+    const key = nodeDownKey(ch);
+    if (this.nodeDownBusy.has(key) || this.nodeDownWritten.get(key)?.present === !!want) return undefined;
+    return ch;
+  }
+
+  /** The next pod write: from the node the drain is at, else from the next node queued (its pods read then). */
+  private nextNodeDown(): NodeDownChange | undefined {
+    for (;;) {
+      const x = this.nodeDownExpanding;
+      while (x && x.next < x.pods.length) {
+        const ch = this.nodeDownWrite(x.pods[x.next++]!, x.want);
+        if (ch) return ch;
+      }
+      this.nodeDownExpanding = undefined;
+      const first = this.nodeDownQueue.entries().next();
+      if (first.done || this.d.inflight?.stopping) return undefined;
+      const [node, want] = first.value;
+      this.nodeDownQueue.delete(node);
+      this.nodeDownExpanding = { node, pods: this.nodeDownPodsOn(node, want), next: 0, want };
     }
   }
 
@@ -429,17 +483,24 @@ export class NodeHealthController {
     while (this.nodeDownQueue.size && !this.d.inflight?.stopping) {
       // The NodeFences decided with them go first: both queue at the apiserver in one flow.
       await this.fenceCreatesSettled();
-      const batch = [...this.nodeDownQueue];
-      this.nodeDownQueue.clear();
-      for (const [key] of batch) this.nodeDownBusy.add(key);
-      let next = 0;
       const slot = async (n: number) => {
-        while (next < batch.length) {
-          if (n >= this.nodeDownSlots()) {
+        for (;;) {
+          const x = this.nodeDownExpanding;
+          const left = this.nodeDownQueue.size > 0 || (x !== undefined && x.next < x.pods.length);
+          // Nothing left: this slot waits while another write is under way (a pass meanwhile may queue more, and
+          // one slot alone would take it), and ends with the last.
+          if (!left && this.nodeDownBusy.size === 0) return;
+          if (!left || n >= this.nodeDownSlots()) {
             await sleep(NODE_DOWN_SLOT_POLL_MS);
             continue;
           }
-          const [key, ch] = batch[next++]!;
+          const ch = this.nextNodeDown();
+          if (!ch) {
+            if (this.d.inflight?.stopping) return; // what is left is the next leader's
+            continue; // nothing needed a write after all: the next turn waits or ends
+          }
+          const key = nodeDownKey(ch);
+          this.nodeDownBusy.add(key);
           try {
             await this.isolated(`pod ${ch.namespace}/${ch.name}`, async () => {
               await this.applyNodeDown(ch);
@@ -453,6 +514,7 @@ export class NodeHealthController {
       await Promise.all(Array.from({ length: NODE_DOWN_WRITES_IN_FLIGHT }, (_, n) => slot(n)));
     }
     this.nodeDownQueue.clear();
+    this.nodeDownExpanding = undefined;
   }
 
   /** NodeDown writes allowed in flight now: fewer while a NodeFence is under way (not when shutting down). */

@@ -53,6 +53,12 @@ export interface FleetInput {
    * inputs did not change, and updated. The decision is the same with or without it.
    */
   memo?: FleetMemo;
+  /**
+   * Only the first of each node's NodeDown changes (they all carry the node's one condition): the health controller
+   * queues writes by node and reads the pods when it writes them. A pass that listed every pod of 3,700 silent nodes
+   * made 110,000 changes, every pass, for a queue that keeps one per node.
+   */
+  nodeDownFirstOnly?: boolean;
 }
 
 /**
@@ -205,7 +211,9 @@ export function decideFleet(i: FleetInput): FleetDecision {
       wake(e.health.nextCheckMs);
       for (const p of e.want ? i.pods.on(name) : i.pods.markedOn(name)) {
         const c = nodeDownChange(p, e.want);
-        if (c) nodeDown.push(c);
+        if (!c) continue;
+        nodeDown.push(c);
+        if (i.nodeDownFirstOnly) break;
       }
       decisions.push(e.decision);
       continue;
@@ -227,7 +235,9 @@ export function decideFleet(i: FleetInput): FleetDecision {
     // pass from walking 150,000 pods.
     for (const p of want ? i.pods.on(name) : i.pods.markedOn(name)) {
       const c = nodeDownChange(p, want);
-      if (c) nodeDown.push(c);
+      if (!c) continue;
+      nodeDown.push(c);
+      if (i.nodeDownFirstOnly) break;
     }
     // The policy's condition triggers that hold on the node: each measured from when the operator first saw it held.
     const pname = policy?.metadata?.name ?? "";

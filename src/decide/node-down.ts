@@ -6,6 +6,8 @@ import type { NodeHealth } from "./node-health.ts";
 export const NODE_DOWN = "NodeDown";
 
 export interface NodeDownChange {
+  /** The pod's node: the controller queues its writes by node (one entry per node, however many pods it has). */
+  node: string;
   namespace: string;
   name: string;
   uid: string;
@@ -32,5 +34,11 @@ export function nodeDownChange(pod: V1Pod, want: NodeDownChange["condition"]): N
   const same =
     want === null ? have === undefined : have?.status === want.status && have.reason === want.reason && have.message === want.message;
   if (same) return undefined;
-  return { namespace: pod.metadata?.namespace ?? "", name: pod.metadata?.name ?? "", uid: pod.metadata?.uid ?? "", condition: want };
+  return {
+    node: pod.spec?.nodeName ?? "",
+    namespace: pod.metadata?.namespace ?? "",
+    name: pod.metadata?.name ?? "",
+    uid: pod.metadata?.uid ?? "",
+    condition: want,
+  };
 }

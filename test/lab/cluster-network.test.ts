@@ -339,12 +339,15 @@ describe("the real-node lab as a cluster for pods", () => {
     const cutAt = lines().length;
     await createWatched("watched-after");
     // Three failed calls in a row: the cut is in force (a call under way at the cut may still have finished).
+    // The probes alternate, so the third API-FAIL can land before the third BMC probe: wait for both.
     const after = await waitFor(
-      "the pod's apiserver calls failing",
+      "the pod's apiserver calls failing and three BMC probes since",
       () => {
         const ls = lines().slice(cutAt);
         const api = ls.filter((l) => l.startsWith("API-"));
-        return api.slice(-3).join() === "API-FAIL,API-FAIL,API-FAIL" ? ls : undefined;
+        const sinceFail = ls.slice(Math.max(0, ls.indexOf("API-FAIL")));
+        const bmcSince = sinceFail.filter((l) => l.startsWith("BMC-")).length;
+        return api.slice(-3).join() === "API-FAIL,API-FAIL,API-FAIL" && bmcSince >= 3 ? ls : undefined;
       },
       { timeoutMs: 30_000, intervalMs: 200 },
     );

@@ -7,9 +7,11 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { promisify } from "node:util";
-import { loadAllYaml } from "@kubernetes/client-node";
+import { loadAllYaml, type V1DaemonSet } from "@kubernetes/client-node";
 import { ensureBins, repoRoot } from "../../lab/bins.ts";
+import { LAB_AGENT_TIMINGS, nodeAgentManifests, nodeAgentOverlay } from "../../lab/node-agent-install.ts";
 import { deploymentImage, overlayKustomization, splitImage } from "../../lab/operator-install.ts";
+import { WATCHDOG_DEVICE, WATCHDOG_HOST_PATH } from "../../lab/watchdog.ts";
 
 const run = promisify(execFile);
 const manifests = join(repoRoot, "manifests");
@@ -70,4 +72,64 @@ test("a user's overlay of manifests/ (lab/operator-install.ts writes the lab's) 
   assert.deepEqual(images(base!), [image]);
   assert.deepEqual(images(over!), ["stockade.lab/stockade:0123abcd"]);
   assert.equal(over, base!.replace(`image: ${image}`, "image: stockade.lab/stockade:0123abcd"));
+});
+
+test("manifests/node-agent/Kustomization lists its files; the lab's overlay changes the image, the watchdog's path, privileged and the timings only", async () => {
+  const dir = join(mkdtempSync(join(tmpdir(), "stockade-overlay-")), "node-agent-overlay");
+  mkdirSync(dir);
+  const files = readdirSync(nodeAgentManifests)
+    .filter((f) => /\.(ya?ml|json)$/.test(f))
+    .sort();
+  const k = loadAllYaml(readFileSync(join(nodeAgentManifests, "Kustomization"), "utf8"))[0] as { resources: string[] };
+  assert.deepEqual(k.resources, files);
+  const image = (loadAllYaml(readFileSync(join(nodeAgentManifests, "02-daemonset.yaml"), "utf8")) as V1DaemonSet[])[0]!.spec!.template.spec!
+    .containers[0]!.image!;
+  writeFileSync(
+    join(dir, "kustomization.yaml"),
+    nodeAgentOverlay({
+      resources: relative(dir, nodeAgentManifests),
+      image,
+      ref: "stockade.lab/stockade:0123abcd",
+      timings: LAB_AGENT_TIMINGS,
+    }),
+  );
+  const kubectl = ensureBins().kubectl;
+  const [base, over] = await Promise.all(
+    [nodeAgentManifests, dir].map(async (d) =>
+      (loadAllYaml((await run(kubectl, ["kustomize", d], { env: offline, maxBuffer: 64 << 20 })).stdout) as Obj[]).filter(Boolean),
+    ),
+  );
+  assert.deepEqual(over!.map(key), base!.map(key), "the same objects");
+  const ds = (objs: Obj[]) => objs.find((o) => o.kind === "DaemonSet") as unknown as V1DaemonSet;
+  const [b, o] = [ds(base!), ds(over!)];
+  const [bc, oc] = [b.spec!.template.spec!.containers[0]!, o.spec!.template.spec!.containers[0]!];
+  assert.equal(oc.image, "stockade.lab/stockade:0123abcd");
+  assert.equal(bc.securityContext?.privileged, true);
+  assert.equal(oc.securityContext?.privileged, false);
+  assert.equal(oc.securityContext?.readOnlyRootFilesystem, true, "the rest of the securityContext is kept");
+  const plain = (x: unknown): unknown => JSON.parse(JSON.stringify(x));
+  assert.deepEqual(plain(oc.volumeMounts), [{ name: "lab-watchdog", mountPath: WATCHDOG_HOST_PATH, readOnly: true }]);
+  assert.deepEqual(plain(o.spec!.template.spec!.volumes), [
+    { name: "lab-watchdog", hostPath: { path: WATCHDOG_HOST_PATH, type: "Directory" } },
+  ]);
+  assert.ok(oc.args!.includes(`--watchdog-device=${WATCHDOG_DEVICE}`) && oc.args!.includes("--deadline-seconds=12"), oc.args!.join(" "));
+  assert.deepEqual(oc.env, bc.env, "the environment is the manifest's");
+  // Everything else as the manifest says.
+  const strip = (d: V1DaemonSet) => {
+    const c = structuredClone(d);
+    const cc = c.spec!.template.spec!.containers[0]!;
+    delete cc.image;
+    delete cc.args;
+    delete cc.securityContext;
+    delete cc.volumeMounts;
+    delete c.spec!.template.spec!.volumes;
+    return c;
+  };
+  assert.deepEqual(strip(o), strip(b));
+  for (const kind of ["Namespace", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])
+    assert.deepEqual(
+      over!.filter((x) => x.kind === kind),
+      base!.filter((x) => x.kind === kind),
+      `${kind} unchanged`,
+    );
 });

@@ -13,20 +13,10 @@ import { FleetMemo } from "../../src/decide/fleet-memo.ts";
 import { NODE_DOWN } from "../../src/decide/node-down.ts";
 import type { Sighting } from "../../src/decide/node-conditions.ts";
 import { T0, fence, lease, node, pod, policy, stsPod } from "./decide-fixtures.ts";
+// A failing seed can be run again: the chaos schedules' generator (mulberry32).
+import { prng as random } from "../../lab/chaos/schedule.ts";
 
 const ZONE = "topology.kubernetes.io/zone";
-
-/** A small deterministic generator (mulberry32): a failing seed can be run again. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface SimNode {
   name: string;

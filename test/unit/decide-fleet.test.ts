@@ -234,6 +234,26 @@ describe("decideFleet: NodeDown", () => {
     }
   });
 
+  test("nodeDownFirstOnly lists only each node's first change, with the same condition", () => {
+    const { ns, pods } = threeNodes(at(50));
+    const all = decide(at(50), ns, { pods });
+    const first = decideFleet({
+      now: at(50),
+      nodes: ns.map((x) => x.node),
+      leases: leases(...ns.map((x) => x.lease)),
+      pods: podsByNode(pods),
+      pvcs: pvcMap(),
+      pdbs: [],
+      policies: [policy("default")],
+      fences: fenceMap(),
+      watchStalenessSeconds: 0,
+      nodeDownFirstOnly: true,
+    });
+    assert.equal(all.nodeDown.length, 2, "both pods of node-2");
+    assert.deepEqual(first.nodeDown, [all.nodeDown[0]], "one change for node-2: the first");
+    assert.deepEqual(first.decisions, all.decisions, "nothing else differs");
+  });
+
   test("also without a policy or anything to protect", () => {
     const { ns } = threeNodes(at(50));
     const d = decide(at(50), ns, { pods: [pod("web", { node: "node-2" })], policies: [] });
@@ -286,7 +306,7 @@ describe("decideFleet: NodeDown", () => {
     const nd = { type: NODE_DOWN, status: "True", reason: "NodePartitioned", message: "node node-2 has sent no heartbeat since …" };
     const pods = [stsPod("db-1", { node: "node-2", conditions: [nd] }), pod("web", { node: "node-2" })];
     const d = decide(now, [up("node-1", now), up("node-2", now), up("node-3", now)], { pods });
-    assert.deepEqual(d.nodeDown, [{ namespace: "default", name: "db-1", uid: "uid-default-db-1", condition: null }]);
+    assert.deepEqual(d.nodeDown, [{ node: "node-2", namespace: "default", name: "db-1", uid: "uid-default-db-1", condition: null }]);
   });
 
   test("is removed from a node that is merely Suspect again (fresh Lease)", () => {

@@ -18,6 +18,8 @@ import {
   type OwnCheck,
   type PeerAnswer,
 } from "../../src/decide/isolation.ts";
+// A failing seed can be run again: the chaos schedules' generator (mulberry32).
+import { prng as random } from "../../lab/chaos/schedule.ts";
 
 const config = (peers = ["b", "c", "d", "e"]): AgentConfig => ({
   checkIntervalSeconds: 5,
@@ -225,18 +227,6 @@ describe("decide/isolation: the agent's promise", () => {
     assert.match(checkAgentConfig(5, 2.5, 30, 10, 3).join(), /failed checks/);
   });
 });
-
-/** mulberry32, as test/unit/decide-fleet-memo.test.ts. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe("decide/isolation: random sequences", () => {
   test("never feeds past the last 'no fence' start + D without a majority round within D; a fence stops it for good", () => {

@@ -98,7 +98,7 @@ function setup(o: { nodes?: number; holdCreates?: boolean; leading?: () => boole
   /** The watch event of a created fence reaches the cache. */
   const echo = (name: string) => fences.set(name, server.get(name)!);
   const verdict = (name: string) => ctl.decide().decisions.find((d) => d.node === name)?.verdict;
-  return { ctl, w, reopen, fences, echo, verdict, fresh };
+  return { ctl, w, reopen, fences, echo, verdict, fresh, ns, ls, now };
 }
 
 test("a due fence is created before the pass's NodeDown writes, which do not hold the pass and yield while it is under way", async () => {
@@ -205,4 +205,103 @@ test("a NodeFence create whose fresh read finds the node healthy is not made, an
   assert.equal(w.creates, 0, "no create on the cache's word alone");
   assert.equal(verdict("node-1"), "Fence", "not held as a fence: the next pass decides again from the cache");
   await ctl.nodeDownSettled();
+});
+
+test("queued NodeDown writes are held one entry per node, not per pod: a storm-guard hold over many pods keeps a bounded queue", async () => {
+  // Three of four nodes silent (maxUnhealthyNodes 50%: the storm guard holds), 30 pods each, no write ever answered.
+  const now = at(100);
+  const names = ["node-1", "node-2", "node-3"];
+  const ns = new Map(names.map((n) => [n, node(n, { ready: "Unknown", heartbeat: at(0) })]));
+  const ls = new Map(names.map((n) => [n, lease(n, at(0), 40)]));
+  ns.set("ok-1", node("ok-1", { heartbeat: now }));
+  ls.set("ok-1", lease("ok-1", now, 40));
+  const pods = names.flatMap((n) => Array.from({ length: 30 }, (_, i) => stsPod(`${n}-db-${i}`, { node: n })));
+  const inf = <T>(m: Map<string, T>) => ({ list: () => [...m.values()], get: (name: string) => m.get(name), on() {} });
+  const byNode = podsByNode(pods);
+  const caches = {
+    nodes: inf(ns),
+    leases: inf(ls),
+    pvcsByKey: () => new Map(),
+    podsByNode: byNode,
+    leaseSilentForMs: () => 0,
+    leaseOf: (n: string) => ls.get(n),
+    pdbs: inf(new Map()),
+    policies: inf(new Map([["default", policy("default")]])),
+    agents: inf(new Map([["ipmi", {}]])),
+    fences: inf(new Map()),
+    heartbeatStalenessSeconds: () => 0,
+  };
+  let writes = 0;
+  const kube = { setPodCondition: () => (writes++, new Promise(() => {})), replaceStatus: () => new Promise(() => {}) };
+  const silent = { info() {}, warn() {}, error() {}, debug() {} };
+  const ctl = new NodeHealthController({ caches, kube, events: { record: async () => {} }, log: silent, clock: () => now } as never);
+  for (let k = 0; k < 3; k++) await ctl.reconcile();
+  await new Promise((r) => setTimeout(r, 20));
+  const d = ctl.decide();
+  assert.equal(d.decisions.filter((x) => x.verdict === "Held").length, 3, "the storm guard holds the three");
+  assert.deepEqual(
+    d.nodeDown.map((c) => c.node),
+    names,
+    "a pass lists one change per node, not 90",
+  );
+  assert.equal(writes, 8, "8 writes under way (none answered)");
+  assert.equal(ctl.nodeDownBacklog(), 90, "every pod of the three nodes still to be written");
+  const held = ctl.nodeDownHeld();
+  assert.equal(held.nodes, 2, "the two nodes not reached yet: one entry each");
+  assert.ok(held.pods <= 8 + 30, `pods held: the 8 under way and one node's list (${held.pods})`);
+});
+
+test("a node that heartbeats again before its queued NodeDown writes are made gets none (the latest pass wins)", async () => {
+  const { ctl, w, ns, ls, now } = setup({ nodes: 2 });
+  await ctl.reconcile(); // node-1's 40 pods first (2 at a time while its fence is created), node-2's web-0 queued
+  await ctl.fenceCreatesSettled();
+  await new Promise((r) => setTimeout(r, 20));
+  assert.ok(!w.order.includes("NodeDown web-0"), "not reached yet");
+  ns.set("node-2", node("node-2", { heartbeat: now }));
+  ls.set("node-2", lease("node-2", now, 40));
+  await ctl.reconcile(); // node-2 is healthy: nothing to change on its pods
+  w.open();
+  await ctl.nodeDownSettled();
+  assert.equal(w.order.filter((o) => o.startsWith("NodeDown db-")).length, 40, "node-1's pods all written");
+  assert.ok(!w.order.includes("NodeDown web-0"), "no NodeDown written on the pod of a node heartbeating again");
+});
+
+test("nodes a pass queues while a drain's last write hangs are written 8 at a time, not behind that write", async () => {
+  // Five nodes, three silent (the storm guard holds: no fence is created, so 8 write slots): a has one pod, b and c none.
+  const now = at(100);
+  const silentNode = (n: string) => node(n, { ready: "Unknown", heartbeat: at(0) });
+  const ns = new Map(["a", "b", "c"].map((n) => [n, silentNode(n)]));
+  const ls = new Map(["a", "b", "c"].map((n) => [n, lease(n, at(0), 40)]));
+  for (const n of ["d", "e"]) {
+    ns.set(n, node(n, { heartbeat: now }));
+    ls.set(n, lease(n, now, 40));
+  }
+  const pods = [stsPod("a-0", { node: "a" }), ...Array.from({ length: 20 }, (_, i) => stsPod(`d-${i}`, { node: "d" }))];
+  const inf = <T>(m: Map<string, T>) => ({ list: () => [...m.values()], get: (name: string) => m.get(name), on() {} });
+  const caches = {
+    nodes: inf(ns),
+    leases: inf(ls),
+    pvcsByKey: () => new Map(),
+    podsByNode: podsByNode(pods),
+    leaseSilentForMs: () => 0,
+    leaseOf: (n: string) => ls.get(n),
+    pdbs: inf(new Map()),
+    policies: inf(new Map([["default", policy("default")]])),
+    agents: inf(new Map([["ipmi", {}]])),
+    fences: inf(new Map()),
+    heartbeatStalenessSeconds: () => 0,
+  };
+  let inFlight = 0;
+  const kube = { setPodCondition: () => (inFlight++, new Promise(() => {})), replaceStatus: () => new Promise(() => {}) };
+  const silent = { info() {}, warn() {}, error() {}, debug() {} };
+  const ctl = new NodeHealthController({ caches, kube, events: { record: async () => {} }, log: silent, clock: () => now } as never);
+  await ctl.reconcile();
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(inFlight, 1, "a-0's write hangs");
+  ns.set("d", silentNode("d")); // d goes silent too, with 20 pods
+  ls.set("d", lease("d", at(0), 40));
+  await ctl.reconcile();
+  await new Promise((r) => setTimeout(r, 400)); // the idle slots look again
+  assert.equal(ctl.decide().decisions.find((x) => x.node === "d")?.verdict, "Held");
+  assert.equal(inFlight, 8, "a-0's and 7 of d's");
 });

@@ -1,0 +1,177 @@
+// What the node agent costs (issue 30): N real `stockade node-agent` processes (one per simulated node) against the
+// lab's real apiserver, each with a plain file for its watchdog (T = 60 s) and its peer port on loopback. Phase 1,
+// steady: each agent's CPU and RSS from /proc, and its API requests. Phase 2, the control plane down (kube-apiserver
+// killed): the peer traffic (signed questions and answers, counted by every agent's /metrics), the agents' CPU, and
+// whether every agent kept feeding its watchdog (the majority rule) — then the apiserver again and every record renewed.
+//   node bench/node-agent.ts [--agents N] [--steady S] [--down S] [--fast]
+// All agents share 127.0.0.1, and an agent answers at most 5 requests a second per source address (burst 10): with
+// more than 26 agents at c = 5 s (11 at c = 2 s) the others' questions exceed it and are refused (429), which a
+// cluster, where each agent has its own pod address, never sees. The default, 20, stays under it.
+// --fast: the lab's timings (c=2 N=2 F=4 D=12, peer timeout 1 s); default: the agent's own (c=5 N=2 F=10 D=30, 3 s).
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { setTimeout as sleep } from "node:timers/promises";
+import { tmpdir } from "node:os";
+import { CoordinationV1Api } from "@kubernetes/client-node";
+import { Lab } from "../lab/lab.ts";
+import { repoRoot } from "../lab/bins.ts";
+import { waitFor } from "../lab/health.ts";
+import { LAB_AGENT_TIMINGS } from "../lab/node-agent-install.ts";
+import { freeTcpPorts } from "../lab/ports.ts";
+import { NODE_AGENT_NAMESPACE, parseNodeAgentRecord } from "../src/decide/node-agent-record.ts";
+
+const { values } = parseArgs({
+  options: {
+    agents: { type: "string", default: "20" },
+    steady: { type: "string", default: "60" },
+    down: { type: "string", default: "60" },
+    fast: { type: "boolean", default: false },
+  },
+});
+const n = Number(values.agents);
+const steadyS = Number(values.steady);
+const downS = Number(values.down);
+if (!Number.isInteger(n) || n < 2 || n > 200) throw new Error(`--agents must be a whole number from 2 to 200 (got ${values.agents})`);
+if (!(steadyS >= 10) || !(downS >= 10)) throw new Error("--steady and --down are at least 10 seconds");
+
+// The image runs the compiled JavaScript (Dockerfile: tsc -p tsconfig.build.json): so does the bench, since running
+// the TypeScript sources adds Node's type stripping (~25 MiB of RSS per process) to what it measures.
+const dist = mkdtempSync(join(tmpdir(), "stockade-bench-node-agent-dist-"));
+const tsc = spawnSync(
+  process.execPath,
+  [join(repoRoot, "node_modules/typescript/bin/tsc"), "-p", join(repoRoot, "tsconfig.build.json"), "--outDir", dist],
+  {
+    stdio: "inherit",
+  },
+);
+if (tsc.status !== 0) throw new Error(`tsc -p tsconfig.build.json exited ${tsc.status}`);
+// dist/ beside a node_modules, as in the image.
+symlinkSync(join(repoRoot, "node_modules"), join(dist, "node_modules"));
+const lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), "stockade-bench-node-agent-")), nodes: 1, runtime: "kwok" });
+const agents: { node: string; proc: ChildProcess; device: string; health: number }[] = [];
+try {
+  await lab.core.createNamespace({ body: { metadata: { name: NODE_AGENT_NAMESPACE } } });
+  await new Promise<void>((resolve, reject) => {
+    const p = spawn("kubectl", ["apply", "-f", join(repoRoot, "manifests/01-crds.yaml")], { env: lab.env, stdio: "ignore" });
+    p.once("exit", (code) => (code === 0 ? resolve() : reject(new Error(`kubectl apply of the CRDs exited ${code}`))));
+  });
+  await lab.waitForCrds(["nodefences"]);
+  const ports = await freeTcpPorts(2 * n);
+  const t = values.fast ? LAB_AGENT_TIMINGS : undefined;
+  for (let i = 0; i < n; i++) {
+    const node = `agent-${i}`;
+    const dir = join(lab.dir, "agents", node);
+    mkdirSync(dir, { recursive: true });
+    const device = join(dir, "watchdog");
+    writeFileSync(device, "");
+    writeFileSync(join(dir, "timeout"), "60\n");
+    const args = [
+      join(dist, "main.js"),
+      "node-agent",
+      `--kubeconfig=${lab.kubeconfig}`,
+      "--pod-ip=127.0.0.1",
+      `--pod-name=${node}-pod`,
+      `--watchdog-device=${device}`,
+      `--watchdog-timeout-file=${join(dir, "timeout")}`,
+      `--peer-port=${ports[2 * i]}`,
+      `--health-bind-address=127.0.0.1:${ports[2 * i + 1]}`,
+      ...(t
+        ? [
+            `--check-interval-seconds=${t.checkIntervalSeconds}`,
+            `--failed-checks-before-peers=${t.failedChecksBeforePeers}`,
+            `--control-plane-down-seconds=${t.controlPlaneDownSeconds}`,
+            `--deadline-seconds=${t.deadlineSeconds}`,
+            `--peer-timeout-seconds=${t.peerTimeoutSeconds}`,
+          ]
+        : []),
+    ];
+    const proc = spawn(process.execPath, args, { env: { ...process.env, NODE_NAME: node }, stdio: ["ignore", "ignore", "inherit"] });
+    agents.push({ node, proc, device, health: ports[2 * i + 1]! });
+  }
+  const leases = lab.kc.makeApiClient(CoordinationV1Api);
+  const armed = async () => {
+    const list = await leases.listNamespacedLease({ namespace: NODE_AGENT_NAMESPACE });
+    return list.items.map(parseNodeAgentRecord).filter((r) => r.ok && r.record.armed).length;
+  };
+  const t0 = Date.now();
+  await waitFor(`${n} agents armed`, async () => ((await armed()) >= n ? true : undefined), { timeoutMs: 180_000, intervalMs: 1000 });
+  console.log(`${n} agents armed ${((Date.now() - t0) / 1000).toFixed(1)} s after they were started`);
+  // Every agent has listed every other's record only after its next renewal: one more check interval, twice.
+  await sleep(2 * (t?.checkIntervalSeconds ?? 5) * 1000 + 2000);
+
+  /** Sum of a counter over every agent's /metrics (label filter as a substring of the series). */
+  const metric = async (name: string, label = ""): Promise<number> => {
+    let sum = 0;
+    for (const a of agents) {
+      const text = await fetch(`http://127.0.0.1:${a.health}/metrics`, { signal: AbortSignal.timeout(5000) }).then((r) => r.text());
+      for (const line of text.split("\n"))
+        if (line.startsWith(name) && line.includes(label)) sum += Number(line.slice(line.lastIndexOf(" ") + 1));
+    }
+    return sum;
+  };
+  const cpuTicks = (pid: number) => {
+    const f = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const s = f.slice(f.lastIndexOf(")") + 2).split(" ");
+    return Number(s[11]) + Number(s[12]);
+  };
+  const rssMiB = (pid: number) => (Number(readFileSync(`/proc/${pid}/statm`, "utf8").split(" ")[1]) * 4096) / 2 ** 20;
+  const pct = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
+  const fmt = (xs: number[], d = 1) =>
+    `mean ${(xs.reduce((a, b) => a + b, 0) / xs.length).toFixed(d)}, p50 ${pct(xs, 0.5).toFixed(d)}, max ${Math.max(...xs).toFixed(d)}`;
+
+  async function phase(seconds: number) {
+    const c0 = agents.map((a) => cpuTicks(a.proc.pid!));
+    const [checks0, in0, out0] = [
+      await metric("stockade_node_agent_checks_total"),
+      await metric("stockade_node_agent_peer_requests_in_total"),
+      await metric("stockade_node_agent_peer_requests_out_total", "answered"),
+    ];
+    const w0 = Date.now();
+    await sleep(seconds * 1000);
+    const sec = (Date.now() - w0) / 1000;
+    const cpu = agents.map((a, i) => ((cpuTicks(a.proc.pid!) - c0[i]!) / 100 / sec) * 100);
+    const rss = agents.map((a) => rssMiB(a.proc.pid!));
+    const fedLast10s = agents.filter((a) => Date.now() - statSync(a.device).mtimeMs < 10_000).length;
+    return { sec, cpu, rss, fedLast10s, w0, counts: { checks0, in0, out0 } };
+  }
+
+  const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+  console.log(`steady, ${steadyS} s (load ${load()}):`);
+  const st = await phase(steadyS);
+  const checks = (await metric("stockade_node_agent_checks_total")) - st.counts.checks0;
+  console.log(`  CPU per agent, % of a core: ${fmt(st.cpu, 2)}`);
+  console.log(`  RSS per agent, MiB: ${fmt(st.rss)}`);
+  console.log(`  own checks: ${(checks / st.sec).toFixed(1)}/s over ${n} agents; every agent fed in the last 10 s: ${st.fedLast10s}/${n}`);
+  console.log(`  peer requests answered: ${(await metric("stockade_node_agent_peer_requests_in_total")) - st.counts.in0}`);
+
+  await lab.killComponent("kube-apiserver");
+  console.log(`control plane down (kube-apiserver killed), ${downS} s (load ${load()}):`);
+  const dn = await phase(downS);
+  const inN = (await metric("stockade_node_agent_peer_requests_in_total")) - dn.counts.in0;
+  const outN = (await metric("stockade_node_agent_peer_requests_out_total", "answered")) - dn.counts.out0;
+  const dropped = await metric("stockade_node_agent_peer_requests_out_total", "dropped");
+  console.log(`  CPU per agent, % of a core: ${fmt(dn.cpu, 2)}`);
+  console.log(`  RSS per agent, MiB: ${fmt(dn.rss)}`);
+  console.log(
+    `  peer requests answered: ${inN} in ${dn.sec.toFixed(0)} s = ${(inN / dn.sec).toFixed(0)}/s over ${n} agents (${(inN / dn.sec / n).toFixed(1)}/s each; answers received ${outN}, dropped so far ${dropped})`,
+  );
+  console.log(`  every agent still fed (written in the last 10 s): ${dn.fedLast10s}/${n}`);
+  await lab.startComponent("kube-apiserver");
+  const back = Date.now();
+  await waitFor(
+    "every record renewed after the control plane came back",
+    async () => {
+      const list = await leases.listNamespacedLease({ namespace: NODE_AGENT_NAMESPACE }).catch(() => undefined);
+      return list && list.items.filter((l) => Date.parse(String(l.spec?.renewTime)) >= back - 1000).length >= n ? true : undefined;
+    },
+    { timeoutMs: 120_000, intervalMs: 1000 },
+  );
+  console.log(`every record renewed ${((Date.now() - back) / 1000).toFixed(1)} s after the apiserver was started again`);
+  if (dn.fedLast10s < n) process.exitCode = 1;
+} finally {
+  for (const a of agents) a.proc.kill("SIGKILL");
+  await lab.down();
+  rmSync(dist, { recursive: true, force: true });
+}
