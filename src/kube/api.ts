@@ -216,12 +216,16 @@ export class Kube {
     }
   }
 
-  /** The node agent's record for a node (a Lease in stockade-node-agent), fresh; undefined when there is none. */
+  /**
+   * The node agent's record for a node (a Lease in stockade-node-agent), fresh; undefined when there is none, or when
+   * the operator may not read it (the node agent's manifests grant that: without them, a policy that allows watchdog
+   * evidence must still fence by its other levels, not fail every step on a 403; no record is never evidence).
+   */
   async readAgentRecord(node: string): Promise<V1Lease | undefined> {
     try {
       return await this.coordination.readNamespacedLease({ name: node, namespace: NODE_AGENT_NAMESPACE });
     } catch (err) {
-      if (isNotFound(err)) return undefined;
+      if (isNotFound(err) || statusCode(err) === 403) return undefined;
       throw err;
     }
   }
