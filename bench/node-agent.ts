@@ -7,7 +7,7 @@
 // All agents share 127.0.0.1, and an agent answers at most 5 requests a second per source address (burst 10): with
 // more than 26 agents at c = 5 s (11 at c = 2 s) the others' questions exceed it and are refused (429), which a
 // cluster, where each agent has its own pod address, never sees. The default, 20, stays under it.
-// --fast: the lab's timings (c=2 N=2 F=4 D=12, peer timeout 1 s); default: the agent's own (c=5 N=2 F=10 D=30, 3 s).
+// --fast: the lab's timings (c=2 N=2 F=6 D=12, peer timeout 1 s); default: the agent's own (c=5 N=2 F=10 D=30, 3 s).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";

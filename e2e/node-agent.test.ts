@@ -1,6 +1,6 @@
 // The node agent (issue 30) on real kubelet nodes, installed from manifests/node-agent/ with the lab's overlay (the
 // lab's watchdog through a hostPath instead of /dev/watchdog, not privileged: lab/node-agent-install.ts), its fast
-// timings c = 2 s, N = 2, F = 4 s, D = 12 s, peer timeout 1 s, and the lab's watchdog timeout T = 3 s. No operator
+// timings c = 2 s, N = 2, F = 6 s, D = 12 s, peer timeout 1 s, and the lab's watchdog timeout T = 3 s. No operator
 // runs: the NodeFences here are created by hand, as an administrator does, and nothing but the agents acts on them.
 //   - every agent arms its node's watchdog and keeps a record the operator can read;
 //   - the control plane down for two minutes: no node resets (a strict majority of its peers, each unable to reach

@@ -39,7 +39,7 @@ const usage = `usage: npm run lab -- <command>
   uninstall                      manifests/README.md's uninstall steps (unfence, NodeFences, webhooks, the bundle)
   install-node-agent [--image <tar>]  the node agent from manifests/node-agent/ (real nodes), with the lab's overlay:
                                  the lab watchdog through a hostPath (not privileged) and the fast timings
-                                 c=2 N=2 F=4 D=12 peer timeout 1; waits for every node's record, armed
+                                 c=2 N=2 F=6 D=12 peer timeout 1; waits for every node's record, armed
   events                         the lab's own event log (power changes, boots, faults)
   down                           stop every process the lab started
 

@@ -28,11 +28,14 @@ export interface AgentTimings {
   peerTimeoutSeconds: number;
 }
 
-/** c = 2 s, N = 2, F = 4 s, peer timeout 1 s: D ≥ 2·2 + 4 + 2·1 = 10 s; D = 12 s. */
+/**
+ * c = 2 s, N = 2, F = 6 s, peer timeout 1 s: D ≥ 2·2 + 6 + 2·1 = 12 s; D = 12 s. F − 2 s (the operator's doubt
+ * threshold) stays above the 2 s between renewals, or every agent would look silent to the operator between two.
+ */
 export const LAB_AGENT_TIMINGS: AgentTimings = {
   checkIntervalSeconds: 2,
   failedChecksBeforePeers: 2,
-  controlPlaneDownSeconds: 4,
+  controlPlaneDownSeconds: 6,
   deadlineSeconds: 12,
   peerTimeoutSeconds: 1,
 };

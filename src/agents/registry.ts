@@ -3,6 +3,7 @@ import { ipmiDriver, ipmiRules } from "./ipmi.ts";
 import { redfishDriver, redfishRules } from "./redfish.ts";
 import { FenceAgentDriver, fenceAgentRules, loadFenceAgentRules } from "./fence-agent.ts";
 import { manualDriver } from "./manual.ts";
+import { watchdogDriver } from "./watchdog.ts";
 import { webhookDriver, webhookRules } from "./webhook.ts";
 import { gcpDriver, gcpRules } from "./gcp.ts";
 import { azureDriver, azureRules } from "./azure.ts";
@@ -10,7 +11,18 @@ import { awsDriver, awsRules } from "./aws.ts";
 import { networkFenceDriver, networkFenceRules } from "./csi-addons-network-fence.ts";
 import { isStorageFence, STORAGE_FENCE_TYPES, type StorageFenceDriver } from "./types.ts";
 
-export const AGENT_TYPES = ["ipmi", "redfish", "fenceAgent", "manual", "webhook", "aws", "gcp", "azure", "csiAddonsNetworkFence"] as const;
+export const AGENT_TYPES = [
+  "ipmi",
+  "redfish",
+  "fenceAgent",
+  "manual",
+  "webhook",
+  "aws",
+  "gcp",
+  "azure",
+  "csiAddonsNetworkFence",
+  "watchdog",
+] as const;
 
 export { isStorageFence, STORAGE_FENCE_TYPES };
 
@@ -28,6 +40,8 @@ export function driverFor(type: string, agent?: string): AgentDriver {
       return redfishDriver;
     case "manual":
       return manualDriver;
+    case "watchdog":
+      return watchdogDriver;
     case "webhook":
       return webhookDriver;
     case "gcp":
@@ -47,7 +61,7 @@ export function driverFor(type: string, agent?: string): AgentDriver {
 }
 
 /**
- * Which parameters a FenceAgent's type takes and from where; undefined for manual (which takes none that matter).
+ * Which parameters a FenceAgent's type takes and from where; undefined for manual and watchdog (which take none that matter).
  * For fenceAgent it reads the installed agent's metadata (cached per executable). Throws a Config AgentError when
  * the type is unknown or the agent missing.
  */
@@ -58,6 +72,7 @@ export function rulesFor(spec: { type: string; agent?: string }): ParameterRules
     case "redfish":
       return redfishRules;
     case "manual":
+    case "watchdog":
       return undefined;
     case "webhook":
       return webhookRules;

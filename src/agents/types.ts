@@ -19,7 +19,8 @@ export interface AgentContext {
   signal: AbortSignal;
 }
 
-export type AgentType = "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure" | "csiAddonsNetworkFence";
+export type AgentType =
+  "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure" | "csiAddonsNetworkFence" | "watchdog";
 
 /**
  * What a storage fence says. Deliberately not a PowerState: nothing here can be read as "the machine is off".

@@ -33,9 +33,12 @@ export interface FenceAgentSpec {
    * spec.providerID, through the AWS SDK and its default credential chain), gcp (Compute Engine instances.stop, the
    * instance from the Node's spec.providerID), azure (virtual machine power off or deallocate, the VM from the Node's
    * spec.providerID) or csiAddonsNetworkFence (a csi-addons NetworkFence that cuts the node's addresses off its
-   * storage: evidence for releasing volumes only, never that the machine is off).
+   * storage: evidence for releasing volumes only, never that the machine is off) or watchdog (no actuator: the node's
+   * own node agent holds its hardware watchdog, and the operator counts the node's silence until the watchdog must
+   * have reset the machine, WatchdogExpired evidence; only under a FencingPolicy with allowWatchdogEvidence,
+   * docs/safety.md section 8).
    */
-  type: "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure" | "csiAddonsNetworkFence";
+  type: "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure" | "csiAddonsNetworkFence" | "watchdog";
   /**
    * The fence_* executable to run when type is fenceAgent, e.g. fence_ipmilan. A bare name looked up on PATH: never a
    * path, never run through a shell. It gets every parameter as a key=value line on stdin, plus action=.
@@ -87,8 +90,8 @@ export interface FenceAgentSpec {
   /**
    * The periodic status query of every node's device (docs/operate.md, "The agent monitor"): the leader asks each
    * node's BMC, PDU or cloud API for its power state, never to power off or on, from the operator's own pod, and
-   * reports in status which nodes could not be fenced now. A failed query fences nothing. Not for types manual and
-   * csiAddonsNetworkFence, which have no power state to query.
+   * reports in status which nodes could not be fenced now. A failed query fences nothing. Not for types manual,
+   * watchdog and csiAddonsNetworkFence, which have no power state to query.
    */
   monitor?: FenceAgentSpecMonitor;
 }
@@ -134,7 +137,7 @@ export interface FenceAgentSpecCredentialsSecretRef {
 /**
  * The periodic status query of every node's device (docs/operate.md, "The agent monitor"): the leader asks each node's
  * BMC, PDU or cloud API for its power state, never to power off or on, from the operator's own pod, and reports in
- * status which nodes could not be fenced now. A failed query fences nothing. Not for types manual and
+ * status which nodes could not be fenced now. A failed query fences nothing. Not for types manual, watchdog and
  * csiAddonsNetworkFence, which have no power state to query.
  */
 export interface FenceAgentSpecMonitor {
@@ -304,6 +307,15 @@ export interface FencingPolicySpec {
    * @default false
    */
   allowControlPlane?: boolean;
+  /**
+   * Accept WatchdogExpired evidence from FenceAgents of type watchdog: the node's own node agent promised to stop
+   * feeding its hardware watchdog once a NodeFence exists, and the operator observed the node silent long enough for
+   * the watchdog to reset it (docs/safety.md section 8). Weaker than a confirmed power-off: it assumes a watchdog that
+   * fires, clocks that run at about real speed and honest agents. False by default: a level with a watchdog agent is
+   * not used (its attempt fails, saying to set this field).
+   * @default false
+   */
+  allowWatchdogEvidence?: boolean;
   /**
    * Decide and report (DryRun condition, Events) but never fence; the claim lock and the force-delete guard are off
    * for the nodes and pods of a dry-run policy.
@@ -728,6 +740,13 @@ export interface NodeFenceStatus {
   attempts?: NodeFenceStatusAttempts[];
   /** The proof that the node is fenced. */
   evidence?: NodeFenceStatusEvidence;
+  /**
+   * The WatchdogExpired arithmetic as last computed for a level of watchdog agents, so that a person can check it: the
+   * wait is required = (deadlineSeconds + watchdogTimeoutSeconds) times (1 + clockRateDrift) plus marginSeconds,
+   * counted on the operator's monotonic clock from windowStart (when this operator first saw the NodeFence, later if a
+   * third or more of the other agents' records were silent).
+   */
+  watchdog?: NodeFenceStatusWatchdog;
   /** How many attempts were dropped from attempts to keep the status small. */
   attemptsDropped?: number;
   /**
@@ -780,6 +799,11 @@ export interface NodeFenceStatusPolicySnapshot {
   waitForNodeController?: boolean;
   /** Unfence automatically when the node comes back with a new bootID (action reboot). */
   unfenceOnReboot?: boolean;
+  /**
+   * WatchdogExpired evidence from FenceAgents of type watchdog is accepted (absent means false: a watchdog agent's
+   * attempt fails).
+   */
+  allowWatchdogEvidence?: boolean;
 }
 
 /** One escalation level. */
@@ -845,7 +869,7 @@ export interface NodeFenceStatusAttempts {
    * the confirmation: an agent deleted or re-typed meanwhile changes nothing. An attempt without it (written by an
    * older version) never counts as a power agent.
    */
-  agentType?: "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure" | "csiAddonsNetworkFence";
+  agentType?: "ipmi" | "redfish" | "fenceAgent" | "manual" | "webhook" | "aws" | "gcp" | "azure" | "csiAddonsNetworkFence" | "watchdog";
   /**
    * A storage fence (agentType csiAddonsNetworkFence) only: the StorageClasses it cuts the node off, as its parameters
    * said when the attempt started; a StorageFenced confirmation releases volumes of these only.
@@ -873,10 +897,13 @@ export interface NodeFenceStatusEvidence {
    * (an administrator confirmed it is off and the node is partitioned) or StorageFenced (every agent of the level is a
    * storage fence, e.g. csiAddonsNetworkFence, and the storage side confirmed the node cut off: the machine may still
    * run, so only the volumes of storageClasses are released, never a pod, never the out-of-service taint). A level
-   * mixing kinds proves what its agents prove together: one confirmed power-off makes it PowerOffConfirmed. A changed
-   * bootID or a deleted Node is never evidence (docs/safety.md).
+   * mixing kinds proves what its agents prove together: one confirmed power-off makes it PowerOffConfirmed.
+   * WatchdogExpired (every agent of the level is of type watchdog, under a policy with allowWatchdogEvidence): the
+   * node's own node agent had armed its hardware watchdog, and the operator observed the node's kubelet Lease and
+   * agent record silent for the watchdog's deadline and timeout and a margin (status.watchdog shows the arithmetic);
+   * releases what PowerOffConfirmed releases. A changed bootID or a deleted Node is never evidence (docs/safety.md).
    */
-  method: "PowerOffConfirmed" | "ManualConfirmation" | "StorageFenced";
+  method: "PowerOffConfirmed" | "ManualConfirmation" | "StorageFenced" | "WatchdogExpired";
   /**
    * StorageFenced only: the StorageClasses whose volumes the storage fences cut off (their FenceAgents' storageClasses
    * parameter). Claim locks and VolumeAttachments of other volumes are not released.
@@ -911,11 +938,61 @@ export interface NodeFenceStatusEvidenceHeartbeat {
   /** The Ready condition's lastHeartbeatTime, as written by the kubelet. */
   readyHeartbeatTime?: string;
   /**
+   * WatchdogExpired only: the node Lease's metadata.resourceVersion when the evidence was taken (any write to it since
+   * voids the evidence).
+   */
+  leaseResourceVersion?: string;
+  /** WatchdogExpired only: the node agent record's spec.renewTime when the evidence was taken. */
+  agentRecordRenewTime?: string;
+  /**
+   * WatchdogExpired only: the node agent record's metadata.resourceVersion when the evidence was taken. Before every
+   * release both the Lease and the record are read again: any difference means the node or its agent may run, and
+   * fencing starts over.
+   */
+  agentRecordResourceVersion?: string;
+  /**
    * The node was partitioned (no heartbeat for the timeout, and its Lease expired or Ready=Unknown) when the fence was
    * confirmed. When it was not (a node fenced while it heartbeat), nothing is released before it stayed silent for one
    * and a half renewals of its Lease.
    */
   silent?: boolean;
+}
+
+/**
+ * The WatchdogExpired arithmetic as last computed for a level of watchdog agents, so that a person can check it: the
+ * wait is required = (deadlineSeconds + watchdogTimeoutSeconds) times (1 + clockRateDrift) plus marginSeconds, counted
+ * on the operator's monotonic clock from windowStart (when this operator first saw the NodeFence, later if a third or
+ * more of the other agents' records were silent).
+ */
+export interface NodeFenceStatusWatchdog {
+  /** Whether the evidence held when last computed. */
+  holds?: boolean;
+  /** Why it does not hold (yet), for people. */
+  reason?: string;
+  /** T, the watchdog's timeout as the node's agent record states it. */
+  watchdogTimeoutSeconds?: number;
+  /** D, how long after its last confirmation the agent goes on feeding the watchdog. */
+  deadlineSeconds?: number;
+  /** The bound on how much faster the operator's clock may run than the node's, as a decimal string. */
+  clockRateDrift?: string;
+  /** The fixed margin, seconds. */
+  marginSeconds?: number;
+  /** (D + T)(1 + drift) + margin, seconds, as a decimal string (milliseconds rounded up). */
+  requiredSeconds?: string;
+  /** Seconds observed since windowStart on the operator's monotonic clock, as a decimal string. */
+  observedSeconds?: string;
+  /** When this operator first saw the NodeFence (its wall clock, for people). */
+  firstSeen?: string;
+  /** When the wait counts from (its wall clock, for people). */
+  windowStart?: string;
+  /** How many of the other nodes' agent records were silent at the last look. */
+  silentAgents?: number;
+  /** How many other nodes' agent records there were. */
+  agents?: number;
+  /** How many times a silence of other agents restarted the wait. */
+  windowRestarts?: number;
+  /** When it was computed. */
+  time?: string;
 }
 
 /** One released object. */
@@ -1052,7 +1129,7 @@ export interface FenceRecordStatusLevelsAgents {
 
 /** The proof the node was fenced, when there was one. */
 export interface FenceRecordStatusEvidence {
-  /** PowerOffConfirmed, ManualConfirmation or StorageFenced. */
+  /** PowerOffConfirmed, ManualConfirmation, StorageFenced or WatchdogExpired. */
   method?: string;
   time?: string;
   agents?: string[];

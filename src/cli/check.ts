@@ -115,6 +115,8 @@ async function query(
     return { ok: false, result: `FAILED ${(err as Error).message}` };
   }
   if (driver.type === "manual") return { ok: true, result: "SKIPPED manual agent: an administrator powers the machine off and confirms" };
+  if (driver.type === "watchdog")
+    return { ok: true, result: "SKIPPED watchdog agent: the node's own agent holds its watchdog; nothing to query" };
   const have = new Map<string, Record<string, string>>();
   for (const ref of secretRefsFor(agent.spec, name)) {
     const data = secrets.get(secretKey(ref));

@@ -106,7 +106,7 @@ after the NodeFence is deleted or replaced by the next fence, within the operato
                   NodeRecovered, Deleted); "-" while it lasts
   ORIGIN          who asked: Automatic (the operator, under a FencingPolicy) or Manual (a person or a tool)
   OUTCOME         Released, Failed, Cancelled, Unfenced or InProgress
-  EVIDENCE        PowerOffConfirmed, ManualConfirmation or StorageFenced
+  EVIDENCE        PowerOffConfirmed, ManualConfirmation, StorageFenced or WatchdogExpired
   LEVELS          the escalation levels tried, counted from 1, with each agent's outcome
   PODS, VOLUMES   guarded pods force-deleted; VolumeAttachments deleted and claim locks broken
   REASON          the NodeFence's reason (the trigger of an automatic fence)

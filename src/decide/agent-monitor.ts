@@ -41,6 +41,7 @@ export interface NodeResult {
 /** Why an agent type is not monitored, or undefined when its devices answer a status query. */
 export function notMonitoredWhy(type: string): string | undefined {
   if (type === "manual") return "a manual agent has no device to query: a person powers the machine off and confirms it";
+  if (type === "watchdog") return "a watchdog agent has no device to query: the node's own agent holds its watchdog";
   if (type === "csiAddonsNetworkFence") return "a storage fence has no power state to query: its NetworkFence is read only during a fence";
   return undefined;
 }

@@ -8,6 +8,7 @@ import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernete
 import type { DateTime } from "luxon";
 import type { NodeFence } from "../api/v1alpha1.ts";
 import { heartbeatChanges, heartbeatOf } from "./heartbeat.ts";
+import { agentRecordChanges } from "./watchdog-fence.ts";
 import { GUARDED_LABEL, isFinished } from "./guarded-pods.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime } from "./node-health.ts";
 
@@ -324,9 +325,18 @@ export function fencedSince(
   node: V1Node | undefined,
   lease: V1Lease | undefined,
   claim?: V1PersistentVolumeClaim,
+  agentRecord?: { read: V1Lease | undefined },
 ): Date | undefined {
   const phase = f?.status?.phase;
   const ev = f?.status?.evidence;
+  // WatchdogExpired: the node's agent record must also be as the evidence recorded it, read fresh; a caller that did
+  // not read it (the claim lock, the force-delete guard) gets no "fenced" from it: the fence's own release breaks the
+  // locks and deletes the pods, each after that check (fence-machine.ts).
+  if (
+    ev?.method === "WatchdogExpired" &&
+    (!agentRecord || !ev.heartbeat || agentRecordChanges(ev.heartbeat, lease, agentRecord.read).length)
+  )
+    return undefined;
   if (!ev || !f?.status?.fencedTime || !(phase === "Fenced" || phase === "Releasing" || phase === "Released")) return undefined;
   // Storage fenced: the machine may run; only the claims of the StorageClasses cut off are safe from its pods (and no
   // pod is proven dead, so without a claim — a force delete — it proves nothing).

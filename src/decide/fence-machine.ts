@@ -11,6 +11,9 @@
 // - evidence is only PowerOffConfirmed or ManualConfirmation, each from the attempts of the current round — or
 //   StorageFenced (a level of storage fences only), which releases volumes only: never a pod, never out-of-service;
 //   what each attempt proves is what its agent was when the attempt started (recorded in it), never today's FenceAgent;
+//   or WatchdogExpired (a level of watchdog agents only, under a policy that allows it in its snapshot and now), from
+//   the arithmetic the observation carries (decide/watchdog-evidence.ts), with the node agent's record, read fresh,
+//   compared before each release step as the heartbeat is;
 // - a storage fence, once confirmed up, comes down only for an administrator's unfence, the NodeFence's deletion, or
 //   after a later confirmed power-off — never for a new bootID (the node's kubelet writes it);
 // - every storage fence that may have gone out is lifted (retried with backoff) before the fence ends Unfenced or its
@@ -30,6 +33,7 @@ import type {
   NodeFenceStatusEvidenceHeartbeat,
   NodeFenceStatusNodeSnapshot,
   NodeFenceStatusPolicySnapshot,
+  NodeFenceStatusWatchdog,
 } from "../api/v1alpha1.ts";
 import { isGuarded } from "./guarded-pods.ts";
 import { heartbeatChanges, heartbeatOf } from "./heartbeat.ts";
@@ -40,6 +44,9 @@ import { stillHeld } from "./node-conditions.ts";
 import { quorumRefusal } from "./quorum.ts";
 import { matchesSelector, policyForNode } from "./selectors.ts";
 import { fencedStorageClasses, isStorageFence, networkFenceName } from "./storage-fence.ts";
+import { agentRecordChanges, agentRecordFingerprint, describeArithmetic, watchdogStatus, watchdogWaitMessage } from "./watchdog-fence.ts";
+import { NODE_AGENT_NAMESPACE } from "./node-agent-record.ts";
+import type { WatchdogEvidence } from "./watchdog-evidence.ts";
 
 export const FENCED_TAINT = "stockade.io/fenced";
 export const OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service";
@@ -64,6 +71,10 @@ export const LIFT_RETRY_MAX_SECONDS = 300;
 export const ABANDON_STORAGE_FENCES_ANNOTATION = "stockade.io/abandon-storage-fences";
 /** A NodeFence condition: True while a storage fence it may have put up is not lifted (docs/safety.md §3). */
 export const STORAGE_FENCE_HELD_CONDITION = "StorageFenceHeld";
+/** Agent types that power nothing off: a person (manual) or the node's own watchdog (watchdog). */
+const NO_POWER_TYPES: ReadonlySet<string> = new Set(["manual", "watchdog"]);
+/** Whether an agent type powers the machine off and confirms it with a status query (not manual, watchdog, storage). */
+export const isPowerType = (t: string | undefined): boolean => t !== undefined && !NO_POWER_TYPES.has(t) && !isStorageFence(t);
 /** A kubelet's default Lease duration, when the node has no Lease to say. */
 const DEFAULT_LEASE_SECONDS = 40;
 
@@ -92,10 +103,20 @@ export interface FenceObservation {
   volumeAttachments: readonly V1VolumeAttachment[];
   /** The agent operations this process runs for this fence, by attempt index. */
   operations: ReadonlyMap<number, Operation>;
+  /**
+   * The fenced node's node agent record (a Lease in stockade-node-agent), read from the apiserver with the Node; only
+   * for a fence whose policy snapshot allows watchdog evidence (undefined otherwise, or when there is none).
+   */
+  agentRecord?: V1Lease;
+  /**
+   * WatchdogExpired as the shell computed it on this read (decide/watchdog-evidence.ts over what this process itself
+   * observed: kube/watchdog-observer.ts); absent while the node agents' records are not listed yet, or when not needed.
+   */
+  watchdog?: WatchdogEvidence;
 }
 
 export type Evidence = {
-  method: "PowerOffConfirmed" | "ManualConfirmation" | "StorageFenced";
+  method: "PowerOffConfirmed" | "ManualConfirmation" | "StorageFenced" | "WatchdogExpired";
   detail: string;
   /** StorageFenced: the StorageClasses whose volumes the storage fences cut off (only those are released). */
   storageClasses?: string[];
@@ -130,13 +151,20 @@ export type Step =
   /** The NodeFence is being deleted: abort its operations, remove the taints and condition it added, drop the finalizer. */
   | { kind: "finalize" }
   | { kind: "start"; policy: string; snapshot: NodeFenceStatusPolicySnapshot; node: NodeFenceStatusNodeSnapshot; bootID: string }
-  | { kind: "wait"; reason: string; message: string; requeueAfterMs: number }
+  /** watchdog: the WatchdogExpired arithmetic to show in status while a level of watchdog agents waits. */
+  | { kind: "wait"; reason: string; message: string; requeueAfterMs: number; watchdog?: NodeFenceStatusWatchdog }
   | { kind: "begin" }
   /** An automatic fence whose node heartbeats again: nothing more is powered off or released; our marks come off. */
   | { kind: "cancel"; message: string }
   | { kind: "interrupted"; index: number }
   | { kind: "runAgent"; level: number; agent: FenceAgent; operation: "off" | "on"; timeoutMs: number }
-  | { kind: "recordOutcome"; index: number; outcome: Exclude<AttemptOutcome, "InProgress">; message: string }
+  | {
+      kind: "recordOutcome";
+      index: number;
+      outcome: Exclude<AttemptOutcome, "InProgress">;
+      message: string;
+      watchdog?: NodeFenceStatusWatchdog;
+    }
   | { kind: "escalate"; to: number; message: string }
   | { kind: "roundFailed"; reason: string; message: string; retryAt: DateTime }
   | { kind: "retry"; snapshot: NodeFenceStatusPolicySnapshot | undefined; message: string }
@@ -181,6 +209,7 @@ export function snapshotOf(p: FencingPolicy): NodeFenceStatusPolicySnapshot {
     heartbeatTimeoutSeconds: s.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     waitForNodeController: s.detection?.waitForNodeController ?? false,
     unfenceOnReboot: s.unfenceOnReboot ?? false,
+    allowWatchdogEvidence: s.allowWatchdogEvidence ?? false,
   };
 }
 
@@ -529,6 +558,8 @@ export function nextStep(o: FenceObservation): Step {
         message: `the storage fence of ${lifted.join(", ")} is no longer held: its StorageFenced evidence is void, fencing again`,
       };
     const changes = storageOnly ? [] : heartbeatChanges(ev.heartbeat, heartbeatOf(o.node, o.lease));
+    // WatchdogExpired: the node's kubelet Lease and its agent record, read fresh, exactly as when the evidence was taken.
+    if (ev.method === "WatchdogExpired") changes.push(...agentRecordChanges(ev.heartbeat, o.lease, o.agentRecord));
     if (changes.length)
       return { kind: "reenter", message: `the node heartbeat after it was confirmed fenced (${changes.join("; ")}): fencing again` };
     if (!ev.heartbeat.silent && !storageOnly) {
@@ -678,6 +709,8 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
     if (!last || last.outcome === "Interrupted" || last.outcome === "Cancelled") {
       const agent = o.agents.get(name);
       if (!agent) return levelFailed(o, levels.length, level, `FenceAgent ${name} does not exist`);
+      if (agent.spec.type === "watchdog" && !watchdogAllowed(o))
+        return levelFailed(o, levels.length, level, watchdogNotAllowed(st.policy ?? "", name));
       let timeoutMs = (agent.spec.timeoutSeconds ?? 30) * 1000;
       if (levelDeadline) timeoutMs = Math.min(timeoutMs, levelDeadline.diff(o.now).as("milliseconds"));
       return { kind: "runAgent", level, agent, operation: "off", timeoutMs: Math.max(1, Math.floor(timeoutMs)) };
@@ -691,8 +724,11 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
   // fence deleted or re-typed to ipmi since is still a storage fence. One without a record (an older version's)
   // proves the least: nothing of its own, no StorageClass.
   const types = done.map((a) => a.agentType);
-  const power = types.some((t) => t !== undefined && t !== "manual" && !isStorageFence(t));
+  const power = types.some(isPowerType);
   const manual = !power && types.some((t) => t === "manual");
+  // WatchdogExpired only from a level of watchdog agents alone (a mix with storage fences proves what they prove).
+  const watchdog = types.length > 0 && types.every((t) => t === "watchdog");
+  if (watchdog) return watchdogConfirmation(o, levels.length, level, round, spec.agents, health);
   const method: Evidence["method"] = power ? "PowerOffConfirmed" : manual ? "ManualConfirmation" : "StorageFenced";
   const storageClasses = [...new Set(done.flatMap((a) => (isStorageFence(a.agentType) ? (a.storageClasses ?? []) : [])))].sort();
   const unknown = done.filter((a) => a.agentType === undefined).map((a) => a.agent);
@@ -722,6 +758,7 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
 function inProgressStep(o: FenceObservation, index: number, health: NodeHealth | undefined, levelDeadline: DateTime | undefined): Step {
   const a = attemptsOf(o.fence)[index]!;
   const agent = o.agents.get(a.agent);
+  if ((a.agentType ?? agent?.spec.type) === "watchdog" && a.operation === "off") return watchdogStep(o, index);
   if ((a.agentType ?? agent?.spec.type) === "manual" && a.operation === "off") {
     // The administrator is the actuator: no background work, nothing held; each reconcile looks again.
     const start = toDateTime(a.startTime) ?? o.now;
@@ -761,6 +798,96 @@ function inProgressStep(o: FenceObservation, index: number, health: NodeHealth |
     };
   }
   return operationStep(o, index, `${a.agent} ${a.operation}`);
+}
+
+/** Why a watchdog agent is not used: its fence's policy has not opted in (docs/safety.md §8). */
+export const watchdogNotAllowed = (policy: string, agent: string) =>
+  `FenceAgent ${agent} is of type watchdog, but FencingPolicy ${policy} does not allow WatchdogExpired evidence: set spec.allowWatchdogEvidence: true on it to use the node agent's watchdog (weaker than a confirmed power-off: docs/safety.md), or remove ${agent} from its escalation`;
+
+/**
+ * WatchdogExpired is taken only while both the fence's policy snapshot and its FencingPolicy as it is now allow it:
+ * an opt-in withdrawn mid-fence counts at once, and a policy deleted allows nothing (the safer reading of both).
+ */
+function watchdogAllowed(o: Pick<FenceObservation, "fence" | "policies">): boolean {
+  return !!o.fence.status?.policySnapshot?.allowWatchdogEvidence && policyOf(o)?.spec.allowWatchdogEvidence === true;
+}
+
+/**
+ * An InProgress watchdog attempt: nothing runs. Each look computes WatchdogExpired (o.watchdog, from what this process
+ * observed); it succeeds once the arithmetic holds, fails when the node's record rules the watchdog out (none, not
+ * armed, unusable, another node's: the next level applies), and otherwise waits, the arithmetic in status. The level's
+ * time limit still applies; the agent's own timeoutSeconds does not (the wait is what the arithmetic says).
+ */
+function watchdogStep(o: FenceObservation, index: number): Step {
+  const a = attemptsOf(o.fence)[index]!;
+  if (!watchdogAllowed(o))
+    return { kind: "recordOutcome", index, outcome: "Failed", message: watchdogNotAllowed(o.fence.status?.policy ?? "", a.agent) };
+  const w = o.watchdog;
+  if (!w)
+    return {
+      kind: "wait",
+      reason: "WaitingForWatchdog",
+      message: `waiting for the first list of the node agents' records (Leases in namespace ${NODE_AGENT_NAMESPACE}; the operator needs get, list and watch on them): the watchdog's wait counts from this operator's own first look`,
+      requeueAfterMs: 2_000,
+    };
+  if (w.holds)
+    return {
+      kind: "recordOutcome",
+      index,
+      outcome: "Succeeded",
+      message: `WatchdogExpired: ${describeArithmetic(w.arithmetic)}`,
+      watchdog: watchdogStatus(w, o.now),
+    };
+  if (!w.arithmetic) return { kind: "recordOutcome", index, outcome: "Failed", message: w.reason, watchdog: watchdogStatus(w, o.now) };
+  // Worded to stay the same while only time passes: the wait is not written to status at every look.
+  const message = watchdogWaitMessage(w);
+  const watchdog = watchdogStatus(w, o.now, message);
+  const leftMs = (w.arithmetic.requiredSeconds - w.arithmetic.observedSeconds) * 1000;
+  return {
+    kind: "wait",
+    reason: "WaitingForWatchdog",
+    message,
+    requeueAfterMs: Math.max(500, Math.min(5_000, Math.ceil(leftMs))),
+    watchdog,
+  };
+}
+
+/**
+ * A level of watchdog agents whose attempts all succeeded: confirmed only if WatchdogExpired still holds on this read
+ * (a renewal since the attempt ended voids it for good: the level fails). The evidence records the kubelet Lease and
+ * the agent record as read now; every release step compares fresh reads with them.
+ */
+function watchdogConfirmation(
+  o: FenceObservation,
+  levels: number,
+  level: number,
+  round: number,
+  agents: readonly string[],
+  health: NodeHealth | undefined,
+): Step {
+  const w = o.watchdog;
+  if (!watchdogAllowed(o)) return levelFailed(o, levels, level, watchdogNotAllowed(o.fence.status?.policy ?? "", agents.join(", ")));
+  if (!w?.holds)
+    return levelFailed(
+      o,
+      levels,
+      level,
+      `WatchdogExpired no longer holds on this read: ${w?.reason ?? "the node agents' records are not listed"}`,
+    );
+  return {
+    kind: "confirmed",
+    evidence: {
+      method: "WatchdogExpired",
+      detail: `round ${round + 1}, level ${level + 1}: ${agents.join(", ")}: the node's watchdog must have reset the machine: ${describeArithmetic(w.arithmetic)}`,
+      agents: [...agents],
+      round,
+      heartbeat: {
+        ...heartbeatOf(o.node, o.lease),
+        silent: health === undefined || health.state === "Partitioned",
+        ...agentRecordFingerprint(o.lease, o.agentRecord),
+      },
+    },
+  };
 }
 
 /** The Fenced condition's reason and message while an agent operation runs (`what`: agent and operation). */
@@ -910,13 +1037,13 @@ function powerOnStep(o: FenceObservation): Step | undefined {
   const powered = (name: string, type: string | undefined) => {
     const off = attempts.filter((a) => a.agent === name && a.operation === "off" && a.outcome === "Succeeded").at(-1);
     const t = off?.agentType ?? type;
-    return t !== "manual" && !isStorageFence(t);
+    return isPowerType(t);
   };
   for (const name of st.policySnapshot?.escalation[level]?.agents ?? []) {
     const agent = o.agents.get(name);
     const last = attempts.filter((a) => a.operation === "on" && a.agent === name && (a.startTime ?? "") >= (st.fencedTime ?? "")).at(-1);
     const type = agent?.spec.type;
-    if (agent && type !== "manual" && !isStorageFence(type) && powered(name, type) && (!last || last.outcome === "Interrupted"))
+    if (agent && isPowerType(type) && powered(name, type) && (!last || last.outcome === "Interrupted"))
       return { kind: "runAgent", level, agent, operation: "on", timeoutMs: (agent.spec.timeoutSeconds ?? 30) * 1000 };
   }
   return undefined;

@@ -24,6 +24,7 @@ import type { DateTime } from "luxon";
 import { GROUP, VERSION, type FenceAgent, type FenceRecord, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS } from "../decide/fleet.ts";
 import { assessNode, type NodeHealth } from "../decide/node-health.ts";
+import { NODE_AGENT_NAMESPACE } from "../decide/node-agent-record.ts";
 
 export type Plural = "nodefences" | "fencingpolicies" | "fenceagents";
 
@@ -211,6 +212,20 @@ export class Kube {
       return await this.core.readNode({ name });
     } catch (err) {
       if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /**
+   * The node agent's record for a node (a Lease in stockade-node-agent), fresh; undefined when there is none, or when
+   * the operator may not read it (the node agent's manifests grant that: without them, a policy that allows watchdog
+   * evidence must still fence by its other levels, not fail every step on a 403; no record is never evidence).
+   */
+  async readAgentRecord(node: string): Promise<V1Lease | undefined> {
+    try {
+      return await this.coordination.readNamespacedLease({ name: node, namespace: NODE_AGENT_NAMESPACE });
+    } catch (err) {
+      if (isNotFound(err) || statusCode(err) === 403) return undefined;
       throw err;
     }
   }

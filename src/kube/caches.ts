@@ -22,6 +22,8 @@ import { Informer } from "../runtime/informer.ts";
 import type { PodsByNode } from "../decide/fleet.ts";
 import { hasNodeDown } from "../decide/node-down.ts";
 import { LeaseObserver } from "./lease-observer.ts";
+import { WatchdogObserver } from "./watchdog-observer.ts";
+import { NODE_AGENT_NAMESPACE } from "../decide/node-agent-record.ts";
 import { slimNode, slimPod } from "./slim.ts";
 
 export interface CacheOptions {
@@ -41,6 +43,13 @@ export class Caches {
   readonly leases: Informer<V1Lease>;
   /** When this process saw each node Lease's renewal (monotonic): how long a Lease has been silent, as the node controller measures it. */
   readonly leaseObserver: LeaseObserver;
+  /**
+   * The node agents' records (Leases in stockade-node-agent), for WatchdogExpired only: started on first need
+   * (watchAgentRecords), outside the sync every controller waits for — a cluster without the node agent (or without
+   * the operator's read access to its namespace) is not held up by them.
+   */
+  readonly agentRecords: Informer<V1Lease>;
+  readonly watchdogObserver: WatchdogObserver;
   readonly pods: Informer<V1Pod>;
   readonly pvcs: Informer<V1PersistentVolumeClaim>;
   readonly pdbs: Informer<V1PodDisruptionBudget>;
@@ -49,6 +58,7 @@ export class Caches {
   readonly agents: Informer<FenceAgent>;
   readonly fences: Informer<NodeFence>;
   private readonly all: [string, Informer<KubernetesObject>][];
+  private agentRecordsStarted = false;
   private claims: { revision: number; byKey: ReadonlyMap<string, V1PersistentVolumeClaim> } | undefined;
 
   constructor(kc: KubeConfig, o: CacheOptions = {}) {
@@ -86,6 +96,12 @@ export class Caches {
     this.leaseObserver = new LeaseObserver();
     for (const verb of ["add", "update"] as const) this.leases.on(verb, (l) => this.leaseObserver.observe(l));
     this.leases.on("delete", (l) => this.leaseObserver.forget(l));
+    this.agentRecords = mk(`/apis/coordination.k8s.io/v1/namespaces/${NODE_AGENT_NAMESPACE}/leases`, (page) =>
+      coordination.listNamespacedLease({ namespace: NODE_AGENT_NAMESPACE, ...page }),
+    );
+    this.watchdogObserver = new WatchdogObserver();
+    for (const verb of ["add", "update"] as const) this.agentRecords.on(verb, (l) => this.watchdogObserver.observe(l));
+    this.agentRecords.on("delete", (l) => this.watchdogObserver.forget(l));
     this.pods = mk("/api/v1/pods", (page) => core.listPodForAllNamespaces(page), slimPod);
     this.pods.addIndex(POD_NODE, (p) => p.spec?.nodeName || undefined);
     this.pods.addIndex(POD_NODE_DOWN, (p) => (hasNodeDown(p) && p.spec?.nodeName) || undefined);
@@ -152,7 +168,20 @@ export class Caches {
     return this.leaseObserver.silentForMs(nodeName, lease.spec?.renewTime);
   }
 
+  /**
+   * The observer of the node agents' records, their informer started on the first call; its first list marks the
+   * observer synced (no window starts before it).
+   */
+  watchAgentRecords(): WatchdogObserver {
+    if (!this.agentRecordsStarted) {
+      this.agentRecordsStarted = true;
+      void this.agentRecords.start().then(() => this.agentRecords.hasSynced && this.watchdogObserver.synced());
+    }
+    return this.watchdogObserver;
+  }
+
   stop(): void {
+    this.agentRecords.stop();
     for (const [, i] of this.all) i.stop();
   }
 

@@ -87,8 +87,14 @@ describe("every relative link in README.md, manifests/README.md and docs/**/*.md
 /** The ServiceAccounts, Deployments and namespaces the bundle (manifests/*.yaml) creates, as "ns/name". */
 function bundle() {
   const out = { serviceAccounts: new Set<string>(), deployments: new Set<string>(), namespaces: new Set<string>() };
-  for (const f of readdirSync(join(root, "manifests")).filter((f) => f.endsWith(".yaml"))) {
-    for (const o of loadAllYaml(read(`manifests/${f}`)) as ({ kind?: string; metadata?: { name?: string; namespace?: string } } | null)[]) {
+  // The bundle and the opt-in node agent's (manifests/node-agent/, its own namespace and ServiceAccount).
+  const files = ["manifests", "manifests/node-agent"].flatMap((d) =>
+    readdirSync(join(root, d))
+      .filter((f) => f.endsWith(".yaml"))
+      .map((f) => `${d}/${f}`),
+  );
+  for (const f of files) {
+    for (const o of loadAllYaml(read(f)) as ({ kind?: string; metadata?: { name?: string; namespace?: string } } | null)[]) {
       const id = `${o?.metadata?.namespace}/${o?.metadata?.name}`;
       if (o?.kind === "ServiceAccount") out.serviceAccounts.add(id);
       if (o?.kind === "Deployment") out.deployments.add(id);
@@ -154,9 +160,9 @@ function unknown(text: string, b = bundle()): string[] {
 describe("the ServiceAccounts and Deployments named in the examples and docs are the bundle's", () => {
   const b = bundle();
   test("the bundle has ServiceAccount and Deployment stockade-system/stockade", () => {
-    assert.deepEqual([...b.serviceAccounts], ["stockade-system/stockade"]);
+    assert.deepEqual([...b.serviceAccounts], ["stockade-system/stockade", "stockade-node-agent/stockade-node-agent"]);
     assert.deepEqual([...b.deployments], ["stockade-system/stockade"]);
-    assert.deepEqual([...b.namespaces], ["stockade-system"]);
+    assert.deepEqual([...b.namespaces], ["stockade-system", "stockade-node-agent"]);
   });
   for (const file of [...pages, ...examples])
     test(file, () => {

@@ -1,9 +1,9 @@
 // A scripted API for the NodeFence controller's unit tests: one NodeFence, the partitioned node-1 and its Lease, the
 // given pods; every call the controller makes is logged in order (`calls`), reads and writes included.
-import type { V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
+import type { V1Lease, V1Node, V1Pod, V1Taint } from "@kubernetes/client-node";
 import { ApiException } from "@kubernetes/client-node";
 import pino from "pino";
-import type { FenceAgent, FenceRecord, NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
+import type { FenceAgent, FenceRecord, FencingPolicy, NodeFence, NodeFenceStatus } from "../../src/api/v1alpha1.ts";
 import { FenceHistory } from "../../src/controllers/fence-history.ts";
 import { NodeFenceController } from "../../src/controllers/node-fence.ts";
 import { FINALIZER } from "../../src/decide/fence-machine.ts";
@@ -12,6 +12,7 @@ import type { Caches } from "../../src/kube/caches.ts";
 import type { EventRecorder } from "../../src/runtime/events.ts";
 import type { Leadership } from "../../src/runtime/leader.ts";
 import type { Metrics } from "../../src/metrics.ts";
+import { WatchdogObserver } from "../../src/kube/watchdog-observer.ts";
 import { T0, agent, at, lease, partitionedNode, policy, releasing } from "./decide-fixtures.ts";
 
 export function releasingFence(): NodeFence {
@@ -37,6 +38,11 @@ export interface WorldOptions {
   agents?: FenceAgent[];
   /** Keep fence history (FenceRecords, logged as "history <verb>"); `fail`: every record write answers 500 while true. */
   history?: { fail?: () => boolean };
+  /** The FencingPolicies in the cache (default: "default", an ipmi level). */
+  policies?: FencingPolicy[];
+  /** The node agent record a fresh read returns (logged "read agent record"); and the observer of the records. */
+  agentRecord?: () => V1Lease | undefined;
+  watchdogObserver?: WatchdogObserver;
 }
 
 export function world(pods: V1Pod[], o: WorldOptions = {}) {
@@ -46,6 +52,8 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
   let node: V1Node = partitionedNode();
   const live = new Map(pods.map((p) => [p.metadata?.uid ?? "", p]));
   const calls: string[] = [];
+  // Not synced unless given: no watchdog evidence.
+  const watchdogObserver = o.watchdogObserver ?? new WatchdogObserver();
   const statusWrites: NodeFenceStatus[] = [];
   let inFlight = 0;
   let maxInFlight = 0;
@@ -62,6 +70,10 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     readLease: async () => {
       calls.push("read lease");
       return lease("node-1", T0);
+    },
+    readAgentRecord: async () => {
+      calls.push("read agent record");
+      return structuredClone(o.agentRecord?.());
     },
     forceDeletePod: async (p: V1Pod) => {
       calls.push(`delete ${p.metadata?.name}`);
@@ -103,7 +115,8 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     get: (n: string) => xs().find((x) => (x as { metadata?: { name?: string } }).metadata?.name === n),
   });
   const caches = {
-    policies: list(() => [policy("default")]),
+    policies: list(() => o.policies ?? [policy("default")]),
+    watchAgentRecords: () => watchdogObserver,
     agents: list(() => o.agents ?? [agent("ipmi")]),
     pods: list(() => [...live.values()]),
     pvcs: list(() => []),

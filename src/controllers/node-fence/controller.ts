@@ -17,7 +17,7 @@ import type { Performed, StepContext } from "./context.ts";
 import type { NodeFenceDeps } from "./deps.ts";
 import { announce, fenceEvents } from "./events.ts";
 import { HISTORY_STEPS, HistoryRecorder } from "./history.ts";
-import { StepViews, observe, readFresh } from "./observe.ts";
+import { StepViews, observe, readFresh, readFreshAgentRecord } from "./observe.ts";
 import { writeStatus } from "./status.ts";
 import { perform } from "./steps.ts";
 import { waitFor } from "./wait.ts";
@@ -63,8 +63,8 @@ export class NodeFenceController {
     try {
       const fence = await this.d.kube.getNodeFence(name);
       if (!fence) return;
-      const [node, lease] = await readFresh(this.d.kube, fence);
-      const step = nextStep(this.observe(fence, node, lease));
+      const [[node, lease], agentRecord] = await Promise.all([readFresh(this.d.kube, fence), readFreshAgentRecord(this.d.kube, fence)]);
+      const step = nextStep(observe(this.d, this.operations, fence, node, lease, agentRecord));
       if (step.kind === "recordOutcome") await this.perform(fence, node, lease, step);
     } catch (err) {
       this.d.log.warn({ nodeFence: name, err: errorMessage(err) }, `could not record the outcome of ${name}'s agent operation on shutdown`);

@@ -6,6 +6,7 @@ import type { DateTime } from "luxon";
 import type { NodeFence } from "../../api/v1alpha1.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, nextStep, type FenceObservation, type Step } from "../../decide/fence-machine.ts";
 import { assessNode } from "../../decide/node-health.ts";
+import { watchdogEvidence, type WatchdogEvidence } from "../../decide/watchdog-evidence.ts";
 import type { Kube } from "../../kube/api.ts";
 import type { AgentOperations } from "./agent-operations.ts";
 import type { NodeFenceDeps } from "./deps.ts";
@@ -18,6 +19,34 @@ import type { NodeFenceDeps } from "./deps.ts";
 export const REUSABLE_VIEW = new Set<Step["kind"]>(["addFinalizer", "start", "begin", "released", "wait", "done"]);
 export const VIEW_REUSE_MS = 5_000;
 
+/**
+ * Whether a fence needs its node's agent record read fresh with the Node: its policy allows watchdog evidence, or its
+ * evidence is WatchdogExpired (each release step compares the record with what the evidence recorded).
+ */
+export const needsAgentRecord = (fence: NodeFence): boolean =>
+  !!fence.status?.policySnapshot?.allowWatchdogEvidence || fence.status?.evidence?.method === "WatchdogExpired";
+
+/** The node's agent record from the apiserver (never the cache), when the fence needs it; else undefined. */
+export function readFreshAgentRecord(kube: Kube, fence: NodeFence): Promise<V1Lease | undefined> {
+  return needsAgentRecord(fence) ? kube.readAgentRecord(fence.spec.nodeName) : Promise.resolve(undefined);
+}
+
+/**
+ * WatchdogExpired on this read, for a fence in phase Fencing whose policy allows it: one look of this process's
+ * observer (its t0 is that observer's first look at the fence: a restarted operator starts again). Undefined until
+ * the node agents' records are listed.
+ */
+function watchdogOf(
+  d: NodeFenceDeps,
+  fence: NodeFence,
+  record: V1Lease | undefined,
+  kubeletSilentMs: number | undefined,
+): WatchdogEvidence | undefined {
+  if (fence.status?.phase !== "Fencing" || !fence.status.policySnapshot?.allowWatchdogEvidence) return undefined;
+  const input = d.caches.watchAgentRecords().look(fence.metadata?.uid ?? "", fence.spec.nodeName, record, kubeletSilentMs);
+  return input ? watchdogEvidence(input) : undefined;
+}
+
 /** The Node and its Lease from the apiserver, never the cache: heartbeats, bootID and deletion are what the safety rules compare. */
 export function readFresh(kube: Kube, fence: NodeFence): Promise<[V1Node | undefined, V1Lease | undefined]> {
   return Promise.all([kube.readNode(fence.spec.nodeName), kube.readLease(fence.spec.nodeName)]);
@@ -29,22 +58,27 @@ export function observe(
   fence: NodeFence,
   node: V1Node | undefined,
   lease: V1Lease | undefined,
+  agentRecord?: V1Lease,
 ): FenceObservation {
   const c = d.caches;
   const name = fence.spec.nodeName;
+  const leaseObservedSilentMs = lease ? c.leaseSilentForMs(name, lease) : undefined;
+  const watchdog = watchdogOf(d, fence, agentRecord, leaseObservedSilentMs);
   return {
     now: d.clock(),
     fence,
     node,
     lease,
     // Measured on this process's monotonic clock from when it saw the fresh Lease's renewTime (a newer one than the cache: 0).
-    leaseObservedSilentMs: lease ? c.leaseSilentForMs(name, lease) : undefined,
+    leaseObservedSilentMs,
     policies: c.policies.list(),
     agents: new Map(c.agents.list().map((a) => [a.metadata?.name ?? "", a] as const)),
     pods: c.podsOn(name),
     pvcs: c.pvcsByKey(),
     volumeAttachments: c.volumeAttachments.list(),
     operations: operations.view(fence.metadata?.uid ?? ""),
+    ...(agentRecord ? { agentRecord } : {}),
+    ...(watchdog ? { watchdog } : {}),
   };
 }
 
@@ -64,7 +98,7 @@ export interface Decided {
 export class StepViews {
   private readonly d: NodeFenceDeps;
   private readonly operations: AgentOperations;
-  private view: { node: V1Node | undefined; lease: V1Lease | undefined; at: number } | undefined;
+  private view: { node: V1Node | undefined; lease: V1Lease | undefined; agentRecord: V1Lease | undefined; at: number } | undefined;
 
   constructor(d: NodeFenceDeps, operations: AgentOperations) {
     this.d = d;
@@ -75,20 +109,20 @@ export class StepViews {
     const reused = this.view !== undefined && performance.now() - this.view.at < (this.d.viewReuseMs ?? VIEW_REUSE_MS);
     if (!reused) this.view = await this.read(fence);
     let view = this.view!;
-    let step = nextStep(observe(this.d, this.operations, fence, view.node, view.lease));
+    let step = nextStep(observe(this.d, this.operations, fence, view.node, view.lease, view.agentRecord));
     // Anything but bookkeeping is decided again on a read made after the last write: every destructive call,
     // and every step whose record is evidence (confirmed's heartbeat fingerprint, a manual confirmation).
     if (reused && !REUSABLE_VIEW.has(step.kind)) {
       view = this.view = await this.read(fence);
-      step = nextStep(observe(this.d, this.operations, fence, view.node, view.lease));
+      step = nextStep(observe(this.d, this.operations, fence, view.node, view.lease, view.agentRecord));
     }
     return { step, node: view.node, lease: view.lease };
   }
 
   private async read(fence: NodeFence) {
     const timer = this.d.metrics?.fenceStep.startTimer({ step: "read" });
-    const [node, lease] = await readFresh(this.d.kube, fence);
+    const [[node, lease], agentRecord] = await Promise.all([readFresh(this.d.kube, fence), readFreshAgentRecord(this.d.kube, fence)]);
     timer?.();
-    return { node, lease, at: performance.now() };
+    return { node, lease, agentRecord, at: performance.now() };
   }
 }

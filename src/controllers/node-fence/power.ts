@@ -31,7 +31,8 @@ export const runAgent: StepHandler<"runAgent"> = async (c, { fence, node, step }
     { nodeFence: name, agent: agentName, level: level + 1, operation: op },
     `running ${agent.spec.type} agent ${agentName} (${op}) for ${nodeName}`,
   );
-  if (agent.spec.type === "manual" && op === "off") return current; // the state machine watches for the confirmation
+  // The state machine watches for the confirmation (manual) or counts the node's silence (watchdog): nothing to run.
+  if ((agent.spec.type === "manual" || agent.spec.type === "watchdog") && op === "off") return current;
   const target = targetNode(current, node);
   c.operations.start(current.metadata?.uid ?? "", name, index, async (signal) => {
     const timer = c.d.metrics?.fenceStep.startTimer({ step: "agent" });
@@ -65,7 +66,7 @@ async function writeAttempt(c: StepContext, fence: NodeFence, step: Extract<Step
     ];
     // The condition the wait for this operation writes (fence-machine operationStep), in the same write: one round
     // trip less. Not while unfencing, whose condition reason decides the power-on (wait.ts).
-    if (s.phase === "Fencing" && agent.spec.type !== "manual")
+    if (s.phase === "Fencing" && agent.spec.type !== "manual" && agent.spec.type !== "watchdog")
       c.cond(s, { type: FENCED_CONDITION, status: "False", ...agentRunning(`${agentName} ${op}`) }, fence);
     return s;
   });
@@ -134,6 +135,7 @@ export const recordOutcome: StepHandler<"recordOutcome"> = async (c, { fence, no
   const next = await c.write(fence, (s) => {
     const x = s.attempts?.[step.index];
     if (x) Object.assign(x, { outcome: step.outcome, endTime: c.now(), message: step.message.slice(0, 2048) });
+    if (step.watchdog) s.watchdog = step.watchdog;
     return s;
   });
   c.operations.forget(fence.metadata?.uid ?? "", step.index);

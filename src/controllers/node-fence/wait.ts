@@ -3,6 +3,7 @@
 import type { V1Node } from "@kubernetes/client-node";
 import type { NodeFence } from "../../api/v1alpha1.ts";
 import { agentRunning, type Step } from "../../decide/fence-machine.ts";
+import { sameWatchdogStatus } from "../../decide/watchdog-fence.ts";
 import { findCondition, type Condition } from "../../kube/conditions.ts";
 import { FENCED_CONDITION } from "./conditions.ts";
 import type { StepContext } from "./context.ts";
@@ -33,7 +34,12 @@ export async function waitFor(
   // machine is powered back on: a wait for an agent (lifting a storage fence, one power-on of several) must not
   // overwrite it, or the next step would skip the power-on.
   const reason = fence.status?.phase === "Unfencing" && before?.reason ? before.reason : step.reason;
-  await c.write(fence, (s) => c.cond(s, { type, status: "False", reason, message: step.message }, fence));
+  await c.write(fence, (s) => {
+    // A level of watchdog agents waiting: the arithmetic, every number, for a person to check.
+    // Rewritten only when more than the time passed changed (a write per look would requeue the fence at once, in a loop).
+    if (step.watchdog && !sameWatchdogStatus(s.watchdog, step.watchdog)) s.watchdog = step.watchdog;
+    return c.cond(s, { type, status: "False", reason, message: step.message }, fence);
+  });
   if (before?.reason !== step.reason && WARNING_WAITS.has(step.reason)) {
     c.d.log.warn({ nodeFence: fence.metadata?.name, reason: step.reason }, step.message);
     c.announce(c.event(fence, "Warning", step.reason, step.message, node));

@@ -1,0 +1,83 @@
+// WatchdogExpired end to end (issue 30): the operator installed in-cluster from manifests/, the node agent from
+// manifests/node-agent/ (the lab's overlay: its watchdog through a hostPath, T = 10 s, c = 2 s, D = 12 s), a FenceAgent
+// of type watchdog alone in the escalation and a policy that allows watchdog evidence. A node holding a guarded
+// StatefulSet pod (the single-writer ledger) is cut off from the API: the operator creates its NodeFence, the node's
+// peers tell its agent, its watchdog resets it, and only then — (D + T)·1.05 + 5 s after the operator first saw the
+// NodeFence — the operator releases the pod, whose replacement starts elsewhere. Checked: the lab's own record of the
+// reset comes before the release, the arithmetic is in status, and the ledger never had two writers.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { Bed } from "../lab/bed.ts";
+import { installNodeAgent, LAB_AGENT_TIMINGS } from "../lab/node-agent-install.ts";
+import { readEvents } from "../lab/state.ts";
+import { DEFAULT_WATCHDOG_TIMEOUT_SECONDS } from "../lab/watchdog.ts";
+import { requiredWaitMs } from "../src/decide/watchdog-evidence.ts";
+
+const T = DEFAULT_WATCHDOG_TIMEOUT_SECONDS;
+const D = LAB_AGENT_TIMINGS.deadlineSeconds;
+
+describe("e2e: WatchdogExpired, the operator and the node agent installed in-cluster", () => {
+  let bed: Bed;
+  const log = (m: string) => console.log(`[watchdog-fencing] ${m}`);
+  before(async () => {
+    bed = await Bed.up({ nodes: 3, name: "watchdog-fencing", operator: "in-cluster", log });
+    await installNodeAgent(bed.lab, { image: bed.installed!.image, log });
+    await bed.create("fenceagents", { metadata: { name: "node-watchdog" }, spec: { type: "watchdog" } });
+    await bed.policy("watchdog", {
+      escalation: [{ agents: [{ name: "node-watchdog" }] }],
+      allowWatchdogEvidence: true,
+      guards: { maxUnhealthyNodes: 1, maxConcurrentFences: 1 },
+    });
+  });
+  after(async () => {
+    const r = await bed?.invariant().catch(() => undefined);
+    if (r) console.log(`invariant: ${r.identities} identities, ${r.replacements} replacements, ${r.violations.length} violations`);
+    await bed?.down();
+  });
+
+  test("a node cut off: its watchdog resets it, then the operator releases its guarded pod on WatchdogExpired", async () => {
+    const leaderNode = await bed.leaderNode();
+    for (const n of bed.lab.nodes().filter((x) => x !== leaderNode)) await bed.kubectl("label", "node", n, "e2e.stockade.io/workload=true");
+    const pods = await bed.statefulSet("db", 1, { nodeSelector: { "e2e.stockade.io/workload": "true" } });
+    const victim = pods[0]!;
+    const node = victim.spec!.nodeName!;
+    const uid = victim.metadata!.uid!;
+    const boot = bed.lab.machine(node).bootID;
+    const t0 = Date.now();
+    await bed.lab.partition(node);
+    const replacement = await bed.waitForReplacement("db-0", uid, 240_000);
+    const f = await bed.waitForFence(node, (x) => x.status?.phase === "Released", "Released", 60_000);
+
+    assert.equal(f.status?.evidence?.method, "WatchdogExpired", JSON.stringify(f.status?.evidence));
+    const w = f.status?.watchdog;
+    assert.ok(w?.holds, JSON.stringify(w));
+    assert.equal(w.watchdogTimeoutSeconds, T, "T as the node's agent read it from its device");
+    assert.equal(w.deadlineSeconds, D);
+    assert.equal(Number(w.requiredSeconds), requiredWaitMs(D, T) / 1000);
+    assert.ok(Number(w.observedSeconds) >= Number(w.requiredSeconds), `observed ${w.observedSeconds} s ≥ required ${w.requiredSeconds} s`);
+    assert.deepEqual(
+      (f.status?.releases ?? []).filter((r) => r.kind === "Pod").map((r) => r.uid),
+      [uid],
+      "db-0 released once",
+    );
+
+    // The machine was reset by its watchdog (the lab's record), in the boot the pod ran in, before the pod was released.
+    const reset = readEvents(bed.lab.dir).find(
+      (e) => e.kind === "watchdog" && e.node === node && e.detail.action === "reset" && e.detail.bootID === boot,
+    );
+    assert.ok(reset, `${node}'s watchdog reset it`);
+    const released = Date.parse(String(f.status?.releases?.find((r) => r.kind === "Pod")?.time ?? ""));
+    assert.ok(Number.isFinite(released), "the release has a time");
+    assert.ok(Date.parse(reset.time) < released, `reset at ${reset.time}, released at ${new Date(released).toISOString()}`);
+    const created = Date.parse(String(f.metadata?.creationTimestamp));
+    assert.ok(
+      Date.parse(reset.time) - created <= (D + T) * 1000 + 3_000,
+      `reset ${Date.parse(reset.time) - created} ms after the NodeFence`,
+    );
+    assert.deepEqual((await bed.invariant()).violations, []);
+    const running = Date.parse(String(replacement.status?.startTime ?? "")) || Date.now();
+    log(
+      `cut → NodeFence ${((created - t0) / 1000).toFixed(1)} s → reset ${((Date.parse(reset.time) - created) / 1000).toFixed(1)} s → released ${((released - Date.parse(reset.time)) / 1000).toFixed(1)} s later (wait ${w.requiredSeconds} s from first sight); replacement started ${((running - t0) / 1000).toFixed(1)} s after the cut`,
+    );
+  });
+});

@@ -1,0 +1,131 @@
+// Issue 30 on a real control plane: the operator (a host process) takes WatchdogExpired from what it observes of the
+// node agents' records, Leases in stockade-node-agent written here by hand as agents write them. Two Nodes made by
+// hand, each with a NodeFence under a policy that allows watchdog evidence, with D = 5 s and T = 5 s (a wait of
+// (5 + 5)·1.05 + 5 = 15.5 s): "wd-silent", whose kubelet Lease and agent record stay silent, is fenced with
+// WatchdogExpired no sooner than 15.5 s after the operator started, and its guarded pod is released; "wd-alive", whose
+// agent goes on renewing its record, never is, its status.watchdog saying why. Three other agents renew every 2 s.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { CoordinationV1Api, PatchStrategy, setHeaderOptions, type V1Lease } from "@kubernetes/client-node";
+import { Bed, NS } from "../../lab/bed.ts";
+import { GUARDED_LABEL } from "../../src/decide/guarded-pods.ts";
+import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS as A } from "../../src/decide/node-agent-record.ts";
+
+const LABEL = "lab.stockade.io/watchdog";
+const KEY = "MCowBQYDK2VwAyEA" + "A".repeat(43) + "=";
+const micro = () => new Date().toISOString().replace("Z", "000Z");
+
+const record = (node: string): V1Lease => ({
+  metadata: {
+    name: node,
+    namespace: NODE_AGENT_NAMESPACE,
+    annotations: {
+      [A.armed]: "true",
+      [A.watchdogTimeoutSeconds]: "5",
+      [A.deadlineSeconds]: "5",
+      [A.controlPlaneDownSeconds]: "10",
+      [A.publicKey]: KEY,
+      [A.peerAddress]: "10.0.0.1:9443",
+    },
+  },
+  spec: { holderIdentity: `stockade-node-agent-${node}`, renewTime: micro() as never },
+});
+
+describe("lab: WatchdogExpired from the operator's own observation (issue 30)", { timeout: 300_000 }, () => {
+  let bed: Bed;
+  let renewer: NodeJS.Timeout | undefined;
+  before(async () => {
+    bed = await Bed.up({ nodes: 1, name: "watchdog-evidence", runtime: "kwok" });
+  });
+  after(async () => {
+    clearInterval(renewer);
+    await bed?.down();
+  });
+
+  test("a silent node's watchdog wait: fenced after 15.5 s and its pod released; a node whose agent renews: never", async () => {
+    const leases = bed.lab.kc.makeApiClient(CoordinationV1Api);
+    const core = bed.lab.core;
+    await core.createNamespace({ body: { metadata: { name: NODE_AGENT_NAMESPACE } } });
+    const old = new Date(Date.now() - 60_000).toISOString();
+    for (const name of ["wd-silent", "wd-alive"]) {
+      await core.createNode({ body: { metadata: { name, labels: { [LABEL]: "on" } } } });
+      await core.patchNodeStatus(
+        {
+          name,
+          body: {
+            status: {
+              conditions: [
+                { type: "Ready", status: "Unknown", reason: "NodeStatusUnknown", lastHeartbeatTime: old, lastTransitionTime: old },
+              ],
+              nodeInfo: { bootID: `boot-${name}` },
+            },
+          },
+        },
+        setHeaderOptions("Content-Type", PatchStrategy.StrategicMergePatch),
+      );
+      await leases.createNamespacedLease({
+        namespace: "kube-node-lease",
+        body: { metadata: { name }, spec: { holderIdentity: name, leaseDurationSeconds: 8, renewTime: old.replace("Z", "000Z") as never } },
+      });
+      await core.createNamespacedPod({
+        namespace: NS,
+        body: {
+          metadata: { name: `db-${name}`, labels: { [GUARDED_LABEL]: "true" } },
+          spec: { nodeName: name, automountServiceAccountToken: false, containers: [{ name: "c", image: "pause" }] },
+        },
+      });
+    }
+    const agents = ["wd-silent", "wd-alive", "peer-a", "peer-b", "peer-c"];
+    for (const n of agents) await leases.createNamespacedLease({ namespace: NODE_AGENT_NAMESPACE, body: record(n) });
+    // Every agent but wd-silent's renews its record every 2 s.
+    let renewals = 0;
+    renewer = setInterval(() => {
+      for (const n of agents.slice(1))
+        void leases
+          .patchNamespacedLease(
+            { name: n, namespace: NODE_AGENT_NAMESPACE, body: { spec: { renewTime: micro() } } },
+            setHeaderOptions("Content-Type", PatchStrategy.MergePatch),
+          )
+          .then(() => renewals++);
+    }, 2_000);
+    await bed.create("fenceagents", { metadata: { name: "wd" }, spec: { type: "watchdog" } });
+    await bed.policy("wd", {
+      nodeSelector: { matchLabels: { [LABEL]: "on" } },
+      // Silence far longer than the test: only the NodeFences made here fence.
+      detection: { heartbeatTimeoutSeconds: 3600, fenceAfterSeconds: 3600, honorPodTolerations: false },
+      escalation: [{ agents: [{ name: "wd" }] }],
+      allowWatchdogEvidence: true,
+    });
+    for (const n of ["wd-silent", "wd-alive"])
+      await bed.create("nodefences", { metadata: { name: n }, spec: { nodeName: n, policy: "wd" } });
+    const t0 = Date.now();
+    await bed.startOperator();
+
+    const waiting = await bed.waitForFence(
+      "wd-silent",
+      (f) => f.status?.watchdog?.requiredSeconds !== undefined,
+      "showing its arithmetic",
+      30_000,
+    );
+    assert.equal(waiting.status?.watchdog?.requiredSeconds, "15.5");
+    assert.equal(waiting.status?.watchdog?.deadlineSeconds, 5);
+    assert.equal(waiting.status?.watchdog?.watchdogTimeoutSeconds, 5);
+    const fenced = await bed.waitForFence("wd-silent", (f) => f.status?.phase === "Released", "Released", 90_000);
+    const afterMs = Date.now() - t0;
+    assert.equal(fenced.status?.evidence?.method, "WatchdogExpired");
+    assert.ok(afterMs >= 15_500, `released ${afterMs} ms after the operator started, before the 15.5 s wait`);
+    assert.ok(Number(fenced.status?.watchdog?.observedSeconds) >= 15.5, JSON.stringify(fenced.status?.watchdog));
+    assert.equal(fenced.status?.evidence?.heartbeat?.agentRecordResourceVersion !== "", true);
+    assert.ok((fenced.status?.releases ?? []).some((r) => r.kind === "Pod" && r.name === "db-wd-silent"));
+
+    const alive = await bed.getFence("wd-alive");
+    assert.equal(alive?.status?.phase, "Fencing");
+    assert.equal(alive?.status?.evidence, undefined);
+    assert.equal(alive?.status?.watchdog?.holds, false);
+    assert.match(alive?.status?.watchdog?.reason ?? "", /node agent record was renewed/);
+    assert.ok(renewals > 10);
+    console.log(
+      `# wd-silent Released on WatchdogExpired ${(afterMs / 1000).toFixed(1)} s after the operator started (required 15.5 s, observed ${fenced.status?.watchdog?.observedSeconds} s, window restarts ${fenced.status?.watchdog?.windowRestarts}); wd-alive still Fencing`,
+    );
+  });
+});
