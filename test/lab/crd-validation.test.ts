@@ -267,6 +267,7 @@ describe("CRDs: the apiserver validates stockade.io objects", () => {
       forceDeleteGuard: true,
       triggers: {},
       allowControlPlane: false,
+      allowWatchdogEvidence: false,
       dryRun: false,
       paused: false,
     });
