@@ -11,35 +11,19 @@ import type { V1Lease } from "@kubernetes/client-node";
 import type { NodeFence, NodeFenceStatus, NodeFenceStatusAttempts } from "../../src/api/v1alpha1.ts";
 import { driverFor } from "../../src/agents/registry.ts";
 import { FINALIZER, nextStep, snapshotOf, type FenceObservation, type Step } from "../../src/decide/fence-machine.ts";
-import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS as A } from "../../src/decide/node-agent-record.ts";
 import { watchdogEvidence, type WatchdogEvidence } from "../../src/decide/watchdog-evidence.ts";
 import { agentRecordFingerprint, sameWatchdogStatus } from "../../src/decide/watchdog-fence.ts";
 import { heartbeatOf } from "../../src/decide/heartbeat.ts";
 import { fencedSince } from "../../src/decide/claim-lock.ts";
 import { WatchdogObserver } from "../../src/kube/watchdog-observer.ts";
-import { T0, agent, agentMap, at, fencing, lease, partitionedNode, policy, pvcMap, stamp, stsPod } from "./decide-fixtures.ts";
+import { T0, agent, agentRecord, agentMap, at, fencing, lease, partitionedNode, policy, pvcMap, stamp, stsPod } from "./decide-fixtures.ts";
 
-const KEY = "MCowBQYDK2VwAyEA" + "A".repeat(43) + "=";
 const OTHERS = ["node-2", "node-3", "node-4"];
 let rv = 500;
 
 function record(node: string, armed = "true"): V1Lease {
-  return {
-    metadata: {
-      name: node,
-      namespace: NODE_AGENT_NAMESPACE,
-      resourceVersion: String(++rv),
-      annotations: {
-        [A.armed]: armed,
-        [A.watchdogTimeoutSeconds]: "30",
-        [A.deadlineSeconds]: "30",
-        [A.controlPlaneDownSeconds]: "10",
-        [A.publicKey]: KEY,
-        [A.peerAddress]: "10.0.0.1:9443",
-      },
-    },
-    spec: { holderIdentity: `stockade-node-agent-${node}`, renewTime: new Date(T0.toMillis() + rv) },
-  };
+  rv++;
+  return agentRecord(node, { armed, resourceVersion: String(rv), renewTime: new Date(T0.toMillis() + rv) });
 }
 
 const allowed = policy("default", { allowWatchdogEvidence: true, escalation: [{ agents: [{ name: "wd" }] }] });

@@ -23,6 +23,7 @@ import type {
   NodeFenceStatusEvidence,
 } from "../../src/api/v1alpha1.ts";
 import { heartbeatOf, snapshotOf } from "../../src/decide/fence-machine.ts";
+import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS } from "../../src/decide/node-agent-record.ts";
 
 export const T0 = DateTime.fromISO("2026-01-01T00:00:00Z", { zone: "utc" });
 /** T0 plus some seconds. */
@@ -243,3 +244,26 @@ export const releasing = (extra: NodeFenceStatus = {}): NodeFenceStatus => ({
   evidence: evidenceNow(),
   ...extra,
 });
+
+/** A node agent's record (decide/node-agent-record.ts) as an agent writes it: armed, T = D = 30 s, F = 10 s unless given. */
+export function agentRecord(
+  node: string,
+  o: { armed?: string; T?: string; D?: string; F?: string | null; resourceVersion?: string; renewTime?: Date; holder?: string } = {},
+): V1Lease {
+  return {
+    metadata: {
+      name: node,
+      namespace: NODE_AGENT_NAMESPACE,
+      ...(o.resourceVersion === undefined ? {} : { resourceVersion: o.resourceVersion }),
+      annotations: {
+        [RECORD_ANNOTATIONS.armed]: o.armed ?? "true",
+        [RECORD_ANNOTATIONS.watchdogTimeoutSeconds]: o.T ?? "30",
+        [RECORD_ANNOTATIONS.deadlineSeconds]: o.D ?? "30",
+        ...(o.F === null ? {} : { [RECORD_ANNOTATIONS.controlPlaneDownSeconds]: o.F ?? "10" }),
+        [RECORD_ANNOTATIONS.publicKey]: "MCowBQYDK2VwAyEA" + "A".repeat(43) + "=",
+        [RECORD_ANNOTATIONS.peerAddress]: "10.0.0.1:9443",
+      },
+    },
+    spec: { holderIdentity: o.holder ?? `stockade-node-agent-${node}`, renewTime: o.renewTime ?? new Date(T0.toMillis()) },
+  };
+}

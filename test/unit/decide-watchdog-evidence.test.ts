@@ -4,7 +4,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Lease } from "@kubernetes/client-node";
-import { parseNodeAgentRecord, RECORD_ANNOTATIONS as A, type ParsedRecord } from "../../src/decide/node-agent-record.ts";
+import { parseNodeAgentRecord, type ParsedRecord } from "../../src/decide/node-agent-record.ts";
 import {
   CLOCK_RATE_DRIFT,
   DOUBT_FRACTION,
@@ -18,26 +18,10 @@ import {
   type AgentSilence,
   type WatchdogEvidenceInput,
 } from "../../src/decide/watchdog-evidence.ts";
+import { agentRecord } from "./decide-fixtures.ts";
 
-const KEY = "MCowBQYDK2VwAyEA" + "A".repeat(43) + "=";
-
-function recordLease(name: string, o: { armed?: string; T?: string; D?: string; F?: string | null } = {}): V1Lease {
-  return {
-    metadata: {
-      name,
-      namespace: "stockade-node-agent",
-      annotations: {
-        [A.armed]: o.armed ?? "true",
-        [A.watchdogTimeoutSeconds]: o.T ?? "30",
-        [A.deadlineSeconds]: o.D ?? "30",
-        ...(o.F === null ? {} : { [A.controlPlaneDownSeconds]: o.F ?? "10" }),
-        [A.publicKey]: KEY,
-        [A.peerAddress]: "10.0.0.1:9443",
-      },
-    },
-    spec: { holderIdentity: "agent-x", renewTime: new Date("2026-01-01T00:00:00Z") },
-  };
-}
+const recordLease = (name: string, o: { armed?: string; T?: string; D?: string; F?: string | null } = {}): V1Lease =>
+  agentRecord(name, { ...o, holder: "agent-x", renewTime: new Date("2026-01-01T00:00:00Z") });
 
 const T0 = 1_000_000;
 const T0_WALL = "2026-01-01T00:00:10.000Z";

@@ -9,29 +9,17 @@ import type { V1Lease } from "@kubernetes/client-node";
 import type { NodeFence } from "../../src/api/v1alpha1.ts";
 import { FINALIZER, snapshotOf } from "../../src/decide/fence-machine.ts";
 import { heartbeatOf } from "../../src/decide/heartbeat.ts";
-import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS as A } from "../../src/decide/node-agent-record.ts";
 import { agentRecordFingerprint } from "../../src/decide/watchdog-fence.ts";
 import { WatchdogObserver } from "../../src/kube/watchdog-observer.ts";
-import { T0, agent, at, fencing, lease, partitionedNode, policy, releasing, stamp, stsPod } from "./decide-fixtures.ts";
+import { T0, agent, agentRecord, at, fencing, lease, partitionedNode, policy, releasing, stamp, stsPod } from "./decide-fixtures.ts";
 import { world } from "./node-fence-world.ts";
 
-const KEY = "MCowBQYDK2VwAyEA" + "A".repeat(43) + "=";
-const record = (resourceVersion: string): V1Lease => ({
-  metadata: {
-    name: "node-1",
-    namespace: NODE_AGENT_NAMESPACE,
+const record = (resourceVersion: string): V1Lease =>
+  agentRecord("node-1", {
     resourceVersion,
-    annotations: {
-      [A.armed]: "true",
-      [A.watchdogTimeoutSeconds]: "30",
-      [A.deadlineSeconds]: "30",
-      [A.controlPlaneDownSeconds]: "10",
-      [A.publicKey]: KEY,
-      [A.peerAddress]: "10.0.0.1:9443",
-    },
-  },
-  spec: { holderIdentity: "stockade-node-agent-abcde", renewTime: new Date(T0.toMillis() + Number(resourceVersion)) },
-});
+    holder: "stockade-node-agent-abcde",
+    renewTime: new Date(T0.toMillis() + Number(resourceVersion)),
+  });
 
 const allowed = policy("default", { allowWatchdogEvidence: true, escalation: [{ agents: [{ name: "wd" }] }] });
 const agents = [agent("wd", "watchdog"), agent("ipmi")];

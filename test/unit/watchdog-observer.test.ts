@@ -7,11 +7,10 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Lease } from "@kubernetes/client-node";
-import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS as A } from "../../src/decide/node-agent-record.ts";
 import { watchdogEvidence } from "../../src/decide/watchdog-evidence.ts";
 import { WatchdogObserver } from "../../src/kube/watchdog-observer.ts";
+import { agentRecord } from "./decide-fixtures.ts";
 
-const KEY = "MCowBQYDK2VwAyEA" + "A".repeat(43) + "=";
 const EPOCH = Date.parse("2026-01-01T00:00:00Z");
 
 /** A fake monotonic clock (ms) with its wall clock. */
@@ -23,22 +22,7 @@ function clock() {
 let rv = 100;
 /** A node agent's record as it writes it: every write a new resourceVersion and renewTime. */
 function record(node: string, renewMs: number, armed = "true"): V1Lease {
-  return {
-    metadata: {
-      name: node,
-      namespace: NODE_AGENT_NAMESPACE,
-      resourceVersion: String(++rv),
-      annotations: {
-        [A.armed]: armed,
-        [A.watchdogTimeoutSeconds]: "30",
-        [A.deadlineSeconds]: "30",
-        [A.controlPlaneDownSeconds]: "10",
-        [A.publicKey]: KEY,
-        [A.peerAddress]: "10.0.0.1:9443",
-      },
-    },
-    spec: { holderIdentity: `stockade-node-agent-${node}`, renewTime: new Date(EPOCH + renewMs) },
-  };
+  return agentRecord(node, { armed, resourceVersion: String(++rv), renewTime: new Date(EPOCH + renewMs) });
 }
 
 const OTHERS = ["n2", "n3", "n4", "n5", "n6", "n7"];
