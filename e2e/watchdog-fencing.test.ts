@@ -6,13 +6,17 @@
 // NodeFence — the operator releases the pod, whose replacement starts elsewhere. Checked: the lab's own record of the
 // reset comes before the release, the arithmetic is in status, and the ledger never had two writers.
 // Then a node that crashes (its machine hangs; its next boot is cut off too): its watchdog resets it within T, and the
-// operator releases its pod on the same evidence, checked the same way.
+// operator releases its pod on the same evidence, checked the same way. Last, a node whose watchdog is disabled (its
+// agent's record says armed=false), cut off: its fence's watchdog attempt fails and nothing is released.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Bed } from "../lab/bed.ts";
-import { installNodeAgent, LAB_AGENT_TIMINGS } from "../lab/node-agent-install.ts";
+import { setTimeout as sleep } from "node:timers/promises";
+import { waitFor } from "../lab/health.ts";
+import { installNodeAgent, LAB_AGENT_TIMINGS, nodeAgentRecords } from "../lab/node-agent-install.ts";
 import { readEvents } from "../lab/state.ts";
 import { DEFAULT_WATCHDOG_TIMEOUT_SECONDS } from "../lab/watchdog.ts";
+import { NODE_AGENT_NAMESPACE } from "../src/decide/node-agent-record.ts";
 import { requiredWaitMs } from "../src/decide/watchdog-evidence.ts";
 
 const T = DEFAULT_WATCHDOG_TIMEOUT_SECONDS;
@@ -21,6 +25,7 @@ const D = LAB_AGENT_TIMINGS.deadlineSeconds;
 describe("e2e: WatchdogExpired, the operator and the node agent installed in-cluster", () => {
   let bed: Bed;
   let victimOfFirst: string | undefined;
+  let victimOfSecond: string | undefined;
   const log = (m: string) => console.log(`[watchdog-fencing] ${m}`);
   before(async () => {
     bed = await Bed.up({ nodes: 3, name: "watchdog-fencing", operator: "in-cluster", log });
@@ -120,5 +125,49 @@ describe("e2e: WatchdogExpired, the operator and the node agent installed in-clu
     log(
       `crash → reset ${((Date.parse(reset.time) - t0) / 1000).toFixed(1)} s → released ${((released - t0) / 1000).toFixed(1)} s → replacement started ${((running - t0) / 1000).toFixed(1)} s after the crash`,
     );
+    victimOfSecond = node;
+  });
+
+  test("a node whose watchdog is disabled, cut off: never released on WatchdogExpired (its attempt fails: not armed)", async () => {
+    // The crashed node back (the storm guard allows one unhealthy node), then the pod's node loses its watchdog.
+    assert.ok(victimOfSecond, "the second test ran");
+    await bed.unfence(victimOfSecond);
+    const [pod] = await bed.pods("db");
+    const node = pod!.spec!.nodeName!;
+    const uid = pod!.metadata!.uid!;
+    const boot = bed.lab.machine(node).bootID;
+    await bed.lab.disableWatchdog(node);
+    const agentPod = (
+      await bed.lab.core.listNamespacedPod({ namespace: NODE_AGENT_NAMESPACE, fieldSelector: `spec.nodeName=${node}` })
+    ).items.find((p) => !p.metadata?.deletionTimestamp)!;
+    await bed.lab.core.deleteNamespacedPod({ namespace: NODE_AGENT_NAMESPACE, name: agentPod.metadata!.name! });
+    await waitFor(
+      `${node}'s record from a new agent, unarmed`,
+      async () => {
+        const r = (await nodeAgentRecords(bed.lab)).records.get(node);
+        return r && r.holder !== agentPod.metadata!.name && !r.armed ? r : undefined;
+      },
+      { timeoutMs: 90_000, intervalMs: 500 },
+    );
+    await bed.lab.partition(node);
+    const failed = await bed.waitForFence(
+      node,
+      (x) => (x.status?.attempts ?? []).some((a) => a.agent === "node-watchdog" && a.outcome === "Failed"),
+      "its watchdog attempt failed",
+      90_000,
+    );
+    const attempt = failed.status!.attempts!.find((a) => a.agent === "node-watchdog" && a.outcome === "Failed")!;
+    assert.match(String(attempt.message), /not armed/, JSON.stringify(attempt));
+    // Longer than the wait an armed node would have needed from the NodeFence: still not released, no evidence.
+    await sleep(requiredWaitMs(D, T) + 10_000);
+    const f = (await bed.getFence(node))!;
+    assert.equal(f.status?.evidence, undefined, JSON.stringify(f.status?.evidence));
+    assert.deepEqual(f.status?.releases ?? [], []);
+    const [still] = await bed.pods("db");
+    // Still there: at most Terminating (the node controller's eviction of an unreachable node's pods waits for a
+    // kubelet that never answers), never force-deleted, so no replacement.
+    assert.equal(still?.metadata?.uid, uid, "the pod is not released nor replaced");
+    assert.equal(bed.lab.machine(node).bootID, boot, "no reset: its watchdog is disabled");
+    assert.deepEqual((await bed.invariant()).violations, []);
   });
 });
