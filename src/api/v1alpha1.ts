@@ -156,7 +156,8 @@ export interface FenceAgentStatus {
    * Ready: the spec is usable for every node its policies give it (agent found, parameters valid, Secrets readable, no
    * two nodes resolving to the same machine) and no node's device failed its last status query. Reachable: the agent
    * monitor's verdict alone (True: every queried node answered; False: some did not, reason AuthFailed, Unreachable,
-   * TimedOut, BadOutput, Config, Failed or NodesFailing; Unknown: Pending, Unused, NotMonitored or MonitorDisabled).
+   * TimedOut, BadOutput, Config, Failed or NodesFailing, and for a watchdog agent NodeAgentMissing, WatchdogUnarmed,
+   * NodeAgentRecordInvalid or NodeAgentSilent; Unknown: Pending, Unused, NotMonitored or MonitorDisabled).
    */
   conditions?: FenceAgentStatusConditions[];
   /** What the agent monitor found at each node's last status query (absent when not monitored). */
@@ -203,7 +204,10 @@ export interface FenceAgentStatusMonitor {
 export interface FenceAgentStatusMonitorFailures {
   /** The node's name. */
   node: string;
-  /** AuthFailed, Unreachable, TimedOut, BadOutput, Config or Failed. */
+  /**
+   * AuthFailed, Unreachable, TimedOut, BadOutput, Config or Failed; for a watchdog agent NodeAgentMissing,
+   * WatchdogUnarmed, NodeAgentRecordInvalid or NodeAgentSilent.
+   */
   reason: string;
   /** What the device or the agent said, credentials removed. */
   message: string;

@@ -20,9 +20,11 @@ import {
   monitorIntervalMs,
   nextResult,
   resultChanged,
+  watchdogNodeResult,
   type MonitorFold,
   type MonitorReason,
   type NodeResult,
+  type RecordSighting,
 } from "../decide/agent-monitor.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Metrics } from "../metrics.ts";
@@ -54,6 +56,11 @@ export interface AgentMonitorDeps {
   /** Whether this replica still leads: a replica that cannot say so starts no query (the new leader's monitor runs). */
   leading?: () => boolean;
   concurrency?: number;
+  /**
+   * The node agents' records as the operator's cache holds them (Caches.watchAgentRecords: started on the first call,
+   * so only once a watchdog agent is monitored). Without it a watchdog agent's nodes stay pending.
+   */
+  agentRecords?: () => { hasSynced: boolean; sighting(node: string): RecordSighting | undefined };
   /** For tests: the driver of an agent type. */
   driverFor?: (type: string, agent?: string) => AgentDriver;
 }
@@ -181,7 +188,9 @@ export class AgentMonitor {
     this.running++;
     const p = this.query(agent, node)
       .then((r) => {
-        if (!r || this.abort.signal.aborted) return;
+        if (this.abort.signal.aborted) return;
+        // Nothing to say yet (a record cache not listed yet): due again at once, not an interval later.
+        if (!r) return void s.lastStart.delete(name);
         // Recorded only under the spec it was made with.
         if (this.states.get(agent.metadata?.name ?? "") !== s) return;
         const previous = s.results.get(name);
@@ -215,6 +224,7 @@ export class AgentMonitor {
   /** One status query, as a fence would make it (same driver, parameters, deadline and retries); undefined when cancelled. */
   private async query(agent: FenceAgent, node: V1Node): Promise<Omit<NodeResult, "failingSinceMs"> | undefined> {
     const nodeName = node.metadata?.name ?? "";
+    if (agent.spec.type === "watchdog") return this.lookAtRecord(nodeName);
     let secretValues: string[] = [];
     const fail = (reason: MonitorReason, message: string) => ({
       ok: false,
@@ -261,6 +271,13 @@ export class AgentMonitor {
       const kind = err instanceof AgentError && err.kind !== "Cancelled" ? err.kind : "Failed";
       return fail(kind, err instanceof Error ? err.message : String(err));
     }
+  }
+
+  /** A watchdog agent's status query: the node's agent record in the cache (no network, no Secret); undefined until it lists. */
+  private async lookAtRecord(node: string): Promise<Omit<NodeResult, "failingSinceMs"> | undefined> {
+    const records = this.d.agentRecords?.();
+    if (!records) return undefined;
+    return watchdogNodeResult(node, { synced: records.hasSynced, sighting: records.sighting(node) }, this.now());
   }
 
   /**

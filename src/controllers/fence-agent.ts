@@ -175,17 +175,19 @@ export class FenceAgentController {
     const name = agent.metadata?.name ?? "";
     const t = this.d.monitor!.transitions(agent, fold, nodes);
     const ref = { apiVersion: API_VERSION, kind: "FenceAgent", name, uid: agent.metadata?.uid };
+    const watchdog = agent.spec.type === "watchdog";
     if (t.lost.length) {
       const listed = new Map((fold.summary?.failures ?? []).map((f) => [f.node, f] as const));
       const failures = t.lost.map((node) => ({ node, reason: listed.get(node)?.reason, message: listed.get(node)?.message.slice(0, 240) }));
       const message =
-        `${t.lost.length} node(s) can no longer be fenced through FenceAgent ${name}: their status query failed: ${nameFailures(failures)}. ` +
+        `${t.lost.length} node(s) can no longer be fenced through FenceAgent ${name}: ${watchdog ? "their node agent does not cover them" : "their status query failed"}: ${nameFailures(failures)}. ` +
         `Nothing is fenced because of it; fix it before these nodes fail (kubectl get fenceagent ${name} -o yaml: status.monitor)`;
       this.d.log.warn({ fenceAgent: name, nodes: t.lost.slice(0, 20), count: t.lost.length }, message);
       await this.d.events.record(ref, "Warning", "MonitorFailed", message);
     }
     if (t.recovered.length) {
-      const message = `${t.recovered.length} node(s) answer status queries through FenceAgent ${name} again: ${nameFailures(
+      const what = watchdog ? "have an armed node agent for FenceAgent" : "answer status queries through FenceAgent";
+      const message = `${t.recovered.length} node(s) ${what} ${name} again: ${nameFailures(
         t.recovered.map((node) => ({ node })),
         false,
       )}`;

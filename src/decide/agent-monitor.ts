@@ -4,6 +4,7 @@
 // never off or on) are made by controllers/agent-monitor.ts; a failing query fences nothing.
 import type { FenceAgent, FenceAgentStatusMonitor, FenceAgentStatusMonitorFailures } from "../api/v1alpha1.ts";
 import type { AgentErrorKind, PowerState } from "./agent-reports.ts";
+import type { ParsedRecord } from "./node-agent-record.ts";
 
 /** When spec.monitor.intervalSeconds is unset. */
 export const DEFAULT_MONITOR_INTERVAL_SECONDS = 300;
@@ -21,8 +22,14 @@ const NAMED_IN_MESSAGE = 5;
 /** A failure message kept in status, in characters. */
 export const FAILURE_MESSAGE_LIMIT = 512;
 
-/** Why a node's status query failed: the runner's error kinds, but Cancelled (the monitor stopped) is never recorded. */
-export type MonitorReason = Exclude<AgentErrorKind, "Cancelled">;
+/**
+ * Why a node's status query failed: the runner's error kinds (Cancelled, the monitor stopped, is never recorded), and
+ * for a watchdog agent why the node's own agent does not cover it (watchdogNodeResult).
+ */
+export type MonitorReason = Exclude<AgentErrorKind, "Cancelled"> | WatchdogCoverageReason;
+
+/** Why a node is not covered by a watchdog FenceAgent. */
+export type WatchdogCoverageReason = "NodeAgentMissing" | "WatchdogUnarmed" | "NodeAgentRecordInvalid" | "NodeAgentSilent";
 
 /** The last status query of one node through one agent. */
 export interface NodeResult {
@@ -41,7 +48,6 @@ export interface NodeResult {
 /** Why an agent type is not monitored, or undefined when its devices answer a status query. */
 export function notMonitoredWhy(type: string): string | undefined {
   if (type === "manual") return "a manual agent has no device to query: a person powers the machine off and confirms it";
-  if (type === "watchdog") return "a watchdog agent has no device to query: the node's own agent holds its watchdog";
   if (type === "csiAddonsNetworkFence") return "a storage fence has no power state to query: its NetworkFence is read only during a fence";
   return undefined;
 }
@@ -115,6 +121,56 @@ export function dueNodes(o: {
       isDue({ agent: o.agent, node: n, intervalMs: o.intervalMs, nowMs: o.nowMs, lastStartMs: o.lastStart.get(n), sinceMs: o.sinceMs }),
     )
     .sort((a, b) => (o.lastStart.get(a) ?? o.sinceMs) - (o.lastStart.get(b) ?? o.sinceMs) || a.localeCompare(b));
+}
+
+/** What the operator's cache holds about one node's agent record: the record parsed, and how long it has been seen unchanged. */
+export interface RecordSighting {
+  parsed: ParsedRecord;
+  /** Monotonic ms the record has been seen unchanged by this process (from its first list when not renewed since). */
+  silentMs: number;
+}
+
+/**
+ * A watchdog agent's "status query" of one node: a look at the node's agent record in the operator's cache (no network,
+ * no Secret, never an action). undefined while the cache has not listed (the node stays pending, not failed). Status
+ * only: the fence machine reads the record fresh and decides by itself (decide/watchdog-evidence.ts).
+ */
+export function watchdogNodeResult(
+  node: string,
+  cache: { synced: boolean; sighting: RecordSighting | undefined },
+  atMs: number,
+): Omit<NodeResult, "failingSinceMs"> | undefined {
+  if (!cache.synced) return undefined;
+  const fail = (reason: WatchdogCoverageReason, message: string) => ({ ok: false, reason, message, atMs });
+  const s = cache.sighting;
+  if (!s)
+    return fail(
+      "NodeAgentMissing",
+      `no node agent record for node ${node}: install manifests/node-agent/ or run the node agent on that node; until then its fence falls to the next escalation level`,
+    );
+  if (!s.parsed.ok)
+    return fail(
+      "NodeAgentRecordInvalid",
+      `node ${node}'s agent record is unusable: ${s.parsed.problem}; check the node agent's version and logs`,
+    );
+  const r = s.parsed.record;
+  if (r.node !== node) return fail("NodeAgentRecordInvalid", `the agent record read for node ${node} speaks for node ${r.node}`);
+  if (!r.armed)
+    return fail(
+      "WatchdogUnarmed",
+      `node ${node}'s agent runs with its watchdog unarmed: check its watchdog device (path, driver, permissions) and the agent's logs; WatchdogExpired never holds for it`,
+    );
+  const silentS = Math.floor(s.silentMs / 1000);
+  if (s.silentMs > r.deadlineSeconds * 1000)
+    return fail(
+      "NodeAgentSilent",
+      `node ${node}'s agent record has not been renewed for ${silentS} s, longer than its deadline D=${r.deadlineSeconds} s: the agent is not running or cannot reach the API`,
+    );
+  return {
+    ok: true,
+    message: `node ${node}'s agent holds its watchdog armed (T=${r.watchdogTimeoutSeconds} s, D=${r.deadlineSeconds} s), record renewed ${silentS} s ago`,
+    atMs,
+  };
 }
 
 /** The result of a finished query, carrying the start of the node's current run of failures over from `previous`. */
@@ -207,6 +263,7 @@ export function foldMonitor(o: { agent: FenceAgent; nodes: readonly string[]; re
     failures,
   };
   const failing = failingResults.map(([n]) => n).sort();
+  const watchdog = agent.spec.type === "watchdog";
   let verdict: ConditionVerdict;
   if (!o.nodes.length) verdict = { status: "Unknown", reason: "Unused", message: "no FencingPolicy names this agent for any node" };
   else if (failingResults.length) {
@@ -215,9 +272,12 @@ export function foldMonitor(o: { agent: FenceAgent; nodes: readonly string[]; re
       status: "False",
       reason: reasons.size === 1 ? [...reasons][0]! : "NodesFailing",
       message:
-        `${failingResults.length} of ${o.nodes.length} node(s) could not be fenced through this agent now: their status query failed: ` +
+        `${failingResults.length} of ${o.nodes.length} node(s) could not be fenced through this agent now: ` +
+        (watchdog ? "their node agent does not cover them: " : "their status query failed: ") +
         nameFailures(failingResults.map(([node, r]) => ({ node, reason: r.reason, message: r.message.slice(0, 240) }))) +
-        ". Nothing is fenced because of it; fix the device, its network path or the credentials before these nodes fail",
+        (watchdog
+          ? ". Their fences fall to the next escalation level; nothing is fenced because of it"
+          : ". Nothing is fenced because of it; fix the device, its network path or the credentials before these nodes fail"),
     };
   } else if (!done.length)
     verdict = {
@@ -230,7 +290,9 @@ export function foldMonitor(o: { agent: FenceAgent; nodes: readonly string[]; re
       status: "True",
       reason: "Reachable",
       message:
-        `${reachable} node(s) answered a status query (every ${intervalSeconds} s)` + (pending ? `; ${pending} not queried yet` : ""),
+        (watchdog
+          ? `${reachable} node(s) have an armed node agent (their records are looked at every ${intervalSeconds} s)`
+          : `${reachable} node(s) answered a status query (every ${intervalSeconds} s)`) + (pending ? `; ${pending} not queried yet` : ""),
     };
   return { reachable: verdict, summary, failing };
 }

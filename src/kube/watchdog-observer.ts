@@ -96,6 +96,16 @@ export class WatchdogObserver {
     this.syncedAt ??= this.mono();
   }
 
+  /**
+   * What is known of a node's record now, for the agent monitor (status only; reads nothing, starts no window):
+   * undefined when no record of that name is in the cache. Silence counts from the first list when not renewed since.
+   */
+  sighting(node: string): { parsed: ParsedRecord; silentMs: number } | undefined {
+    const s = this.records.get(node);
+    if (!s || this.syncedAt === undefined) return undefined;
+    return { parsed: s.parsed, silentMs: this.mono() - Math.max(s.at, this.syncedAt) };
+  }
+
   get hasSynced(): boolean {
     return this.syncedAt !== undefined;
   }

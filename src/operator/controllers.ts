@@ -75,6 +75,7 @@ export function buildControllers(o: ControllerDeps): OperatorControllers {
     metrics,
     onChange: (name) => agentQueue.addAfter(name, MONITOR_CHANGE_COALESCE_MS),
     leading: o.leading,
+    agentRecords: () => caches.watchAgentRecords(),
   });
   const agent = new FenceAgentController({ ...deps, monitor });
   const fleet = new Controller({

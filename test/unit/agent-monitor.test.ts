@@ -13,7 +13,8 @@ import { AgentMonitor, MONITOR_CONCURRENCY, type AgentMonitorDeps } from "../../
 import { FenceAgentController, type FenceAgentDeps } from "../../src/controllers/fence-agent.ts";
 import type { MonitorFold } from "../../src/decide/agent-monitor.ts";
 import { AgentError, type AgentContext, type AgentDriver } from "../../src/agents/types.ts";
-import { fence, policy } from "./decide-fixtures.ts";
+import { parseNodeAgentRecord } from "../../src/decide/node-agent-record.ts";
+import { agentRecord, fence, policy } from "./decide-fixtures.ts";
 
 const GOOD = "right-password-1";
 
@@ -317,4 +318,72 @@ test("the FenceAgent controller writes status.monitor when it changes, but a mer
   await c.reconcile("admin");
   assert.equal(writes, 3, "a count changed: written at once");
   assert.equal(stored.status?.monitor?.pending, 1);
+});
+
+test("a watchdog agent: not Ready for exactly the nodes without an armed agent record; unknown until the cache lists; a disarm shows within one interval", async () => {
+  const w = world(3);
+  const wd: FenceAgent = {
+    ...w.agent,
+    metadata: { name: "wd", uid: "uid-wd", generation: 1 },
+    spec: { type: "watchdog", monitor: { intervalSeconds: 60 } },
+  };
+  const records = new Map([
+    ["node-1", agentRecord("node-1")],
+    ["node-2", agentRecord("node-2", { armed: "false" })],
+  ]);
+  const cache = {
+    hasSynced: false,
+    sighting: (n: string) => (records.has(n) ? { parsed: parseNodeAgentRecord(records.get(n)!), silentMs: 1_000 } : undefined),
+  };
+  let started = 0;
+  const m = new AgentMonitor({
+    ...w.deps,
+    caches: {
+      ...w.deps.caches,
+      agents: { list: () => [wd], get: () => wd },
+      policies: { list: () => [policy("default", { escalation: [{ agents: [{ name: "wd" }] }] })] },
+    } as unknown as AgentMonitorDeps["caches"],
+    agentRecords: () => (started++, cache),
+  });
+  const run = async (seconds: number) => {
+    for (let s = 0; s < seconds; s++) {
+      m.tick();
+      await settle(m);
+      w.advance(1000);
+    }
+  };
+  await run(61);
+  assert.ok(started > 0, "the record cache is asked for once a watchdog agent is monitored");
+  let f = m.fold(wd, w.names);
+  assert.deepEqual(
+    [f.reachable.status, f.reachable.reason, f.summary?.pending],
+    ["Unknown", "Pending", 3],
+    "not listed yet: unknown, not failed",
+  );
+  cache.hasSynced = true;
+  await run(2); // not an interval later: a node left unknown is due again at once
+  f = m.fold(wd, w.names);
+  assert.deepEqual(f.failing, ["node-2", "node-3"]);
+  assert.deepEqual([f.reachable.status, f.summary?.reachable, f.summary?.failing], ["False", 1, 2]);
+  assert.deepEqual(
+    f.summary?.failures.map((x) => [x.node, x.reason]),
+    [
+      ["node-2", "WatchdogUnarmed"],
+      ["node-3", "NodeAgentMissing"],
+    ],
+  );
+  assert.deepEqual(w.calls, [], "no device, no Secret driver: never a power call");
+  records.set("node-2", agentRecord("node-2"));
+  records.set("node-3", agentRecord("node-3"));
+  await run(61);
+  f = m.fold(wd, w.names);
+  assert.deepEqual([f.reachable.status, f.summary?.reachable], ["True", 3]);
+  records.set("node-1", agentRecord("node-1", { armed: "false" }));
+  await run(61);
+  f = m.fold(wd, w.names);
+  assert.deepEqual(
+    [f.reachable.status, f.reachable.reason, f.failing],
+    ["False", "WatchdogUnarmed", ["node-1"]],
+    "within one interval (60 s)",
+  );
 });

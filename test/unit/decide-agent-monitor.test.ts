@@ -17,9 +17,11 @@ import {
   offsetMs,
   readyVerdict,
   resultChanged,
+  watchdogNodeResult,
   type NodeResult,
 } from "../../src/decide/agent-monitor.ts";
-import { agent } from "./decide-fixtures.ts";
+import { parseNodeAgentRecord } from "../../src/decide/node-agent-record.ts";
+import { agent, agentRecord } from "./decide-fixtures.ts";
 
 const withInterval = (a: FenceAgent, intervalSeconds?: number): FenceAgent => ({
   ...a,
@@ -252,4 +254,51 @@ test("transitions: the newly failing and the recovered, each once; a node that l
   assert.deepEqual(failingTransitions(new Set(["a", "b"]), ["a", "b"], ["a", "b", "c"]), { lost: [], recovered: [] });
   assert.deepEqual(failingTransitions(new Set(["a", "b"]), ["b", "c"], ["a", "b", "c"]), { lost: ["c"], recovered: ["a"] });
   assert.deepEqual(failingTransitions(new Set(["a"]), [], ["b"]), { lost: [], recovered: [] });
+});
+
+test("watchdog coverage: a node's record in the cache: armed → ok (T, D said); missing, unarmed, unparseable, another node's, silent past D → failing; not listed yet → no result", () => {
+  const seen = (node: string, o: Parameters<typeof agentRecord>[1] = {}, silentMs = 1_000) => ({
+    synced: true,
+    sighting: { parsed: parseNodeAgentRecord(agentRecord(node, o)), silentMs },
+  });
+  assert.equal(watchdogNodeResult("n1", { synced: false, sighting: undefined }, 5), undefined, "unknown, not failed");
+  const ok = watchdogNodeResult("n1", seen("n1", { T: "20", D: "30" }), 5)!;
+  assert.deepEqual([ok.ok, ok.atMs], [true, 5]);
+  assert.match(ok.message, /T=20 s, D=30 s/);
+  const missing = watchdogNodeResult("n1", { synced: true, sighting: undefined }, 5)!;
+  assert.deepEqual([missing.ok, missing.reason], [false, "NodeAgentMissing"]);
+  assert.match(missing.message, /no node agent record for node n1: install manifests\/node-agent\//);
+  assert.deepEqual(
+    [
+      watchdogNodeResult("n1", seen("n1", { armed: "false" }), 5)!.reason,
+      watchdogNodeResult("n1", seen("n1", { armed: "maybe" }), 5)!.reason,
+    ],
+    ["WatchdogUnarmed", "NodeAgentRecordInvalid"],
+  );
+  assert.equal(watchdogNodeResult("n1", seen("n2"), 5)!.reason, "NodeAgentRecordInvalid", "another node's record");
+  assert.equal(watchdogNodeResult("n1", seen("n1", { D: "30" }, 30_000), 5)!.ok, true, "silent for exactly D: still covered");
+  const silent = watchdogNodeResult("n1", seen("n1", { D: "30" }, 31_000), 5)!;
+  assert.deepEqual([silent.ok, silent.reason], [false, "NodeAgentSilent"]);
+  assert.match(silent.message, /31 s, longer than its deadline D=30 s/);
+});
+
+test("watchdog coverage folds like a device's: not Ready for exactly the nodes without an armed agent, which it names", () => {
+  const a = agent("wd", "watchdog");
+  assert.equal(monitorIntervalMs(a), DEFAULT_MONITOR_INTERVAL_SECONDS * 1000, "monitored, at the common default");
+  const results = new Map<string, NodeResult>([
+    ["n1", { ok: true, message: "armed", atMs: 10 }],
+    [
+      "n2",
+      { ok: false, reason: "WatchdogUnarmed", message: "node n2's agent runs with its watchdog unarmed", atMs: 10, failingSinceMs: 10 },
+    ],
+    ["n3", { ok: false, reason: "NodeAgentMissing", message: "no node agent record for node n3", atMs: 10, failingSinceMs: 10 }],
+  ]);
+  const f = foldMonitor({ agent: a, nodes: ["n1", "n2", "n3"], results });
+  assert.deepEqual(f.failing, ["n2", "n3"]);
+  assert.deepEqual([f.reachable.status, f.reachable.reason], ["False", "NodesFailing"]);
+  assert.match(f.reachable.message, /2 of 3 node\(s\) .*node agent does not cover them: .*n2 \(WatchdogUnarmed.*n3 \(NodeAgentMissing/);
+  assert.match(f.reachable.message, /fall to the next escalation level/);
+  const all = foldMonitor({ agent: a, nodes: ["n1"], results });
+  assert.deepEqual([all.reachable.status, all.reachable.reason], ["True", "Reachable"]);
+  assert.match(all.reachable.message, /1 node\(s\) have an armed node agent/);
 });
