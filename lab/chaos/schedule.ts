@@ -124,7 +124,9 @@ export function drawSchedule(seed: number, index: number, o: ScheduleOptions): S
   let lost: string | undefined;
   for (let i = 0; i < count; i++) {
     let kind = pick(o.mode === "watchdog" ? WATCHDOG_FAULT_KINDS : FAULT_KINDS);
-    if (NODE_LOSS.has(kind) && lost) kind = pick(["node-partition", "kill-controller-manager", "kill-operator", "etcd-partition"] as const);
+    // At most one node loss, and (watchdog mode) one control-plane outage, per schedule: two would overlap and blur.
+    const again = (NODE_LOSS.has(kind) && lost) || (kind === "control-plane-down" && faults.some((f) => f.kind === kind));
+    if (again) kind = pick(["node-partition", "kill-controller-manager", "kill-operator", "etcd-partition"] as const);
     const at = between(0, window);
     switch (kind) {
       case "crash":
