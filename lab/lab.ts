@@ -61,7 +61,15 @@ import {
 } from "./real/net.ts";
 import { recordHostSettings, restoreHostSettings } from "./real/host-settings.ts";
 import { startClusterDns, stopClusterDns } from "./cluster-dns.ts";
-import { realDisableWatchdog, realEnableWatchdog, realKillKubelet, realKillNodeAgent, realPartitionNodes, realContext, realReconnect } from "./real/machine.ts";
+import {
+  realDisableWatchdog,
+  realEnableWatchdog,
+  realKillKubelet,
+  realKillNodeAgent,
+  realPartitionNodes,
+  realContext,
+  realReconnect,
+} from "./real/machine.ts";
 import { prepareWatchdog, removeWatchdog, setWatchdogTimeout, watchdogStatus, type WatchdogStatus } from "./watchdog.ts";
 import { killSlotNodes, nodeCgroup, removeNodeCgroup } from "./real/node.ts";
 import { clearRef, isAlive, readRef, signal, startDetached, stop, writeRef, type ProcRef } from "./processes.ts";

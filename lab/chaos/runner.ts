@@ -271,7 +271,10 @@ async function lostSince(bed: Bed, lost: Fault, t0: number): Promise<number> {
   if (lost.kind === "kill-agent") {
     const reset = await waitFor(
       `${lost.node}'s watchdog to reset it`,
-      () => readEvents(lab.dir).find((e) => e.kind === "watchdog" && e.detail.action === "reset" && e.node === lost.node && Date.parse(e.time) >= t0),
+      () =>
+        readEvents(lab.dir).find(
+          (e) => e.kind === "watchdog" && e.detail.action === "reset" && e.node === lost.node && Date.parse(e.time) >= t0,
+        ),
       { timeoutMs: 60_000, intervalMs: 250 },
     ).catch(() => undefined);
     return reset ? Date.parse(reset.time) : Date.now();
@@ -293,8 +296,7 @@ async function rearm(bed: Bed, schedule: Schedule, log: (m: string) => void): Pr
     if (pod) await lab.core.deleteNamespacedPod({ namespace: NODE_AGENT_NAMESPACE, name: pod }).catch(() => undefined);
     log(`  ${n}: watchdog enabled again, its agent restarted`);
   }
-  for (const f of schedule.faults.filter((x) => x.kind === "kill-agent"))
-    if (lab.machine(f.node!).power === "on") await lab.heal(f.node!); // the agent let live (a reset did it already)
+  for (const f of schedule.faults.filter((x) => x.kind === "kill-agent")) if (lab.machine(f.node!).power === "on") await lab.heal(f.node!); // the agent let live (a reset did it already)
   await waitForArmedAgents(lab, lab.nodes(), 180_000);
 }
 
