@@ -234,15 +234,28 @@ async function agentPod(bed: Bed, node: string): Promise<string | undefined> {
 async function disableWatchdog(bed: Bed, node: string, log: (m: string) => void): Promise<void> {
   const lab = bed.lab;
   await lab.disableWatchdog(node);
-  const old = await agentPod(bed, node);
-  if (old) await lab.core.deleteNamespacedPod({ namespace: NODE_AGENT_NAMESPACE, name: old });
+  // The API may be down (a control-plane-down fault at the same time): retried until it answers.
+  const api = { timeoutMs: 120_000, intervalMs: 500 };
+  const old = await waitFor(`${node}'s agent pod`, async () => ({ name: await agentPod(bed, node) }), api);
+  if (old.name) {
+    const name = old.name;
+    await waitFor(
+      `${name} deleted`,
+      async () =>
+        lab.core.deleteNamespacedPod({ namespace: NODE_AGENT_NAMESPACE, name }).then(
+          () => true,
+          (e: { code?: number }) => (e.code === 404 ? true : Promise.reject(e)), // gone: an earlier try's delete went through
+        ),
+      api,
+    );
+  }
   await waitFor(
     `${node}'s agent restarted, unarmed`,
     async () => {
       const r = (await nodeAgentRecords(lab)).records.get(node);
-      return (r && r.holder !== old && !r.armed) || undefined;
+      return (r && r.holder !== old.name && !r.armed) || undefined;
     },
-    { timeoutMs: 90_000, intervalMs: 500 },
+    api,
   );
   log(`  ${node}: watchdog disabled, its agent runs unarmed; cutting it off`);
 }
