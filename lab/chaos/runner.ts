@@ -331,6 +331,14 @@ async function recover(
   // The node a schedule took away from the control plane: first let the fault take effect (the node goes
   // Unknown), then wait for its fence to release it and unfence it; a node Stockade rightly leaves alone
   // (nothing to protect on it) is healed once no NodeFence appeared 25 s after it went Unknown.
+  // Every NodeFence the schedule left, by uid: read before any unfence too, because the operator deletes an automatic
+  // NodeFence once it is unfenced (the smoke run's first watchdog-disabled fence was gone by the final list).
+  const fences = new Map<string, NodeFence>();
+  const listFences = async () => {
+    const l = (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as { items: NodeFence[] };
+    for (const f of l.items) fences.set(f.metadata!.uid!, f); // the later read has every release the earlier had
+    return l.items;
+  };
   const lostFault = schedule.faults.find((f) => NODE_LOSS.has(f.kind));
   const lost = lostFault?.node;
   let unfenceAfterHeal = false;
@@ -349,6 +357,7 @@ async function recover(
       },
       { timeoutMs: disabled ? 60_000 : 120_000, intervalMs: 250 },
     ).catch(() => `still fencing after ${disabled ? 60 : 120} s`);
+    await listFences();
     if (outcome === "released") {
       await bed.unfence(lost);
       log(`  ${lost} fenced and released; unfenced`);
@@ -366,6 +375,7 @@ async function recover(
   // The watchdog mode: a fence that never released (a disabled watchdog, a node back before the wait was over) is
   // unfenced by the administrator once its cable is mended, as the docs say: until then the agent of a node that was
   // reset (or healed from a hang) stops feeding again at once, seeing the NodeFence.
+  await listFences();
   if (unfenceAfterHeal && lost && (await bed.getFence(lost))) {
     await bed.kubectl("patch", "nodefence", lost, "--type=merge", "-p", '{"spec":{"unfence":true}}');
     await bed.waitForFence(lost, (f) => f.status?.phase === "Unfenced", "Unfenced");
@@ -373,11 +383,12 @@ async function recover(
   }
   await Promise.all(lab.nodes().map((n) => lab.waitForNodeReadyStatus(n, "True", 120_000)));
   // Unfenced NodeFences are done with: delete them so the next schedule starts from none.
-  const list = (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as { items: NodeFence[] };
+  const list = { items: await listFences() };
+  const all = [...fences.values()];
   const counts: Recovered = {
-    fences: list.items.length,
-    releases: list.items.reduce((n, f) => n + (f.status?.releases?.length ?? 0), 0),
-    seen: list.items.map(fenceSeen),
+    fences: all.length,
+    releases: all.reduce((n, f) => n + (f.status?.releases?.length ?? 0), 0),
+    seen: all.map(fenceSeen),
   };
   for (const f of list.items) {
     await custom
