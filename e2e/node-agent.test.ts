@@ -5,8 +5,9 @@
 //   - every agent arms its node's watchdog and keeps a record the operator can read;
 //   - the control plane down for two minutes: no node resets (a strict majority of its peers, each unable to reach
 //     the API for ≥ F, keeps each node fed), and the agents renew their records once it is back;
-//   - a node cut off from the API stays up on its peers' word while no NodeFence exists, and once one exists its
-//     peers tell it so: it stops feeding and its watchdog resets it within D + T of the NodeFence's creation;
+//   - a node cut off from the API stays up on its peers' word while no NodeFence exists or one exists that the
+//     operator has not started (no phase, as it leaves one it holds; Pending); once it is Fencing its peers tell it
+//     so: it stops feeding and its watchdog resets it within D + T of that phase;
 //   - two nodes cut from each other, each reaching the API: no reset;
 //   - a request not signed by a known peer is refused (401), from outside the node (the host);
 //   - the agent killed: the armed watchdog resets the node within T;
@@ -48,6 +49,17 @@ describe("e2e: the node agent on real nodes, from manifests/node-agent/", () => 
     metadata: { name: node },
     spec: { nodeName: node },
   });
+  /** A status write as the operator sends it (update of the object read now), with only the phase set. */
+  const setPhase = async (node: string, phase: string) => {
+    const f = await custom().getClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences", name: node });
+    await custom().replaceClusterCustomObjectStatus({
+      group: GROUP,
+      version: VERSION,
+      plural: "nodefences",
+      name: node,
+      body: { ...f, status: { phase } },
+    });
+  };
   const renewTime = (l: V1Lease | undefined) => String(l?.spec?.renewTime ?? "");
 
   /** The node up in a boot, its agent armed (a test before may have reset it). */
@@ -127,7 +139,7 @@ describe("e2e: the node agent on real nodes, from manifests/node-agent/", () => 
     assert.equal(resets().length, before);
   });
 
-  test("a node cut off from the API stays up on its peers' word; a NodeFence for it: its peers say so and its watchdog resets it within D + T", async () => {
+  test("a node cut off from the API stays up on its peers' word, a NodeFence not started (held) too; once it is Fencing its peers say so and its watchdog resets it within D + T", async () => {
     await settled();
     const node = lab.nodes()[2]!;
     const boot = lab.machine(node).bootID;
@@ -135,16 +147,22 @@ describe("e2e: the node agent on real nodes, from manifests/node-agent/", () => 
     await lab.partition(node);
     try {
       // 2·D with no own API read: only the peers' signed "no NodeFence" keeps it fed (one of its 2 peers is a quorum).
-      await sleep(2 * D * 1000);
-      assert.equal(resets(node).length, before, "reset while cut off, with no NodeFence");
+      // The NodeFence exists from the start but has no phase: what the operator leaves when it holds one (no policy
+      // selects the node, or the quorum guard refuses it) — the agents must not act on it.
       await custom().createClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences", body: nodeFence(node) });
+      await sleep(D * 1000);
+      await setPhase(node, "Pending");
+      await sleep(D * 1000);
+      assert.equal(resets(node).length, before, "reset while cut off, with a NodeFence held (no phase, then Pending)");
+      // What the operator writes when it begins the fence (status subresource; no operator runs here).
+      await setPhase(node, "Fencing");
       const createdAt = Date.now();
       const ev = await waitFor(`${node}'s watchdog to reset it`, () => resets(node)[before], {
         timeoutMs: (D + T + 30) * 1000,
         intervalMs: 100,
       });
       const after = Date.parse(ev.time) - createdAt;
-      log(`NodeFence → reset: ${(after / 1000).toFixed(1)} s (bound D + T = ${D + T} s)`);
+      log(`NodeFence Fencing → reset: ${(after / 1000).toFixed(1)} s (bound D + T = ${D + T} s)`);
       assert.equal(ev.detail.bootID, boot);
       assert.ok(after <= (D + T) * 1000 + MARGIN_MS, `reset ${after} ms after the NodeFence; the promise is D + T = ${D + T} s`);
     } finally {

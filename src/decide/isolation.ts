@@ -236,17 +236,22 @@ export function decideIsolation(i: AgentInput): AgentDecision {
 export const mayFeed = (feedUntilMs: number | undefined, nowMs: number): boolean => feedUntilMs !== undefined && nowMs < feedUntilMs;
 
 /**
- * Whether a NodeFence read for this node is one the operator will act on (so the agent must stop feeding): present,
- * not being deleted, not unfencing or unfenced. NodeFences are never made for dry-run policies (a dry run only
- * reports), so any other NodeFence counts, whatever its phase (a Failed one may be retried): the safe side.
+ * Whether a NodeFence read for this node is one the operator has started (so the agent must stop feeding): present,
+ * not being deleted, and past the phases in which the operator holds it or may cancel it. Without a phase it is held
+ * (no policy selects the node, or a control-plane or etcd node its policy does not allow: the quorum guard); Pending,
+ * the operator may still cancel it (a paused policy, the trigger gone); Unfencing and Unfenced are over. Those reset
+ * nothing, so the operator's guards hold on nodes that run the agent too. Any other phase counts (Fencing onwards, and
+ * a Failed round is retried): the safe side, since the operator's WatchdogExpired clock starts at its own first look in
+ * Fencing, after it wrote that phase. The phase is in the status subresource: a NodeFence's creator cannot set it.
  */
 export function nodeFenceVerdict(
   f: { metadata?: { deletionTimestamp?: unknown }; status?: { phase?: string } } | undefined,
 ): "absent" | "fence" {
   if (f === undefined || f.metadata?.deletionTimestamp) return "absent";
-  const phase = f.status?.phase;
-  return phase === "Unfencing" || phase === "Unfenced" ? "absent" : "fence";
+  return NOT_STARTED_OR_OVER.has(f.status?.phase ?? "") ? "absent" : "fence";
 }
+
+const NOT_STARTED_OR_OVER: ReadonlySet<string> = new Set(["", "Pending", "Unfencing", "Unfenced"]);
 
 /**
  * The agent's timing, checked before it starts: a list of problems, each saying what to change (empty: fine).

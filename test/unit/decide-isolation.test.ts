@@ -187,13 +187,22 @@ describe("decide/isolation: the agent's promise", () => {
     assert.match(e.fenceNow ?? "", /peer c/);
   });
 
-  test("nodeFenceVerdict: only a NodeFence the operator will act on stops the agent", () => {
+  test("nodeFenceVerdict: only a NodeFence the operator has started stops the agent", () => {
     assert.equal(nodeFenceVerdict(undefined), "absent");
-    assert.equal(nodeFenceVerdict({ metadata: { deletionTimestamp: "2026-01-01T00:00:00Z" } }), "absent");
+    assert.equal(nodeFenceVerdict({ metadata: { deletionTimestamp: "2026-01-01T00:00:00Z" }, status: { phase: "Fencing" } }), "absent");
     assert.equal(nodeFenceVerdict({ status: { phase: "Unfencing" } }), "absent");
     assert.equal(nodeFenceVerdict({ status: { phase: "Unfenced" } }), "absent");
-    for (const phase of [undefined, "Pending", "Fencing", "Fenced", "Releasing", "Released", "Failed"])
-      assert.equal(nodeFenceVerdict({ status: { phase } }), "fence", String(phase));
+    // Any phase past Pending counts, one this version does not know too (the operator's clock starts in Fencing).
+    for (const phase of ["Fencing", "Fenced", "Releasing", "Released", "Failed", "SomeLaterPhase"])
+      assert.equal(nodeFenceVerdict({ status: { phase } }), "fence", phase);
+  });
+
+  test("nodeFenceVerdict: a NodeFence the operator holds (no phase yet, or Pending) resets nothing", () => {
+    // Held without a phase: no policy selects the node, or a control-plane/etcd node its policy does not allow (the
+    // quorum guard). Pending: the operator may still cancel it (a paused policy, the trigger gone).
+    assert.equal(nodeFenceVerdict({}), "absent", "created by hand, not started");
+    assert.equal(nodeFenceVerdict({ status: {} }), "absent");
+    assert.equal(nodeFenceVerdict({ status: { phase: "Pending" } }), "absent");
   });
 
   test("unreachableForSeconds: since the later of the last success's start and the last record renewal, rounded down", () => {
