@@ -61,7 +61,15 @@ import {
 } from "./real/net.ts";
 import { recordHostSettings, restoreHostSettings } from "./real/host-settings.ts";
 import { startClusterDns, stopClusterDns } from "./cluster-dns.ts";
-import { realDisableWatchdog, realKillKubelet, realKillNodeAgent, realPartitionNodes, realContext, realReconnect } from "./real/machine.ts";
+import {
+  realDisableWatchdog,
+  realEnableWatchdog,
+  realKillKubelet,
+  realKillNodeAgent,
+  realPartitionNodes,
+  realContext,
+  realReconnect,
+} from "./real/machine.ts";
 import { prepareWatchdog, removeWatchdog, setWatchdogTimeout, watchdogStatus, type WatchdogStatus } from "./watchdog.ts";
 import { killSlotNodes, nodeCgroup, removeNodeCgroup } from "./real/node.ts";
 import { clearRef, isAlive, readRef, signal, startDetached, stop, writeRef, type ProcRef } from "./processes.ts";
@@ -601,11 +609,17 @@ export class Lab implements FaultDriver {
     const s = this.state;
     return withNodeLock(paths(s.dir).node(nodeSpec(s, node).name).lock, () => realKillNodeAgent(s, node));
   }
-  /** Real nodes: the node's watchdog device goes for good; the machine is never reset by it. */
+  /** Real nodes: the node's watchdog device goes (until enableWatchdog); the machine is never reset by it. */
   async disableWatchdog(node: string): Promise<void> {
     this.requireReal("disabling a watchdog");
     const s = this.state;
     await withNodeLock(paths(s.dir).node(nodeSpec(s, node).name).lock, () => realDisableWatchdog(s, node));
+  }
+  /** Real nodes: undoes disableWatchdog (a new, disarmed device; restart the node's agent to arm it). */
+  async enableWatchdog(node: string): Promise<void> {
+    this.requireReal("enabling a watchdog");
+    const s = this.state;
+    await withNodeLock(paths(s.dir).node(nodeSpec(s, node).name).lock, () => realEnableWatchdog(s, node));
   }
   /** Real nodes: the node's watchdog: enabled, device present, armed, last feed, timeout (lab/watchdog.ts). */
   watchdog(node: string): WatchdogStatus {

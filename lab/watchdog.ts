@@ -60,7 +60,7 @@ export const watchdogPaths = (machineDir: string) => ({
   /** The lab's watchdog process's state (WatchdogState), written at every change. */
   state: join(machineDir, "watchdog-state.json"),
   holder: join(machineDir, "watchdog-holder.pid.json"),
-  /** Present: the disableWatchdog fault is in force (no device, never a reset) for the rest of the lab's life. */
+  /** Present: the disableWatchdog fault is in force (no device, never a reset) until enableWatchdog (the chaos suite's recovery). */
   disabled: join(machineDir, "watchdog-disabled"),
   /** Present: the killNodeAgent fault is in force for the boot it names (the agent is killed whenever it starts). */
   agentKilled: join(machineDir, "agent-killed.json"),
@@ -134,6 +134,15 @@ export async function disableWatchdogDevice(machineDir: string): Promise<void> {
   writeFileSync(p.disabled, new Date().toISOString());
   rmSync(p.device, { force: true });
   // The holder stays: an agent that had it open keeps writing without an error, into a watchdog that no longer counts.
+}
+
+/**
+ * Undoes disableWatchdogDevice (the chaos suite's recovery): a new device, disarmed, as at a boot; the agent that runs
+ * unarmed must be restarted to arm it (it opens the device only when it starts).
+ */
+export async function enableWatchdogDevice(machineDir: string): Promise<void> {
+  rmSync(watchdogPaths(machineDir).disabled, { force: true });
+  await watchdogAtBoot(machineDir);
 }
 
 /** On lab down. */

@@ -1,5 +1,6 @@
-// npm run chaos -- [--schedules N] [--seed S] [--first K] [--no-etcd]: randomized fault schedules on a
-// real-node lab; prints the table and exits non-zero on any violation (each with its replay command).
+// npm run chaos -- [--watchdog] [--schedules N] [--seed S] [--first K] [--no-etcd]: randomized fault schedules on a
+// real-node lab; prints the table and exits non-zero on any violation (each with its replay command). --watchdog: the
+// node agent on every node and a watchdog-only policy (docs/developer/chaos.md, "The watchdog mode").
 import { parseArgs } from "node:util";
 import { formatSummary, runChaos } from "./runner.ts";
 
@@ -9,6 +10,7 @@ const { values } = parseArgs({
     seed: { type: "string", default: "1" },
     first: { type: "string", default: "0" },
     "no-etcd": { type: "boolean", default: false },
+    watchdog: { type: "boolean", default: false },
   },
 });
 const num = (name: string, v: string) => {
@@ -22,6 +24,7 @@ const summary = await runChaos({
   schedules: num("schedules", values.schedules),
   first: num("first", values.first),
   etcd: !values["no-etcd"],
+  mode: values.watchdog ? "watchdog" : "normal",
   log: (m) => console.log(`[${((Date.now() - t0) / 1000).toFixed(0).padStart(5)} s] ${m}`),
 });
 console.log(`\n${formatSummary(summary)}\ntotal ${((Date.now() - t0) / 1000).toFixed(0)} s`);

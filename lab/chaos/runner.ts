@@ -4,6 +4,11 @@
 // acknowledged put. After each schedule the bed is brought back (cables mended, fenced nodes unfenced,
 // components and replicas restarted) and everything is checked: the timeline invariant, the ledger
 // files, the process tables captured at each power change, and etcd (no lost key, members intact).
+//
+// The watchdog mode (--watchdog): the node agent installed on every node (lab/node-agent-install.ts, the lab's overlay of
+// manifests/node-agent/), all armed before schedule 0, and the policy's escalation a FenceAgent of type watchdog alone
+// with allowWatchdogEvidence: the only way to release is WatchdogExpired. The faults add the agent's (kill-agent,
+// watchdog-disabled, control-plane-down) and drop bmc-unreachable; the checks add lab/chaos/watchdog-checks.ts.
 import { CoordinationV1Api, CustomObjectsApi } from "@kubernetes/client-node";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS, SECRETS_NS } from "../bed.ts";
@@ -12,7 +17,21 @@ import { Lab } from "../lab.ts";
 import { GROUP, VERSION, type NodeFence } from "../../src/api/v1alpha1.ts";
 import { createEtcdWorkload, etcdPodEndpoints, etcdWorkload, type EtcdWorkload } from "../etcd-workload.ts";
 import { EtcdWriter, etcdBaseline, verifyEtcd, type EtcdMember } from "../etcd-checker.ts";
-import { describeFault, drawSchedule, FAULT_KINDS, NODE_LOSS, type Fault, type FaultKind, type Schedule } from "./schedule.ts";
+import { installNodeAgent, nodeAgentRecords, waitForArmedAgents } from "../node-agent-install.ts";
+import { readEvents } from "../state.ts";
+import { NODE_AGENT_NAMESPACE } from "../../src/decide/node-agent-record.ts";
+import {
+  describeFault,
+  drawSchedule,
+  FAULT_KINDS,
+  NODE_LOSS,
+  WATCHDOG_FAULT_KINDS,
+  type ChaosMode,
+  type Fault,
+  type FaultKind,
+  type Schedule,
+} from "./schedule.ts";
+import { watchdogViolations, type FenceSeen } from "./watchdog-checks.ts";
 
 export interface ChaosOptions {
   seed: number;
@@ -21,6 +40,8 @@ export interface ChaosOptions {
   first?: number;
   nodes?: number;
   etcd?: boolean;
+  /** "normal" (default): IPMI BMCs fence; "watchdog": node agents, a watchdog FenceAgent alone, WatchdogExpired. */
+  mode?: ChaosMode;
   log?: (msg: string) => void;
 }
 
@@ -36,6 +57,7 @@ export interface ScheduleResult {
 
 export interface ChaosSummary {
   seed: number;
+  mode: ChaosMode;
   results: ScheduleResult[];
   faults: Record<FaultKind, number>;
   etcd?: { acked: number; lost: number; problems: string[] };
@@ -47,13 +69,22 @@ const LEDGER_REPLICAS = 2;
 
 export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
   const log = o.log ?? (() => {});
-  const bed = await Bed.up({ nodes: o.nodes ?? 4, name: "chaos", runtime: "real", log });
+  const mode = o.mode ?? "normal";
+  const bed = await Bed.up({ nodes: o.nodes ?? 4, name: mode === "watchdog" ? "chaos-watchdog" : "chaos", runtime: "real", log });
   const results: ScheduleResult[] = [];
-  const faults = Object.fromEntries(FAULT_KINDS.map((k) => [k, 0])) as Record<FaultKind, number>;
+  const kinds = mode === "watchdog" ? WATCHDOG_FAULT_KINDS : FAULT_KINDS;
+  const faults = Object.fromEntries(kinds.map((k) => [k, 0])) as Record<FaultKind, number>;
   let writer: EtcdWriter | undefined;
   let etcd: { w: EtcdWorkload; members: EtcdMember[] } | undefined;
   try {
-    await bed.policy("default", { guards: { maxUnhealthyNodes: "50%", maxConcurrentFences: 2 } });
+    const guards = { maxUnhealthyNodes: "50%", maxConcurrentFences: 2 };
+    if (mode === "watchdog") {
+      // The operator replicas stay host processes (admin credentials: they read the agents' records like the in-cluster
+      // one, whose read the node agent's RBAC grants), so kill-operator and the recovery work as in the normal mode.
+      await installNodeAgent(bed.lab, { log });
+      await bed.create("fenceagents", { metadata: { name: "node-watchdog" }, spec: { type: "watchdog" } });
+      await bed.policy("default", { escalation: [{ agents: [{ name: "node-watchdog" }] }], allowWatchdogEvidence: true, guards });
+    } else await bed.policy("default", { guards });
     await bed.startOperator({ leaderElect: true });
     await bed.startOperator({ leaderElect: true });
     await bed.statefulSet("ledger", LEDGER_REPLICAS);
@@ -66,7 +97,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
       etcd = { w, members };
     }
     for (let i = o.first ?? 0; i < (o.first ?? 0) + o.schedules; i++) {
-      const schedule = drawSchedule(o.seed, i, { nodes: bed.lab.nodes() });
+      const schedule = drawSchedule(o.seed, i, { nodes: bed.lab.nodes(), mode });
       for (const f of schedule.faults) faults[f.kind]++;
       log(`schedule ${i} (seed ${o.seed}): ${schedule.faults.map(describeFault).join(", ")}`);
       const t0 = Date.now();
@@ -74,11 +105,11 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
       await runSchedule(bed, schedule, log);
       // A bed that cannot be brought back is reported (it is not a safety violation, but it is not fine
       // either); one more try, then the run stops rather than blame the next schedule for this one's mess.
-      let counts = { fences: 0, releases: 0 };
+      let counts: Recovered = { fences: 0, releases: 0, seen: [] };
       const recoveryProblems: string[] = [];
       for (let attempt = 1; ; attempt++) {
         try {
-          counts = await recover(bed, schedule, log);
+          counts = await recover(bed, schedule, { mode, since: t0 }, log);
           break;
         } catch (e) {
           recoveryProblems.push(`recovery attempt ${attempt} failed: ${(e as Error).message.split("\n")[0]}`);
@@ -91,9 +122,11 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
         }
       }
       const violations = (await bed.invariant()).violations.slice(before);
+      if (mode === "watchdog") violations.push(...watchdogViolations(counts.seen, readEvents(bed.lab.dir), t0));
       results.push({
         schedule,
-        ...counts,
+        fences: counts.fences,
+        releases: counts.releases,
         violations,
         recoveryProblems,
         seconds: (Date.now() - t0) / 1000,
@@ -113,7 +146,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
       const verdict = await verifyEtcd({ endpoints: () => etcdPodEndpoints(bed.lab.kc, etcd!.w), log: wlog, members: etcd.members });
       etcdResult = { acked: verdict.acked, lost: verdict.lost.length, problems: verdict.problems };
     }
-    return { seed: o.seed, results, faults, ...(etcdResult ? { etcd: etcdResult } : {}), dir: bed.lab.dir };
+    return { seed: o.seed, mode, results, faults, ...(etcdResult ? { etcd: etcdResult } : {}), dir: bed.lab.dir };
   } finally {
     await writer?.stop().catch(() => undefined);
     await bed.down();
@@ -168,6 +201,16 @@ async function inject(bed: Bed, f: Fault, log: (m: string) => void): Promise<voi
       await lab.killComponent("kube-controller-manager");
       await sleep(f.durationMs);
       return lab.startComponent("kube-controller-manager");
+    case "kill-agent":
+      log(`  killed ${node}'s node agent (pids ${(await lab.killNodeAgent(node)).join(", ")})`);
+      return;
+    case "watchdog-disabled":
+      await disableWatchdog(bed, node, log);
+      return lab.partition(node);
+    case "control-plane-down":
+      await lab.killComponent("kube-apiserver");
+      await sleep(f.durationMs);
+      return lab.startComponent("kube-apiserver");
     case "kill-operator": {
       const holder = (
         await lab.kc.makeApiClient(CoordinationV1Api).readNamespacedLease({ name: "stockade-operator", namespace: SECRETS_NS })
@@ -181,10 +224,105 @@ async function inject(bed: Bed, f: Fault, log: (m: string) => void): Promise<voi
   }
 }
 
+/** The node agent's pod on a node (the DaemonSet's), if any. */
+async function agentPod(bed: Bed, node: string): Promise<string | undefined> {
+  const pods = await bed.lab.core.listNamespacedPod({ namespace: NODE_AGENT_NAMESPACE, fieldSelector: `spec.nodeName=${node}` });
+  return pods.items.find((p) => !p.metadata?.deletionTimestamp)?.metadata?.name;
+}
+
+/** The watchdog-disabled fault: the device goes, the node's agent is restarted, and its new record says armed=false. */
+async function disableWatchdog(bed: Bed, node: string, log: (m: string) => void): Promise<void> {
+  const lab = bed.lab;
+  await lab.disableWatchdog(node);
+  // The API may be down (a control-plane-down fault at the same time): retried until it answers.
+  const api = { timeoutMs: 120_000, intervalMs: 500 };
+  const old = await waitFor(`${node}'s agent pod`, async () => ({ name: await agentPod(bed, node) }), api);
+  if (old.name) {
+    const name = old.name;
+    await waitFor(
+      `${name} deleted`,
+      async () =>
+        lab.core.deleteNamespacedPod({ namespace: NODE_AGENT_NAMESPACE, name }).then(
+          () => true,
+          (e: { code?: number }) => (e.code === 404 ? true : Promise.reject(e)), // gone: an earlier try's delete went through
+        ),
+      api,
+    );
+  }
+  await waitFor(
+    `${node}'s agent restarted, unarmed`,
+    async () => {
+      const r = (await nodeAgentRecords(lab)).records.get(node);
+      return (r && r.holder !== old.name && !r.armed) || undefined;
+    },
+    api,
+  );
+  log(`  ${node}: watchdog disabled, its agent runs unarmed; cutting it off`);
+}
+
+interface Recovered {
+  fences: number;
+  releases: number;
+  /** The NodeFences as they were before the recovery deleted them (the watchdog checks read them). */
+  seen: FenceSeen[];
+}
+
+const fenceSeen = (f: NodeFence): FenceSeen => ({
+  node: f.spec?.nodeName ?? f.metadata!.name!,
+  createdMs: Date.parse(String(f.metadata?.creationTimestamp)),
+  evidence: f.status?.evidence?.method,
+  releases: (f.status?.releases ?? []).map((r) => ({
+    kind: r.kind,
+    name: String((r as { name?: string }).name ?? (r as { uid?: string }).uid ?? ""),
+    timeMs: Date.parse(String(r.time)),
+  })),
+});
+
+/** When the schedule's lost node went (seen Unknown; for kill-agent, its watchdog's reset), ms. */
+async function lostSince(bed: Bed, lost: Fault, t0: number): Promise<number> {
+  const lab = bed.lab;
+  if (lost.kind === "kill-agent") {
+    const reset = await waitFor(
+      `${lost.node}'s watchdog to reset it`,
+      () =>
+        readEvents(lab.dir).find(
+          (e) => e.kind === "watchdog" && e.detail.action === "reset" && e.node === lost.node && Date.parse(e.time) >= t0,
+        ),
+      { timeoutMs: 60_000, intervalMs: 250 },
+    ).catch(() => undefined);
+    return reset ? Date.parse(reset.time) : Date.now();
+  }
+  return await waitFor(
+    `${lost.node} to be seen down`,
+    async () => (Lab.readyStatus(await lab.node(lost.node!)) === "True" ? undefined : Date.now()),
+    { timeoutMs: 40_000, intervalMs: 250 },
+  ).catch(() => Date.now());
+}
+
+/** The watchdog mode's last steps: every watchdog enabled again (its agent restarted), killed agents let live, all armed. */
+async function rearm(bed: Bed, schedule: Schedule, log: (m: string) => void): Promise<void> {
+  const lab = bed.lab;
+  for (const n of lab.nodes()) {
+    if (lab.watchdog(n).enabled) continue;
+    await lab.enableWatchdog(n);
+    const pod = await agentPod(bed, n);
+    if (pod) await lab.core.deleteNamespacedPod({ namespace: NODE_AGENT_NAMESPACE, name: pod }).catch(() => undefined);
+    log(`  ${n}: watchdog enabled again, its agent restarted`);
+  }
+  for (const f of schedule.faults.filter((x) => x.kind === "kill-agent")) if (lab.machine(f.node!).power === "on") await lab.heal(f.node!); // the agent let live (a reset did it already)
+  await waitForArmedAgents(lab, lab.nodes(), 180_000);
+}
+
 /** Brings the bed back: every cable mended, every fence undone, every machine and component up. */
-async function recover(bed: Bed, schedule: Schedule, log: (m: string) => void): Promise<{ fences: number; releases: number }> {
+async function recover(
+  bed: Bed,
+  schedule: Schedule,
+  { mode, since: t0 }: { mode: ChaosMode; since: number },
+  log: (m: string) => void,
+): Promise<Recovered> {
   const lab = bed.lab;
   const custom = lab.kc.makeApiClient(CustomObjectsApi);
+  await lab.startComponent("kube-apiserver");
   await lab.partitionEtcd(false);
   await lab.startComponent("kube-controller-manager");
   for (const n of lab.nodes()) await lab.setBmcReachable(n, true);
@@ -193,16 +331,22 @@ async function recover(bed: Bed, schedule: Schedule, log: (m: string) => void): 
   // The node a schedule took away from the control plane: first let the fault take effect (the node goes
   // Unknown), then wait for its fence to release it and unfence it; a node Stockade rightly leaves alone
   // (nothing to protect on it) is healed once no NodeFence appeared 25 s after it went Unknown.
-  const lost = schedule.faults.find((f) => NODE_LOSS.has(f.kind))?.node;
-  if (lost) {
-    const unknownAt = await waitFor(
-      `${lost} to be seen down`,
-      async () => (Lab.readyStatus(await lab.node(lost)) === "True" ? undefined : Date.now()),
-      {
-        timeoutMs: 40_000,
-        intervalMs: 250,
-      },
-    ).catch(() => Date.now());
+  // Every NodeFence the schedule left, by uid: read before any unfence too, because the operator deletes an automatic
+  // NodeFence once it is unfenced (the smoke run's first watchdog-disabled fence was gone by the final list).
+  const fences = new Map<string, NodeFence>();
+  const listFences = async () => {
+    const l = (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as { items: NodeFence[] };
+    for (const f of l.items) fences.set(f.metadata!.uid!, f); // the later read has every release the earlier had
+    return l.items;
+  };
+  const lostFault = schedule.faults.find((f) => NODE_LOSS.has(f.kind));
+  const lost = lostFault?.node;
+  let unfenceAfterHeal = false;
+  if (lostFault && lost) {
+    const unknownAt = await lostSince(bed, lostFault, t0);
+    // A node whose watchdog is disabled is never released on watchdog evidence: wait past the arithmetic's wait (28 s at
+    // the lab's D and T) plus a margin, not the 120 s a fence that should end gets.
+    const disabled = lostFault.kind === "watchdog-disabled";
     const outcome = await waitFor(
       `${lost}'s fence to release it`,
       async () => {
@@ -211,12 +355,16 @@ async function recover(bed: Bed, schedule: Schedule, log: (m: string) => void): 
         if (!f && Date.now() - unknownAt > 25_000) return "not fenced";
         return undefined;
       },
-      { timeoutMs: 120_000, intervalMs: 250 },
-    ).catch(() => "still fencing after 120 s");
+      { timeoutMs: disabled ? 60_000 : 120_000, intervalMs: 250 },
+    ).catch(() => `still fencing after ${disabled ? 60 : 120} s`);
+    await listFences();
     if (outcome === "released") {
       await bed.unfence(lost);
       log(`  ${lost} fenced and released; unfenced`);
-    } else log(`  ${lost}: ${outcome} (${(await bed.getFence(lost))?.status?.phase ?? "no NodeFence"}); healed`);
+    } else {
+      log(`  ${lost}: ${outcome} (${(await bed.getFence(lost))?.status?.phase ?? "no NodeFence"}); healed`);
+      unfenceAfterHeal = mode === "watchdog";
+    }
   }
   for (const n of lab.nodes()) {
     await lab.reconnect(n);
@@ -224,10 +372,24 @@ async function recover(bed: Bed, schedule: Schedule, log: (m: string) => void): 
     if (m.power === "off") await lab.bmc(n, "on");
     else if (m.kubelet !== "running") await lab.heal(n);
   }
+  // The watchdog mode: a fence that never released (a disabled watchdog, a node back before the wait was over) is
+  // unfenced by the administrator once its cable is mended, as the docs say: until then the agent of a node that was
+  // reset (or healed from a hang) stops feeding again at once, seeing the NodeFence.
+  await listFences();
+  if (unfenceAfterHeal && lost && (await bed.getFence(lost))) {
+    await bed.kubectl("patch", "nodefence", lost, "--type=merge", "-p", '{"spec":{"unfence":true}}');
+    await bed.waitForFence(lost, (f) => f.status?.phase === "Unfenced", "Unfenced");
+    log(`  ${lost} unfenced`);
+  }
   await Promise.all(lab.nodes().map((n) => lab.waitForNodeReadyStatus(n, "True", 120_000)));
   // Unfenced NodeFences are done with: delete them so the next schedule starts from none.
-  const list = (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as { items: NodeFence[] };
-  const counts = { fences: list.items.length, releases: list.items.reduce((n, f) => n + (f.status?.releases?.length ?? 0), 0) };
+  const list = { items: await listFences() };
+  const all = [...fences.values()];
+  const counts: Recovered = {
+    fences: all.length,
+    releases: all.reduce((n, f) => n + (f.status?.releases?.length ?? 0), 0),
+    seen: all.map(fenceSeen),
+  };
   for (const f of list.items) {
     await custom
       .deleteClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences", name: f.metadata!.name! })
@@ -250,6 +412,7 @@ async function recover(bed: Bed, schedule: Schedule, log: (m: string) => void): 
     },
     { timeoutMs: 180_000 },
   );
+  if (mode === "watchdog") await rearm(bed, schedule, log);
   return counts;
 }
 
@@ -258,6 +421,7 @@ export function formatSummary(s: ChaosSummary): string {
   const first = s.results[0]?.schedule.index ?? 0;
   const sum = (f: (r: ScheduleResult) => number) => s.results.reduce((n, r) => n + f(r), 0);
   const rows: [string, string | number][] = [
+    ["mode", s.mode],
     ["seed", s.seed],
     ["schedules", `${s.results.length} (${first}–${first + s.results.length - 1})`],
     ...Object.entries(s.faults).map(([k, n]) => [`  ${k}`, n] as [string, number]),

@@ -18,7 +18,14 @@ export type FaultKind =
   | "kill-controller-manager"
   | "kill-operator" // the leader replica is killed (SIGKILL); a standby takes over
   | "bmc-unreachable" // the node's BMC stops answering for a while, combined with a crash of that node
-  | "power-cycle"; // someone power-cycles a node through its BMC
+  | "power-cycle" // someone power-cycles a node through its BMC
+  // The watchdog mode's own (a node agent on every node, a watchdog FenceAgent alone in the escalation):
+  | "kill-agent" // the node agent's processes SIGKILLed (and again whenever they restart): the armed watchdog resets the node
+  | "watchdog-disabled" // the node's watchdog gone (its agent restarted unarmed), then the node partitioned: never released on WatchdogExpired
+  | "control-plane-down"; // kube-apiserver stopped for 20–60 s: the agents keep each other fed, no node may be reset
+
+/** Which bed a schedule is for: the normal one (IPMI BMCs) or the watchdog one (node agents, watchdog-only policy). */
+export type ChaosMode = "normal" | "watchdog";
 
 export const FAULT_KINDS: readonly FaultKind[] = [
   "crash",
@@ -33,8 +40,34 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   "power-cycle",
 ];
 
+/**
+ * The watchdog mode's faults: the normal ones that need no BMC agent (bmc-unreachable is left out: no fence goes
+ * through a BMC; power-cycle stays, someone at the BMC does it) and the node agent's.
+ */
+export const WATCHDOG_FAULT_KINDS: readonly FaultKind[] = [
+  "crash",
+  "partition",
+  "short-partition",
+  "node-partition",
+  "kill-kubelet",
+  "etcd-partition",
+  "kill-controller-manager",
+  "kill-operator",
+  "power-cycle",
+  "kill-agent",
+  "watchdog-disabled",
+  "control-plane-down",
+];
+
 /** Faults that take a node away from the control plane (a fence is expected if it lasts). */
-export const NODE_LOSS: ReadonlySet<FaultKind> = new Set(["crash", "partition", "kill-kubelet", "bmc-unreachable"]);
+export const NODE_LOSS: ReadonlySet<FaultKind> = new Set([
+  "crash",
+  "partition",
+  "kill-kubelet",
+  "bmc-unreachable",
+  "kill-agent",
+  "watchdog-disabled",
+]);
 
 export interface Fault {
   kind: FaultKind;
@@ -74,6 +107,8 @@ export interface ScheduleOptions {
   windowMs?: number;
   /** A partition shorter than this must not lead to a fence (the policy's fence-after minus a margin). */
   shortPartitionMs?: number;
+  /** "normal" (default) draws exactly what it always drew for a seed; "watchdog" draws from WATCHDOG_FAULT_KINDS. */
+  mode?: ChaosMode;
 }
 
 export function drawSchedule(seed: number, index: number, o: ScheduleOptions): Schedule {
@@ -88,13 +123,16 @@ export function drawSchedule(seed: number, index: number, o: ScheduleOptions): S
   const others = o.nodes.filter((n) => n !== victim);
   let lost: string | undefined;
   for (let i = 0; i < count; i++) {
-    let kind = pick(FAULT_KINDS);
-    if (NODE_LOSS.has(kind) && lost) kind = pick(["node-partition", "kill-controller-manager", "kill-operator", "etcd-partition"] as const);
+    let kind = pick(o.mode === "watchdog" ? WATCHDOG_FAULT_KINDS : FAULT_KINDS);
+    // At most one node loss, and (watchdog mode) one control-plane outage, per schedule: two would overlap and blur.
+    const again = (NODE_LOSS.has(kind) && lost) || (kind === "control-plane-down" && faults.some((f) => f.kind === kind));
+    if (again) kind = pick(["node-partition", "kill-controller-manager", "kill-operator", "etcd-partition"] as const);
     const at = between(0, window);
     switch (kind) {
       case "crash":
       case "partition":
       case "kill-kubelet":
+      case "kill-agent":
       case "bmc-unreachable": {
         lost = victim;
         faults.push({ kind, at, durationMs: 0, node: lost });
@@ -122,6 +160,17 @@ export function drawSchedule(seed: number, index: number, o: ScheduleOptions): S
         break;
       case "kill-operator":
         faults.push({ kind, at, durationMs: 0 });
+        break;
+      case "watchdog-disabled": {
+        // The watchdog goes first (the agent restarted on the node says armed=false), then the node is cut off.
+        // The runner disables it, restarts the node's agent, waits for its record to say armed=false, then cuts the node
+        // off from the control plane (a partition of the same node, part of this fault).
+        lost = victim;
+        faults.push({ kind, at, durationMs: 0, node: lost });
+        break;
+      }
+      case "control-plane-down":
+        faults.push({ kind, at, durationMs: between(20_000, 60_000) });
         break;
     }
   }

@@ -8,7 +8,7 @@
 //   partitionFrom(peer) -> node<->node cut, both ways
 //   killKubelet -> the kubelet dies, containerd and the containers keep running
 //   killNodeAgent -> the node agent's containers SIGKILLed, and again whenever they start, until a new boot or heal
-//   disableWatchdog -> the node's watchdog device removed for good: the agent cannot arm it, it never resets the node
+//   disableWatchdog -> the node's watchdog device removed (until enableWatchdog): the agent cannot arm it, it never resets the node
 //   heal      -> cables reconnected, a dead kubelet restarted, a killed agent let live (same boot); a hung machine is rebooted
 import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -30,7 +30,14 @@ import {
 import { isAlive, readRef } from "../processes.ts";
 import { nodePaths } from "./config.ts";
 import { describe, nodePids } from "./node.ts";
-import { agentContainerIds, clearAgentKilled, disableWatchdogDevice, killContainers, markAgentKilled } from "../watchdog.ts";
+import {
+  agentContainerIds,
+  clearAgentKilled,
+  disableWatchdogDevice,
+  enableWatchdogDevice,
+  killContainers,
+  markAgentKilled,
+} from "../watchdog.ts";
 
 export function realContext(s: LabState, name: string): RealNodeContext {
   const spec = nodeSpec(s, name);
@@ -184,6 +191,12 @@ export async function realKillNodeAgent(s: LabState, name: string): Promise<numb
 export async function realDisableWatchdog(s: LabState, name: string): Promise<void> {
   await disableWatchdogDevice(realContext(s, name).dir);
   appendEvent(s.dir, { kind: "fault", node: name, detail: { fault: "watchdog-disabled" } });
+}
+
+/** Undoes the watchdog-disabled fault: a new, disarmed device (the node's agent must be restarted to arm it). */
+export async function realEnableWatchdog(s: LabState, name: string): Promise<void> {
+  await enableWatchdogDevice(realContext(s, name).dir);
+  appendEvent(s.dir, { kind: "lab", node: name, detail: { action: "watchdog-enabled" } });
 }
 
 export async function realHeal(s: LabState, name: string): Promise<void> {

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { drawSchedule, FAULT_KINDS, NODE_LOSS, prng } from "../../lab/chaos/schedule.ts";
+import { drawSchedule, FAULT_KINDS, NODE_LOSS, prng, WATCHDOG_FAULT_KINDS } from "../../lab/chaos/schedule.ts";
 
 const nodes = ["node-1", "node-2", "node-3", "node-4"];
 
@@ -40,4 +40,35 @@ test("at most one node is taken from the control plane per schedule; node faults
 
 test("fewer than 3 nodes is refused", () => {
   assert.throws(() => drawSchedule(1, 0, { nodes: ["a", "b"] }), /at least 3 nodes/);
+});
+
+test("the normal mode draws exactly the schedules it drew before the watchdog mode existed (seeds 1, 2026, 99; 200 each)", async () => {
+  const { createHash } = await import("node:crypto");
+  const draw = (mode?: "normal") =>
+    [1, 2026, 99].flatMap((seed) => Array.from({ length: 200 }, (_, i) => drawSchedule(seed, i, { nodes, ...(mode ? { mode } : {}) })));
+  // sha256 of the JSON of these 600 schedules as drawn by lab/chaos/schedule.ts before the watchdog mode (commit 3623995).
+  const before = "4ad8af72ceea8bce7cdb73a061439cd682819c94cd9d3ea62747abeb420a4104";
+  assert.equal(createHash("sha256").update(JSON.stringify(draw())).digest("hex"), before);
+  assert.deepEqual(draw("normal"), draw());
+  for (const s of draw()) for (const f of s.faults) assert.ok(FAULT_KINDS.includes(f.kind), `normal mode drew ${f.kind}`);
+});
+
+test("the watchdog mode: its fault kinds only (no bmc-unreachable), every agent fault reached, one node loss and one control-plane outage at most", () => {
+  const seen = new Set<string>();
+  for (let i = 0; i < 500; i++) {
+    const s = drawSchedule(7, i, { nodes, mode: "watchdog" });
+    assert.deepEqual(s, drawSchedule(7, i, { nodes, mode: "watchdog" }), "reproducible");
+    const losses = s.faults.filter((f) => NODE_LOSS.has(f.kind));
+    assert.ok(losses.length <= 1, `schedule ${i}: ${JSON.stringify(s.faults)}`);
+    assert.ok(s.faults.filter((f) => f.kind === "control-plane-down").length <= 1, `schedule ${i}: two control-plane outages`);
+    for (const f of s.faults) {
+      seen.add(f.kind);
+      assert.ok(WATCHDOG_FAULT_KINDS.includes(f.kind), `schedule ${i} drew ${f.kind}`);
+      if (f.kind === "control-plane-down") assert.ok(f.durationMs >= 20_000 && f.durationMs <= 60_000 && !f.node, JSON.stringify(f));
+      if (f.kind === "kill-agent" || f.kind === "watchdog-disabled") assert.ok(f.node && nodes.includes(f.node));
+      if (f.kind === "short-partition" || f.kind === "power-cycle") assert.notEqual(f.node, losses[0]?.node, "never the lost node");
+    }
+  }
+  assert.deepEqual([...seen].sort(), [...WATCHDOG_FAULT_KINDS].sort());
+  assert.ok(!WATCHDOG_FAULT_KINDS.includes("bmc-unreachable"));
 });

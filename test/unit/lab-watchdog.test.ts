@@ -5,11 +5,25 @@
 // test/lab/watchdog.test.ts.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Lab } from "../../lab/lab.ts";
-import { freshWatchdog, killContainers, resumeWatchdog, watchdogStep, type WatchdogLook, type WatchdogState } from "../../lab/watchdog.ts";
+import {
+  disableWatchdogDevice,
+  enableWatchdogDevice,
+  freshWatchdog,
+  killContainers,
+  prepareWatchdog,
+  removeWatchdog,
+  resumeWatchdog,
+  watchdogAtBoot,
+  watchdogPaths,
+  watchdogStatus,
+  watchdogStep,
+  type WatchdogLook,
+  type WatchdogState,
+} from "../../lab/watchdog.ts";
 
 const BOOT = "boot-1";
 const look = (o: Partial<WatchdogLook> = {}): WatchdogLook => ({
@@ -250,4 +264,28 @@ describe("lab watchdog: kwok nodes", () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+});
+
+test("the watchdog-disabled fault lasts across boots until enableWatchdogDevice, which gives a new, disarmed device", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "stockade-lab-watchdog-enable-"));
+  try {
+    prepareWatchdog(dir, 7);
+    await watchdogAtBoot(dir);
+    assert.ok(statSync(watchdogPaths(dir).device).isFIFO(), "a device at boot");
+    await disableWatchdogDevice(dir);
+    assert.equal(watchdogStatus(dir).enabled, false);
+    assert.equal(existsSync(watchdogPaths(dir).device), false, "no device once disabled");
+    await watchdogAtBoot(dir); // a reset while disabled: still none
+    assert.equal(existsSync(watchdogPaths(dir).device), false, "no device after a boot while disabled");
+    await enableWatchdogDevice(dir);
+    const st = watchdogStatus(dir);
+    assert.equal(st.enabled, true);
+    assert.equal(st.present, true);
+    assert.equal(st.armed, false, "disarmed until an agent opens it");
+    assert.equal(st.timeoutSeconds, 7, "the lab's timeout kept");
+    assert.ok(statSync(watchdogPaths(dir).device).isFIFO());
+  } finally {
+    await removeWatchdog(dir);
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
