@@ -4,9 +4,13 @@
 // killed): the peer traffic (signed questions and answers, counted by every agent's /metrics), the agents' CPU, and
 // whether every agent kept feeding its watchdog (the majority rule) — then the apiserver again and every record renewed.
 //   node bench/node-agent.ts [--agents N] [--steady S] [--down S] [--fast]
-// All agents share 127.0.0.1, and an agent answers at most 5 requests a second per source address (burst 10): with
-// more than 26 agents at c = 5 s (11 at c = 2 s) the others' questions exceed it and are refused (429), which a
-// cluster, where each agent has its own pod address, never sees. The default, 20, stays under it.
+// An agent answers at most 5 requests a second per source address (burst 10): agents sharing 127.0.0.1 would exceed it
+// beyond 26 agents at c = 5 s (11 at c = 2 s) and be refused (429), which a cluster, where each agent has its own pod
+// address, never sees. So each agent has its own loopback address, as its pod IP (127.0.1.k: 127.0.0.0/8 all routes to
+// lo), and a preload of the bench's (not of the agent's: the agent is not changed) binds each outgoing connection to
+// 127.0.0.0/8 to that address, which the peer server then sees as the source: one rate bucket per agent, as in a
+// cluster. The preload also counts the bytes (TCP payload, both ways) of every connection to a peer (127.0.1.0/24)
+// and writes the sum to a file every second: the bytes per node come from there; the requests from /metrics.
 // --fast: the lab's timings (c=2 N=2 F=6 D=12, peer timeout 1 s); default: the agent's own (c=5 N=2 F=10 D=30, 3 s).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
@@ -31,9 +35,38 @@ const { values } = parseArgs({
   },
 });
 const n = Number(values.agents);
+const PEER_PREFIX = "127.0.1.";
+const addressOf = (i: number) => `${PEER_PREFIX}${i + 1}`;
 const steadyS = Number(values.steady);
 const downS = Number(values.down);
 if (!Number.isInteger(n) || n < 2 || n > 200) throw new Error(`--agents must be a whole number from 2 to 200 (got ${values.agents})`);
+
+/** Plain JavaScript (no type stripping in the measured processes): source address and peer bytes, see above. */
+const PRELOAD = `
+import net from "node:net";
+import { writeFileSync } from "node:fs";
+const local = process.env.BENCH_LOCAL_ADDRESS, prefix = process.env.BENCH_PEER_PREFIX, out = process.env.BENCH_BYTES_FILE;
+const live = new Set();
+let closed = 0;
+const connect = net.Socket.prototype.connect;
+net.Socket.prototype.connect = function (...args) {
+  const o = Array.isArray(args[0]) ? args[0][0] : args[0];
+  if (o && typeof o === "object" && typeof o.host === "string" && o.host.startsWith("127.")) {
+    if (!o.localAddress) o.localAddress = local;
+    if (o.host.startsWith(prefix) && !live.has(this)) {
+      live.add(this);
+      this.once("close", () => { closed += this.bytesRead + this.bytesWritten; live.delete(this); });
+    }
+  }
+  return connect.apply(this, args);
+};
+setInterval(() => {
+  let sum = closed;
+  for (const s of live) sum += s.bytesRead + s.bytesWritten;
+  writeFileSync(out + ".tmp", String(sum));
+  writeFileSync(out, String(sum));
+}, 1000).unref();
+`;
 if (!(steadyS >= 10) || !(downS >= 10)) throw new Error("--steady and --down are at least 10 seconds");
 
 // The image runs the compiled JavaScript (Dockerfile: tsc -p tsconfig.build.json): so does the bench, since running
@@ -49,8 +82,10 @@ const tsc = spawnSync(
 if (tsc.status !== 0) throw new Error(`tsc -p tsconfig.build.json exited ${tsc.status}`);
 // dist/ beside a node_modules, as in the image.
 symlinkSync(join(repoRoot, "node_modules"), join(dist, "node_modules"));
+const preload = join(dist, "bench-source-address.mjs");
+writeFileSync(preload, PRELOAD);
 const lab = await Lab.up({ dir: mkdtempSync(join(tmpdir(), "stockade-bench-node-agent-")), nodes: 1, runtime: "kwok" });
-const agents: { node: string; proc: ChildProcess; device: string; health: number }[] = [];
+const agents: { node: string; proc: ChildProcess; device: string; health: number; bytes: string }[] = [];
 try {
   await lab.core.createNamespace({ body: { metadata: { name: NODE_AGENT_NAMESPACE } } });
   await new Promise<void>((resolve, reject) => {
@@ -67,11 +102,13 @@ try {
     const device = join(dir, "watchdog");
     writeFileSync(device, "");
     writeFileSync(join(dir, "timeout"), "60\n");
+    const bytes = join(dir, "peer-bytes");
     const args = [
+      `--import=${preload}`,
       join(dist, "main.js"),
       "node-agent",
       `--kubeconfig=${lab.kubeconfig}`,
-      "--pod-ip=127.0.0.1",
+      `--pod-ip=${addressOf(i)}`,
       `--pod-name=${node}-pod`,
       `--watchdog-device=${device}`,
       `--watchdog-timeout-file=${join(dir, "timeout")}`,
@@ -87,8 +124,15 @@ try {
           ]
         : []),
     ];
-    const proc = spawn(process.execPath, args, { env: { ...process.env, NODE_NAME: node }, stdio: ["ignore", "ignore", "inherit"] });
-    agents.push({ node, proc, device, health: ports[2 * i + 1]! });
+    const env = {
+      ...process.env,
+      NODE_NAME: node,
+      BENCH_LOCAL_ADDRESS: addressOf(i),
+      BENCH_PEER_PREFIX: PEER_PREFIX,
+      BENCH_BYTES_FILE: bytes,
+    };
+    const proc = spawn(process.execPath, args, { env, stdio: ["ignore", "ignore", "inherit"] });
+    agents.push({ node, proc, device, health: ports[2 * i + 1]!, bytes });
   }
   const leases = lab.kc.makeApiClient(CoordinationV1Api);
   const armed = async () => {
@@ -101,16 +145,35 @@ try {
   // Every agent has listed every other's record only after its next renewal: one more check interval, twice.
   await sleep(2 * (t?.checkIntervalSeconds ?? 5) * 1000 + 2000);
 
+  /** One agent's /metrics; 3 tries of 15 s: at 50 agents on 2 shared cores (load 40+) one took over 5 s once. */
+  const scrape = async (port: number): Promise<string> => {
+    for (let i = 1; ; i++) {
+      try {
+        return await fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(15_000) }).then((r) => r.text());
+      } catch (err) {
+        if (i >= 3) throw err;
+      }
+    }
+  };
   /** Sum of a counter over every agent's /metrics (label filter as a substring of the series). */
   const metric = async (name: string, label = ""): Promise<number> => {
     let sum = 0;
     for (const a of agents) {
-      const text = await fetch(`http://127.0.0.1:${a.health}/metrics`, { signal: AbortSignal.timeout(5000) }).then((r) => r.text());
+      const text = await scrape(a.health);
       for (const line of text.split("\n"))
         if (line.startsWith(name) && line.includes(label)) sum += Number(line.slice(line.lastIndexOf(" ") + 1));
     }
     return sum;
   };
+  /** Peer bytes (both ways, as the askers' sockets counted them) summed over every agent. */
+  const peerBytes = () =>
+    agents.reduce((sum, a) => {
+      try {
+        return sum + Number(readFileSync(a.bytes, "utf8"));
+      } catch {
+        return sum;
+      }
+    }, 0);
   const cpuTicks = (pid: number) => {
     const f = readFileSync(`/proc/${pid}/stat`, "utf8");
     const s = f.slice(f.lastIndexOf(")") + 2).split(" ");
@@ -123,6 +186,7 @@ try {
 
   async function phase(seconds: number) {
     const c0 = agents.map((a) => cpuTicks(a.proc.pid!));
+    const bytes0 = peerBytes();
     const [checks0, in0, out0] = [
       await metric("stockade_node_agent_checks_total"),
       await metric("stockade_node_agent_peer_requests_in_total"),
@@ -131,10 +195,12 @@ try {
     const w0 = Date.now();
     await sleep(seconds * 1000);
     const sec = (Date.now() - w0) / 1000;
+    await sleep(1100); // every agent's byte file written once more after the window
+    const bytes = peerBytes() - bytes0;
     const cpu = agents.map((a, i) => ((cpuTicks(a.proc.pid!) - c0[i]!) / 100 / sec) * 100);
     const rss = agents.map((a) => rssMiB(a.proc.pid!));
     const fedLast10s = agents.filter((a) => Date.now() - statSync(a.device).mtimeMs < 10_000).length;
-    return { sec, cpu, rss, fedLast10s, w0, counts: { checks0, in0, out0 } };
+    return { sec, cpu, rss, fedLast10s, w0, bytes, counts: { checks0, in0, out0 } };
   }
 
   const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
@@ -144,7 +210,9 @@ try {
   console.log(`  CPU per agent, % of a core: ${fmt(st.cpu, 2)}`);
   console.log(`  RSS per agent, MiB: ${fmt(st.rss)}`);
   console.log(`  own checks: ${(checks / st.sec).toFixed(1)}/s over ${n} agents; every agent fed in the last 10 s: ${st.fedLast10s}/${n}`);
-  console.log(`  peer requests answered: ${(await metric("stockade_node_agent_peer_requests_in_total")) - st.counts.in0}`);
+  const inS = (await metric("stockade_node_agent_peer_requests_in_total")) - st.counts.in0;
+  console.log(`  peer requests answered: ${inS} (${((inS / st.sec / n) * 60).toFixed(1)} per node per minute)`);
+  console.log(`  peer bytes: ${st.bytes} (${((st.bytes / st.sec / n) * 60).toFixed(0)} B per node per minute)`);
 
   await lab.killComponent("kube-apiserver");
   console.log(`control plane down (kube-apiserver killed), ${downS} s (load ${load()}):`);
@@ -157,6 +225,11 @@ try {
   console.log(
     `  peer requests answered: ${inN} in ${dn.sec.toFixed(0)} s = ${(inN / dn.sec).toFixed(0)}/s over ${n} agents (${(inN / dn.sec / n).toFixed(1)}/s each; answers received ${outN}, dropped so far ${dropped})`,
   );
+  console.log(
+    `  per node per minute: ${((inN / dn.sec / n) * 60).toFixed(0)} peer requests answered, ${(((dn.bytes / dn.sec / n) * 60) / 1024).toFixed(1)} KiB of peer traffic (both ways, ${dn.bytes} B in all)`,
+  );
+  const refused = await metric("stockade_node_agent_refused_requests_total");
+  console.log(`  peer requests refused (all reasons, since start): ${refused}`);
   console.log(`  every agent still fed (written in the last 10 s): ${dn.fedLast10s}/${n}`);
   await lab.startComponent("kube-apiserver");
   const back = Date.now();
