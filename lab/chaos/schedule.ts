@@ -45,15 +45,7 @@ export const FAULT_KINDS: readonly FaultKind[] = [
  * through a BMC; power-cycle stays, someone at the BMC does it) and the node agent's.
  */
 export const WATCHDOG_FAULT_KINDS: readonly FaultKind[] = [
-  "crash",
-  "partition",
-  "short-partition",
-  "node-partition",
-  "kill-kubelet",
-  "etcd-partition",
-  "kill-controller-manager",
-  "kill-operator",
-  "power-cycle",
+  ...FAULT_KINDS.filter((k) => k !== "bmc-unreachable"),
   "kill-agent",
   "watchdog-disabled",
   "control-plane-down",
