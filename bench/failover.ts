@@ -2,7 +2,7 @@
 // 4 s, native IPMI), crash the node of a StatefulSet pod N times and print, per run and summarised,
 // heartbeat lost (the crash) → power off confirmed → old pod released → replacement Running.
 //   node bench/failover.ts [--runs N] [--mode crash|partition] [--agent ipmi|webhook] [--claim-lock] [--kubernetes-timings]
-//                          [--detection lease|node-controller|both] [--watchdog [--watchdog-timeout T]]
+//                          [--detection lease|node-controller|both] [--watchdog [--watchdog-timeout T] [--agent-timings c,N,F,D,P]]
 // --agent webhook fences through the webhook agent and the lab's power service (lab/webhook-power-service.ts).
 // --claim-lock installs the webhooks: the replacement is gated until it is granted the claim (docs/volumes.md).
 // --kubernetes-timings: what a stock cluster gets with Stockade's shipped defaults: the lab on Kubernetes' own
@@ -14,7 +14,8 @@
 // --watchdog: fencing on watchdog evidence (WatchdogExpired): the node agent installed (manifests/node-agent/, the lab's
 // overlay), a FenceAgent of type watchdog alone in the escalation and allowWatchdogEvidence. The agent's c/N/F/D are the
 // lab's fast ones (LAB_AGENT_TIMINGS), or with --kubernetes-timings the manifest's shipped defaults; every node's
-// watchdog timeout T is --watchdog-timeout (default: the lab's). No power-off happens: the runs print cut → NodeFence →
+// watchdog timeout T is --watchdog-timeout (default: the lab's); --agent-timings sets c, N, F, D and the peer timeout P
+// instead (seconds and a count, checked as the agent checks them). No power-off happens: the runs print cut → NodeFence →
 // the watchdog's reset → release → Running instead, and where the time went between them.
 import { parseArgs } from "node:util";
 import { randomBytes } from "node:crypto";
@@ -23,6 +24,7 @@ import { failoverTimeline } from "../lab/failover-timing.ts";
 import { installLabWebhook } from "../lab/webhook-power-service.ts";
 import { installNodeAgent, LAB_AGENT_TIMINGS, waitForArmedAgents, type AgentTimings } from "../lab/node-agent-install.ts";
 import { DEFAULT_WATCHDOG_TIMEOUT_SECONDS } from "../lab/watchdog.ts";
+import { checkAgentConfig } from "../src/decide/isolation.ts";
 
 const { values } = parseArgs({
   options: {
@@ -34,6 +36,7 @@ const { values } = parseArgs({
     detection: { type: "string", default: "lease" },
     watchdog: { type: "boolean", default: false },
     "watchdog-timeout": { type: "string", default: String(DEFAULT_WATCHDOG_TIMEOUT_SECONDS) },
+    "agent-timings": { type: "string" },
   },
 });
 const runs = Number(values.runs);
@@ -56,6 +59,16 @@ const SHIPPED_AGENT_TIMINGS: AgentTimings = {
   peerTimeoutSeconds: 3,
 };
 
+function parseAgentTimings(raw: string): AgentTimings {
+  if (!watchdog) throw new Error("--agent-timings goes with --watchdog");
+  const v = raw.split(",").map(Number);
+  if (v.length !== 5) throw new Error(`--agent-timings is c,N,F,D,P (got ${raw})`);
+  const [c, n, f, d, p] = v as [number, number, number, number, number];
+  const problems = checkAgentConfig(c, n, d, f, p);
+  if (problems.length) throw new Error(`--agent-timings ${raw}: ${problems.join("; ")}`);
+  return { checkIntervalSeconds: c, failedChecksBeforePeers: n, controlPlaneDownSeconds: f, deadlineSeconds: d, peerTimeoutSeconds: p };
+}
+
 const detection = values.detection;
 if (detection !== "lease" && detection !== "node-controller" && detection !== "both")
   throw new Error(`--detection must be lease, node-controller or both (got ${detection})`);
@@ -73,7 +86,7 @@ async function firstFence(node: string): Promise<number> {
 }
 const bed = await Bed.up({ nodes: 4, name: "bench", webhooks: values["claim-lock"], kubernetesTimings: stock });
 const service = agent === "webhook" ? await installLabWebhook(bed, randomBytes(32).toString("hex")) : undefined;
-const timings = stock ? SHIPPED_AGENT_TIMINGS : LAB_AGENT_TIMINGS;
+const timings = values["agent-timings"] ? parseAgentTimings(values["agent-timings"]) : stock ? SHIPPED_AGENT_TIMINGS : LAB_AGENT_TIMINGS;
 try {
   if (watchdog) {
     for (const n of bed.lab.nodes()) bed.lab.setWatchdogTimeout(n, T);

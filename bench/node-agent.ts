@@ -187,10 +187,11 @@ try {
   async function phase(seconds: number) {
     const c0 = agents.map((a) => cpuTicks(a.proc.pid!));
     const bytes0 = peerBytes();
-    const [checks0, in0, out0] = [
+    const [checks0, in0, out0, dropped0] = [
       await metric("stockade_node_agent_checks_total"),
       await metric("stockade_node_agent_peer_requests_in_total"),
       await metric("stockade_node_agent_peer_requests_out_total", "answered"),
+      await metric("stockade_node_agent_peer_requests_out_total", "dropped"),
     ];
     const w0 = Date.now();
     await sleep(seconds * 1000);
@@ -200,7 +201,7 @@ try {
     const cpu = agents.map((a, i) => ((cpuTicks(a.proc.pid!) - c0[i]!) / 100 / sec) * 100);
     const rss = agents.map((a) => rssMiB(a.proc.pid!));
     const fedLast10s = agents.filter((a) => Date.now() - statSync(a.device).mtimeMs < 10_000).length;
-    return { sec, cpu, rss, fedLast10s, w0, bytes, counts: { checks0, in0, out0 } };
+    return { sec, cpu, rss, fedLast10s, w0, bytes, counts: { checks0, in0, out0, dropped0 } };
   }
 
   const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
@@ -229,7 +230,19 @@ try {
     `  per node per minute: ${((inN / dn.sec / n) * 60).toFixed(0)} peer requests answered, ${(((dn.bytes / dn.sec / n) * 60) / 1024).toFixed(1)} KiB of peer traffic (both ways, ${dn.bytes} B in all)`,
   );
   const refused = await metric("stockade_node_agent_refused_requests_total");
-  console.log(`  peer requests refused (all reasons, since start): ${refused}`);
+  const reasons = [];
+  for (const r of ["too-early", "rate-limited", "unauthorized", "bad-request"])
+    reasons.push(`${r} ${await metric("stockade_node_agent_refused_requests_total", `reason="${r}"`)}`);
+  console.log(`  peer requests refused (since start): ${refused} (${reasons.join(", ")})`);
+  // Every round asks all n − 1 peers, and the next check starts c after this one ended (its read and its round
+  // included), so the mean time between an agent's rounds says how long a round took beyond c.
+  const asked = outN + (dropped - dn.counts.dropped0);
+  const rounds = asked / (n - 1);
+  console.log(
+    `  questions asked: ${asked} (${(asked / dn.sec / n).toFixed(1)}/s each), ${rounds.toFixed(0)} rounds: one every ${((dn.sec * n) / rounds).toFixed(1)} s per agent (c = ${t?.checkIntervalSeconds ?? 5} s)`,
+  );
+  const checksDown = (await metric("stockade_node_agent_checks_total")) - dn.counts.checks0;
+  console.log(`  own checks: ${checksDown}, one every ${((dn.sec * n) / checksDown).toFixed(1)} s per agent`);
   console.log(`  every agent still fed (written in the last 10 s): ${dn.fedLast10s}/${n}`);
   await lab.startComponent("kube-apiserver");
   const back = Date.now();

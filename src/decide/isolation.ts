@@ -17,6 +17,21 @@ export const DEFAULT_FAILED_CHECKS_BEFORE_PEERS = 2;
 export const DEFAULT_DEADLINE_SECONDS = 30;
 export const DEFAULT_CONTROL_PLANE_DOWN_SECONDS = 10;
 export const DEFAULT_PEER_TIMEOUT_SECONDS = 3;
+/**
+ * The operator's doubt window (decide/watchdog-evidence.ts) counts another agent's record unchanged for F − this many
+ * seconds as an agent that may be voting "the control plane is down" (renewal and watch delays make a voter's record
+ * look silent for a little less than F).
+ */
+export const SILENCE_SLACK_SECONDS = 2;
+/**
+ * A healthy agent's record is renewed once per check, about every c seconds: F − slack must stay above that, by this
+ * much (the check's own read, the write and the operator's watch), or every healthy agent looks silent to the operator,
+ * its doubt window never closes and watchdog evidence never holds. So F ≥ c + slack + this.
+ */
+export const RENEWAL_MARGIN_SECONDS = 1;
+/** The smallest F an agent with check interval c accepts (see above), and the default: 2·c, or that if more. */
+export const minControlPlaneDownSeconds = (c: number): number => c + SILENCE_SLACK_SECONDS + RENEWAL_MARGIN_SECONDS;
+export const defaultControlPlaneDownSeconds = (c: number): number => Math.max(2 * c, minControlPlaneDownSeconds(c));
 /** The longest deadline an agent may promise (the record parser refuses more: decide/node-agent-record.ts). */
 export const MAX_AGENT_DEADLINE_SECONDS = 600;
 
@@ -255,7 +270,8 @@ const NOT_STARTED_OR_OVER: ReadonlySet<string> = new Set(["", "Pending", "Unfenc
 
 /**
  * The agent's timing, checked before it starts: a list of problems, each saying what to change (empty: fine).
- * D must cover N failed checks, F and a peer round trip (request and answer): D ≥ N·c + F + 2·peerTimeout.
+ * D must cover N failed checks, F and a peer round trip (request and answer): D ≥ N·c + F + 2·peerTimeout. F ≥ c + 3
+ * (minControlPlaneDownSeconds).
  */
 export function checkAgentConfig(c: number, n: number, d: number, f: number, peerTimeout: number): string[] {
   const errors: string[] = [];
@@ -269,9 +285,10 @@ export function checkAgentConfig(c: number, n: number, d: number, f: number, pee
   whole(peerTimeout, "the peer request timeout (seconds)", 1, 60);
   if (errors.length) return errors;
   if (peerTimeout >= c) errors.push(`the peer request timeout (${peerTimeout} s) must be shorter than the check interval (${c} s)`);
-  if (f < c)
+  const minF = minControlPlaneDownSeconds(c);
+  if (f < minF)
     errors.push(
-      `F (${f} s) must be at least one check interval (${c} s): a peer must have missed a whole check to say it cannot reach the API`,
+      `F (${f} s) must be at least the check interval + ${SILENCE_SLACK_SECONDS + RENEWAL_MARGIN_SECONDS} s = ${minF} s: below that the operator cannot tell an agent that lost the API from one renewing its record every ${c} s, and watchdog evidence never holds`,
     );
   const need = n * c + f + 2 * peerTimeout;
   if (d < need)

@@ -16,7 +16,7 @@
 // ρ bounds how much faster the operator's clock may run than the node's clocks (the agent's and the watchdog's);
 // m covers the gaps between the agent's checks and feeds and the operator's reads.
 
-import { DEFAULT_CONTROL_PLANE_DOWN_SECONDS } from "./isolation.ts";
+import { DEFAULT_CONTROL_PLANE_DOWN_SECONDS, SILENCE_SLACK_SECONDS } from "./isolation.ts";
 import type { ParsedRecord } from "./node-agent-record.ts";
 
 /** ρ: the operator's clock may run at most 5 % faster than the node agent's and its watchdog's. */
@@ -24,7 +24,7 @@ export const CLOCK_RATE_DRIFT = 0.05;
 /** m: a fixed margin, seconds, added after the drift. */
 export const FIXED_MARGIN_SECONDS = 5;
 /** How much shorter than F an agent record's observed silence may be and still count as doubt (renewal and watch delays). */
-export const SILENCE_SLACK_SECONDS = 2;
+export { SILENCE_SLACK_SECONDS };
 /** The share of the other agents that, silent, restarts the window: a third (below the agents' strict majority). */
 export const DOUBT_FRACTION = 1 / 3;
 

@@ -2,7 +2,7 @@
 // rules of the agent's promise (decide/isolation.ts checkAgentConfig: D ≥ N·c + F + 2·peer timeout, peer timeout < c,
 // F ≥ c) are refused at start, never bent at run time.
 import { parseArgs } from "node:util";
-import { checkAgentConfig } from "../decide/isolation.ts";
+import { checkAgentConfig, defaultControlPlaneDownSeconds } from "../decide/isolation.ts";
 import { NODE_AGENT_NAMESPACE } from "../decide/node-agent-record.ts";
 import { defaultTimeoutFile } from "./watchdog.ts";
 
@@ -44,8 +44,8 @@ Flags (environment variable in brackets):
   --check-interval-seconds N       c, 1-60 [STOCKADE_CHECK_INTERVAL_SECONDS] (default 5)
   --failed-checks-before-peers N   N, 1-10 [STOCKADE_FAILED_CHECKS_BEFORE_PEERS] (default 2)
   --deadline-seconds N             D, at least N·c + F + 2·peer timeout, at most 600 [STOCKADE_DEADLINE_SECONDS] (default 30)
-  --control-plane-down-seconds N   F, at least c: how long without the API before this agent tells a peer it cannot
-                                   reach it [STOCKADE_CONTROL_PLANE_DOWN_SECONDS] (default 2·c)
+  --control-plane-down-seconds N   F, at least c + 3: how long without the API before this agent tells a peer it cannot
+                                   reach it [STOCKADE_CONTROL_PLANE_DOWN_SECONDS] (default 2·c, at least c + 3)
   --peer-port PORT                 [STOCKADE_PEER_PORT] (default 9447)
   --peer-timeout-seconds N         1-30, shorter than c [STOCKADE_PEER_TIMEOUT_SECONDS] (default 3)
   --health-bind-address HOST:PORT  /healthz and /metrics [STOCKADE_HEALTH_BIND_ADDRESS] (default 0.0.0.0:9448)
@@ -108,7 +108,7 @@ export function parseNodeAgentConfig(argv: string[], env: NodeJS.ProcessEnv): No
   const n = int("failed-checks-before-peers", get("failed-checks-before-peers") ?? "2", 1, 10);
   const peerTimeout = int("peer-timeout-seconds", get("peer-timeout-seconds") ?? "3", 1, 30);
   const d = int("deadline-seconds", get("deadline-seconds") ?? "30", 1, 600);
-  const f = int("control-plane-down-seconds", get("control-plane-down-seconds") ?? String(2 * c), 1, 600);
+  const f = int("control-plane-down-seconds", get("control-plane-down-seconds") ?? String(defaultControlPlaneDownSeconds(c)), 1, 600);
   const problems = checkAgentConfig(c, n, d, f, peerTimeout);
   if (problems.length) throw new NodeAgentConfigError(problems.join("; "));
   const health = get("health-bind-address") ?? "0.0.0.0:9448";

@@ -44,12 +44,27 @@ export interface PeerServerDeps {
   /** F: "unreachable" is said only after this long without a successful check. */
   minUnreachableSeconds: number;
   log: { warn(obj: object, msg: string): void; debug?(obj: object, msg: string): void };
-  onRefused?(reason: string): void;
+  /** A refused request, by reason (the agent's stockade_node_agent_refused_requests_total label). */
+  onRefused?(reason: RefusalReason): void;
   onAnswered?(): void;
   /** Requests per second allowed per source address (burst: twice that). */
   ratePerSecond?: number;
   now?: () => number;
 }
+
+/**
+ * Why a request was refused: bad-request (400/404), unauthorized (401: unsigned, unknown peer, bad signature, replay),
+ * rate-limited (429), too-early (503: this agent cannot reach the API either, but for less than F, so it says nothing).
+ */
+export type RefusalReason = "bad-request" | "unauthorized" | "rate-limited" | "too-early";
+
+const REASON_BY_STATUS: Record<number, RefusalReason> = {
+  400: "bad-request",
+  404: "bad-request",
+  401: "unauthorized",
+  429: "rate-limited",
+  503: "too-early",
+};
 
 const NONCE_MEMORY_MS = 10 * 60_000;
 const MAX_NONCES = 100_000;
@@ -85,7 +100,7 @@ export class PeerServer {
 
   #refuse(res: ServerResponse, status: number, source: string, message: string): void {
     this.#deps.log.warn({ source, status, reason: message }, "peer request refused");
-    this.#deps.onRefused?.(status === 429 ? "rate-limited" : status === 401 ? "unauthorized" : "bad-request");
+    this.#deps.onRefused?.(REASON_BY_STATUS[status] ?? "bad-request");
     res.writeHead(status, { "content-type": "text/plain; charset=utf-8", connection: "close" }).end(`${message}\n`);
   }
 

@@ -231,6 +231,8 @@ describe("decide/isolation: the agent's promise", () => {
     assert.match(short.join(), /26 s/);
     assert.match(checkAgentConfig(5, 2, 30, 10, 5).join(), /shorter than the check interval/);
     assert.match(checkAgentConfig(5, 2, 30, 4, 3).join(), /F \(4 s\)/);
+    assert.match(checkAgentConfig(2, 1, 30, 4, 1).join(), /F \(4 s\) must be at least the check interval \+ 3 s = 5 s/);
+    assert.deepEqual(checkAgentConfig(2, 1, 9, 5, 1), []);
     assert.match(checkAgentConfig(0, 2, 30, 10, 3).join(), /check interval/);
     assert.match(checkAgentConfig(5, 2, 601, 10, 3).join(), /deadline/);
     assert.match(checkAgentConfig(5, 2.5, 30, 10, 3).join(), /failed checks/);

@@ -18,6 +18,7 @@ import {
   type AgentSilence,
   type WatchdogEvidenceInput,
 } from "../../src/decide/watchdog-evidence.ts";
+import { checkAgentConfig, minControlPlaneDownSeconds } from "../../src/decide/isolation.ts";
 import { agentRecord } from "./decide-fixtures.ts";
 
 const recordLease = (name: string, o: { armed?: string; T?: string; D?: string; F?: string | null } = {}): V1Lease =>
@@ -118,6 +119,25 @@ describe("decide/watchdog-evidence: the arithmetic", () => {
 
 describe("decide/watchdog-evidence: the control-plane-doubt window", () => {
   const silences = (ms: number[]): AgentSilence[] => ms.map((silentMs, k) => ({ node: `p${k}`, silentMs }));
+
+  test("with the least F an agent accepts, healthy agents renewing every c (plus under a second) raise no doubt; with F = c + 2 they all would", () => {
+    const w0 = startDoubtWindow(T0, T0_WALL);
+    for (const c of [1, 2, 5, 10]) {
+      const healthy = silences([c * 1000 + 900, c * 1000 + 500, c * 1000]);
+      const ok = advanceDoubtWindow(w0, "n1", healthy, T0 + 20_000, "x", minControlPlaneDownSeconds(c));
+      assert.equal(ok.silentAgents, 0, `c = ${c} s, F = ${minControlPlaneDownSeconds(c)} s`);
+      assert.equal(ok.startMs, T0);
+      assert.deepEqual(
+        checkAgentConfig(c + 1, 1, 600, minControlPlaneDownSeconds(c + 1), 1),
+        [],
+        `F = ${minControlPlaneDownSeconds(c + 1)} s accepted with c = ${c + 1} s`,
+      );
+      // One second less (what the agent refuses): every healthy agent looks silent, the window never closes.
+      const never = advanceDoubtWindow(w0, "n1", healthy, T0 + 20_000, "x", c + SILENCE_SLACK_SECONDS);
+      assert.equal(never.silentAgents, 3, `c = ${c} s, F = ${c + SILENCE_SLACK_SECONDS} s`);
+      assert.match(checkAgentConfig(c + 1, 1, 600, c + 1 + SILENCE_SLACK_SECONDS, 1).join(), /watchdog evidence never holds/);
+    }
+  });
 
   test("a third or more of the other agents silent ≥ F − slack restarts the window at now", () => {
     const w0 = startDoubtWindow(T0, T0_WALL);

@@ -32,11 +32,18 @@ test("config: defaults, and the deadline rule D ≥ N·c + F + 2·peer timeout r
   assert.equal(parseNodeAgentConfig(["--help"], {}), undefined);
 });
 
-test("config: F is a flag (at least c, counted in D), and the peer timeout must be shorter than c", () => {
-  const f = parseNodeAgentConfig(["--control-plane-down-seconds", "6", "--deadline-seconds", "22"], env)!;
-  assert.equal(f.controlPlaneDownSeconds, 6);
-  assert.throws(() => parseNodeAgentConfig(["--control-plane-down-seconds", "4"], env), /F \(4 s\) must be at least one check interval/);
-  assert.throws(() => parseNodeAgentConfig(["--control-plane-down-seconds", "6", "--deadline-seconds", "21"], env), /= 22 s/);
+test("config: F is a flag (at least c + 3, counted in D), and the peer timeout must be shorter than c", () => {
+  const f = parseNodeAgentConfig(["--control-plane-down-seconds", "8", "--deadline-seconds", "24"], env)!;
+  assert.equal(f.controlPlaneDownSeconds, 8);
+  assert.throws(
+    () => parseNodeAgentConfig(["--control-plane-down-seconds", "7", "--deadline-seconds", "30"], env),
+    /F \(7 s\) must be at least the check interval \+ 3 s = 8 s: .*renewing its record every 5 s, and watchdog evidence never holds/,
+  );
+  assert.throws(() => parseNodeAgentConfig(["--control-plane-down-seconds", "8", "--deadline-seconds", "23"], env), /= 24 s/);
+  // The default F is 2·c, or c + 3 where that is more (c = 2: 5 s, not 4 s).
+  const fast = ["--check-interval-seconds", "2", "--peer-timeout-seconds", "1"];
+  assert.equal(parseNodeAgentConfig(fast, env)!.controlPlaneDownSeconds, 5);
+  assert.equal(parseNodeAgentConfig(["--check-interval-seconds", "6", "--deadline-seconds", "60"], env)!.controlPlaneDownSeconds, 12);
   assert.throws(
     () => parseNodeAgentConfig(["--check-interval-seconds", "3", "--deadline-seconds", "60"], env),
     /peer request timeout \(3 s\) must be shorter than the check interval \(3 s\)/,

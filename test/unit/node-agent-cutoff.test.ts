@@ -94,11 +94,11 @@ async function cutOff(vouching: number): Promise<{ fedAfterDeadline: boolean; st
   const device = join(dir, "watchdog");
   writeFileSync(device, "");
   writeFileSync(join(dir, "timeout"), "3\n");
-  // c = 2 s, N = 1, F = 2 s, peer timeout 1 s: D = 6 s.
+  // c = 2 s, N = 1, F = 5 s (the least with c = 2 s), peer timeout 1 s: D = 9 s.
   const cfg = parseNodeAgentConfig(
     [
-      ...["--check-interval-seconds", "2", "--failed-checks-before-peers", "1", "--peer-timeout-seconds", "1", "--deadline-seconds", "6"],
-      ...["--control-plane-down-seconds", "2", "--watchdog-device", device, "--watchdog-timeout-file", join(dir, "timeout")],
+      ...["--check-interval-seconds", "2", "--failed-checks-before-peers", "1", "--peer-timeout-seconds", "1", "--deadline-seconds", "9"],
+      ...["--control-plane-down-seconds", "5", "--watchdog-device", device, "--watchdog-timeout-file", join(dir, "timeout")],
       ...["--peer-port", String(await freeTcpPort()), "--health-bind-address", "127.0.0.1:0"],
     ],
     { NODE_NAME: "n1", POD_IP: "127.0.0.1" },
@@ -111,7 +111,7 @@ async function cutOff(vouching: number): Promise<{ fedAfterDeadline: boolean; st
     assert.ok(agentKey, "the agent's record was written");
     apiDown = true;
     // Past D after the own read (which started after `started`), with peer rounds every check since.
-    await sleep(Math.max(0, started + 6500 - performance.now()));
+    await sleep(Math.max(0, started + 9500 - performance.now()));
     const at = readFileSync(device).length;
     await sleep(1500);
     return {

@@ -71,7 +71,7 @@ async function standIn(device: string): Promise<StandIn> {
   return s;
 }
 
-/** An agent of node n1 on the stand-in, c = 2 s, N = 1, F = 2 s, peer timeout 1 s, D = 6 s; T = 3 s (a plain file). */
+/** An agent of node n1 on the stand-in, c = 2 s, N = 1, F = 5 s, peer timeout 1 s, D = 9 s; T = 3 s (a plain file). */
 async function agentOn(): Promise<{ agent: Agent; api: StandIn; device: string }> {
   const dir = mkdtempSync(join(tmpdir(), "agent-loop-"));
   const device = join(dir, "watchdog");
@@ -80,8 +80,8 @@ async function agentOn(): Promise<{ agent: Agent; api: StandIn; device: string }
   const api = await standIn(device);
   const cfg = parseNodeAgentConfig(
     [
-      ...["--check-interval-seconds", "2", "--failed-checks-before-peers", "1", "--peer-timeout-seconds", "1", "--deadline-seconds", "6"],
-      ...["--control-plane-down-seconds", "2"],
+      ...["--check-interval-seconds", "2", "--failed-checks-before-peers", "1", "--peer-timeout-seconds", "1", "--deadline-seconds", "9"],
+      ...["--control-plane-down-seconds", "5"],
       ...["--watchdog-device", device, "--watchdog-timeout-file", join(dir, "timeout")],
       ...["--peer-port", String(await freeTcpPort()), "--health-bind-address", "127.0.0.1:0"],
     ],
@@ -100,7 +100,7 @@ test("feeds while confirmed, keeps feeding through a hung API until D, then stop
     assert.equal(agent.stateName, "confirmed");
     assert.ok(api.writes.length >= 1, "the record was created");
     assert.match(api.writes[0]!.body, /"node-agent.stockade.io\/armed":"true"/);
-    assert.match(api.writes[0]!.body, /"node-agent.stockade.io\/control-plane-down-seconds":"2"/);
+    assert.match(api.writes[0]!.body, /"node-agent.stockade.io\/control-plane-down-seconds":"5"/);
     await sleep(1500);
     const fedBeforeHang = readFileSync(device).length;
     assert.ok(fedBeforeHang >= 2, `fed ${fedBeforeHang} times`);
@@ -109,8 +109,8 @@ test("feeds while confirmed, keeps feeding through a hung API until D, then stop
     // Within D of the last confirmation (≤ 1 s before the hang): still fed, although every request hangs.
     await sleep(2500);
     assert.ok(readFileSync(device).length > fedBeforeHang, "fed on while the API hung, before the deadline");
-    // Past D (6 s after the last confirmation, which started before the hang): no more feeding.
-    await sleep(Math.max(0, hungAt + 6200 - performance.now()));
+    // Past D (9 s after the last confirmation, which started before the hang): no more feeding.
+    await sleep(Math.max(0, hungAt + 9200 - performance.now()));
     assert.equal(agent.stateName, "unconfirmed");
     const atDeadline = readFileSync(device).length;
     await sleep(1500);

@@ -14,12 +14,13 @@ const logs: { obj: object; msg: string }[] = [];
 const refused: string[] = [];
 let fenceFor = new Set<string>();
 let apiUp = true;
+let unreachableFor = 12;
 const server = new PeerServer({
   node: "bob",
   privateKey: bob.privateKey,
   peerKey: (n) => (n === "alice" ? alice.publicKeyBase64 : undefined),
   freshCheck: async (about) => (apiUp ? (fenceFor.has(about) ? "fence" : "absent") : "unreachable"),
-  unreachableForSeconds: () => 12,
+  unreachableForSeconds: () => unreachableFor,
   minUnreachableSeconds: 10,
   log: { warn: (obj, msg) => logs.push({ obj, msg }) },
   onRefused: (r) => refused.push(r),
@@ -67,7 +68,27 @@ test("a signed request from a known peer is answered from a fresh check, and the
   assert.equal(u.answers[0]?.unreachableForSeconds, 12);
 });
 
+test("a peer that cannot reach the API either, for less than F, says nothing (503, counted as too-early), then answers unreachable", async () => {
+  apiUp = false;
+  unreachableFor = 9.9;
+  refused.length = 0;
+  try {
+    const early = await askPeers("alice", alice.privateKey, [bobPeer], 2000);
+    assert.equal(early.answers.length, 0);
+    assert.match(early.dropped[0]!.why, /^answered 503: cannot reach the API, but for less than 10 s/);
+    assert.deepEqual(refused, ["too-early"]);
+    unreachableFor = 10;
+    const later = await askPeers("alice", alice.privateKey, [bobPeer], 2000);
+    assert.equal(later.answers[0]?.api, "unreachable");
+    assert.equal(later.answers[0]?.unreachableForSeconds, 10);
+  } finally {
+    apiUp = true;
+    unreachableFor = 12;
+  }
+});
+
 test("unsigned, unknown, foreign-key, malformed and oversized requests are refused with a message and a log line", async () => {
+  refused.length = 0;
   const cases: [string, string, number, RegExp][] = [
     ["unsigned", JSON.stringify({ version: 1, from: "alice", nonce: nonce(), signature: "" }), 401, /unsigned/],
     [
@@ -99,6 +120,7 @@ test("unsigned, unknown, foreign-key, malformed and oversized requests are refus
     assert.equal(logs.length, before + 1, `${what}: one log line`);
     assert.equal(logs.at(-1)?.msg, "peer request refused");
   }
+  assert.deepEqual(refused, ["unauthorized", "unauthorized", "unauthorized", "bad-request", "bad-request", "bad-request"]);
 });
 
 test("a replayed request is refused; an answer replayed to another asker (another nonce) is dropped", async () => {
