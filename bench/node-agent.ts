@@ -155,15 +155,29 @@ try {
       }
     }
   };
-  /** Sum of a counter over every agent's /metrics (label filter as a substring of the series). */
-  const metric = async (name: string, label = ""): Promise<number> => {
+  /**
+   * Every agent's counters, one scrape each, all at once, each stamped with when its answer came: a phase's counts
+   * are per-agent differences over that agent's own window (at load 40+ scraping 50 agents one after another took a
+   * minute, which serial sums counted into the window).
+   */
+  type Snapshot = { at: number; text: string }[];
+  const snapshot = (): Promise<Snapshot> => Promise.all(agents.map(async (a) => ({ text: await scrape(a.health), at: Date.now() })));
+  const value = (text: string, name: string, label = "") => {
     let sum = 0;
-    for (const a of agents) {
-      const text = await scrape(a.health);
-      for (const line of text.split("\n"))
-        if (line.startsWith(name) && line.includes(label)) sum += Number(line.slice(line.lastIndexOf(" ") + 1));
-    }
+    for (const line of text.split("\n"))
+      if (line.startsWith(name) && line.includes(label)) sum += Number(line.slice(line.lastIndexOf(" ") + 1));
     return sum;
+  };
+  /** Over every agent: the sum of a counter's increase between two snapshots, and its mean rate per agent (per s). */
+  const delta = (from: Snapshot, to: Snapshot, name: string, label = "") => {
+    let total = 0;
+    let rate = 0;
+    to.forEach((t, i) => {
+      const d = value(t.text, name, label) - value(from[i]!.text, name, label);
+      total += d;
+      rate += d / ((t.at - from[i]!.at) / 1000);
+    });
+    return { total, perAgentPerSecond: rate / to.length };
   };
   /** Peer bytes (both ways, as the askers' sockets counted them) summed over every agent. */
   const peerBytes = () =>
@@ -187,12 +201,7 @@ try {
   async function phase(seconds: number) {
     const c0 = agents.map((a) => cpuTicks(a.proc.pid!));
     const bytes0 = peerBytes();
-    const [checks0, in0, out0, dropped0] = [
-      await metric("stockade_node_agent_checks_total"),
-      await metric("stockade_node_agent_peer_requests_in_total"),
-      await metric("stockade_node_agent_peer_requests_out_total", "answered"),
-      await metric("stockade_node_agent_peer_requests_out_total", "dropped"),
-    ];
+    const first = await snapshot();
     const w0 = Date.now();
     await sleep(seconds * 1000);
     const sec = (Date.now() - w0) / 1000;
@@ -201,48 +210,47 @@ try {
     const cpu = agents.map((a, i) => ((cpuTicks(a.proc.pid!) - c0[i]!) / 100 / sec) * 100);
     const rss = agents.map((a) => rssMiB(a.proc.pid!));
     const fedLast10s = agents.filter((a) => Date.now() - statSync(a.device).mtimeMs < 10_000).length;
-    return { sec, cpu, rss, fedLast10s, w0, bytes, counts: { checks0, in0, out0, dropped0 } };
+    const last = await snapshot();
+    return { sec, cpu, rss, fedLast10s, w0, bytes, first, last };
   }
 
   const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
   console.log(`steady, ${steadyS} s (load ${load()}):`);
   const st = await phase(steadyS);
-  const checks = (await metric("stockade_node_agent_checks_total")) - st.counts.checks0;
+  const checks = delta(st.first, st.last, "stockade_node_agent_checks_total");
   console.log(`  CPU per agent, % of a core: ${fmt(st.cpu, 2)}`);
   console.log(`  RSS per agent, MiB: ${fmt(st.rss)}`);
-  console.log(`  own checks: ${(checks / st.sec).toFixed(1)}/s over ${n} agents; every agent fed in the last 10 s: ${st.fedLast10s}/${n}`);
-  const inS = (await metric("stockade_node_agent_peer_requests_in_total")) - st.counts.in0;
-  console.log(`  peer requests answered: ${inS} (${((inS / st.sec / n) * 60).toFixed(1)} per node per minute)`);
+  console.log(`  own checks: one every ${(1 / checks.perAgentPerSecond).toFixed(1)} s per agent; every agent fed in the last 10 s: ${st.fedLast10s}/${n}`);
+  const inS = delta(st.first, st.last, "stockade_node_agent_peer_requests_in_total");
+  console.log(`  peer requests answered: ${inS.total} (${(inS.perAgentPerSecond * 60).toFixed(1)} per node per minute)`);
   console.log(`  peer bytes: ${st.bytes} (${((st.bytes / st.sec / n) * 60).toFixed(0)} B per node per minute)`);
 
   await lab.killComponent("kube-apiserver");
   console.log(`control plane down (kube-apiserver killed), ${downS} s (load ${load()}):`);
   const dn = await phase(downS);
-  const inN = (await metric("stockade_node_agent_peer_requests_in_total")) - dn.counts.in0;
-  const outN = (await metric("stockade_node_agent_peer_requests_out_total", "answered")) - dn.counts.out0;
-  const dropped = await metric("stockade_node_agent_peer_requests_out_total", "dropped");
+  const inN = delta(dn.first, dn.last, "stockade_node_agent_peer_requests_in_total");
+  const outN = delta(dn.first, dn.last, "stockade_node_agent_peer_requests_out_total", "answered");
+  const dropped = delta(dn.first, dn.last, "stockade_node_agent_peer_requests_out_total", "dropped");
   console.log(`  CPU per agent, % of a core: ${fmt(dn.cpu, 2)}`);
   console.log(`  RSS per agent, MiB: ${fmt(dn.rss)}`);
   console.log(
-    `  peer requests answered: ${inN} in ${dn.sec.toFixed(0)} s = ${(inN / dn.sec).toFixed(0)}/s over ${n} agents (${(inN / dn.sec / n).toFixed(1)}/s each; answers received ${outN}, dropped so far ${dropped})`,
+    `  peer requests answered: ${inN.total} (${inN.perAgentPerSecond.toFixed(1)}/s each); answers received ${outN.total}, dropped ${dropped.total} (late, refused or not verifying)`,
   );
   console.log(
-    `  per node per minute: ${((inN / dn.sec / n) * 60).toFixed(0)} peer requests answered, ${(((dn.bytes / dn.sec / n) * 60) / 1024).toFixed(1)} KiB of peer traffic (both ways, ${dn.bytes} B in all)`,
+    `  per node per minute: ${(inN.perAgentPerSecond * 60).toFixed(0)} peer requests answered, ${(((dn.bytes / dn.sec / n) * 60) / 1024).toFixed(1)} KiB of peer traffic (both ways, ${dn.bytes} B in all)`,
   );
-  const refused = await metric("stockade_node_agent_refused_requests_total");
-  const reasons = [];
-  for (const r of ["too-early", "rate-limited", "unauthorized", "bad-request"])
-    reasons.push(`${r} ${await metric("stockade_node_agent_refused_requests_total", `reason="${r}"`)}`);
-  console.log(`  peer requests refused (since start): ${refused} (${reasons.join(", ")})`);
+  const reasons = ["too-early", "rate-limited", "unauthorized", "bad-request"].map(
+    (r) => `${r} ${delta(dn.first, dn.last, "stockade_node_agent_refused_requests_total", `reason="${r}"`).total}`,
+  );
+  console.log(`  peer requests refused: ${delta(dn.first, dn.last, "stockade_node_agent_refused_requests_total").total} (${reasons.join(", ")})`);
   // Every round asks all n − 1 peers, and the next check starts c after this one ended (its read and its round
-  // included), so the mean time between an agent's rounds says how long a round took beyond c.
-  const asked = outN + (dropped - dn.counts.dropped0);
-  const rounds = asked / (n - 1);
+  // included): the time between an agent's rounds says how long a round took beyond c.
+  const asked = outN.perAgentPerSecond + dropped.perAgentPerSecond;
   console.log(
-    `  questions asked: ${asked} (${(asked / dn.sec / n).toFixed(1)}/s each), ${rounds.toFixed(0)} rounds: one every ${((dn.sec * n) / rounds).toFixed(1)} s per agent (c = ${t?.checkIntervalSeconds ?? 5} s)`,
+    `  questions asked: ${asked.toFixed(1)}/s each, a round every ${((n - 1) / asked).toFixed(1)} s per agent (c = ${t?.checkIntervalSeconds ?? 5} s, ${n - 1} peers)`,
   );
-  const checksDown = (await metric("stockade_node_agent_checks_total")) - dn.counts.checks0;
-  console.log(`  own checks: ${checksDown}, one every ${((dn.sec * n) / checksDown).toFixed(1)} s per agent`);
+  const checksDown = delta(dn.first, dn.last, "stockade_node_agent_checks_total");
+  console.log(`  own checks: one every ${(1 / checksDown.perAgentPerSecond).toFixed(1)} s per agent`);
   console.log(`  every agent still fed (written in the last 10 s): ${dn.fedLast10s}/${n}`);
   await lab.startComponent("kube-apiserver");
   const back = Date.now();
