@@ -220,7 +220,9 @@ try {
   const checks = delta(st.first, st.last, "stockade_node_agent_checks_total");
   console.log(`  CPU per agent, % of a core: ${fmt(st.cpu, 2)}`);
   console.log(`  RSS per agent, MiB: ${fmt(st.rss)}`);
-  console.log(`  own checks: one every ${(1 / checks.perAgentPerSecond).toFixed(1)} s per agent; every agent fed in the last 10 s: ${st.fedLast10s}/${n}`);
+  console.log(
+    `  own checks: one every ${(1 / checks.perAgentPerSecond).toFixed(1)} s per agent; every agent fed in the last 10 s: ${st.fedLast10s}/${n}`,
+  );
   const inS = delta(st.first, st.last, "stockade_node_agent_peer_requests_in_total");
   console.log(`  peer requests answered: ${inS.total} (${(inS.perAgentPerSecond * 60).toFixed(1)} per node per minute)`);
   console.log(`  peer bytes: ${st.bytes} (${((st.bytes / st.sec / n) * 60).toFixed(0)} B per node per minute)`);
@@ -242,7 +244,9 @@ try {
   const reasons = ["too-early", "rate-limited", "unauthorized", "bad-request"].map(
     (r) => `${r} ${delta(dn.first, dn.last, "stockade_node_agent_refused_requests_total", `reason="${r}"`).total}`,
   );
-  console.log(`  peer requests refused: ${delta(dn.first, dn.last, "stockade_node_agent_refused_requests_total").total} (${reasons.join(", ")})`);
+  console.log(
+    `  peer requests refused: ${delta(dn.first, dn.last, "stockade_node_agent_refused_requests_total").total} (${reasons.join(", ")})`,
+  );
   // Every round asks all n − 1 peers, and the next check starts c after this one ended (its read and its round
   // included): the time between an agent's rounds says how long a round took beyond c.
   const asked = outN.perAgentPerSecond + dropped.perAgentPerSecond;
