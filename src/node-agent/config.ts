@@ -1,6 +1,6 @@
 // `stockade node-agent` flags (each with an environment variable), validated before anything starts: the timing
 // rules of the agent's promise (decide/isolation.ts checkAgentConfig: D ≥ N·c + F + 2·peer timeout, peer timeout < c,
-// F ≥ c) are refused at start, never bent at run time.
+// F ≥ c + 3) are refused at start, never bent at run time.
 import { parseArgs } from "node:util";
 import { checkAgentConfig, defaultControlPlaneDownSeconds } from "../decide/isolation.ts";
 import { NODE_AGENT_NAMESPACE } from "../decide/node-agent-record.ts";
