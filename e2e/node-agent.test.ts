@@ -28,6 +28,7 @@ import { waitFor } from "../lab/health.ts";
 import { realNodeImages } from "../lab/images.ts";
 import { installNodeAgent, LAB_AGENT_TIMINGS, nodeAgentRecords, waitForArmedAgents } from "../lab/node-agent-install.ts";
 import { paths, readEvents, type LabEvent } from "../lab/state.ts";
+import { watchdogResets } from "../lab/watchdog.ts";
 import { GROUP, VERSION } from "../src/api/v1alpha1.ts";
 import { NODE_AGENT_NAMESPACE } from "../src/decide/node-agent-record.ts";
 
@@ -40,8 +41,7 @@ const MARGIN_MS = 3_000;
 describe("e2e: the node agent on real nodes, from manifests/node-agent/", () => {
   let lab: Lab;
   const log = (m: string) => console.log(`[node-agent] ${m}`);
-  const resets = (node?: string): LabEvent[] =>
-    readEvents(lab.dir).filter((e) => e.kind === "watchdog" && e.detail.action === "reset" && (node === undefined || e.node === node));
+  const resets = (node?: string): LabEvent[] => watchdogResets(lab.dir, { node });
   const custom = () => lab.kc.makeApiClient(CustomObjectsApi);
   const nodeFence = (node: string) => ({
     apiVersion: `${GROUP}/${VERSION}`,

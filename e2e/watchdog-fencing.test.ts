@@ -14,8 +14,7 @@ import { Bed } from "../lab/bed.ts";
 import { setTimeout as sleep } from "node:timers/promises";
 import { waitFor } from "../lab/health.ts";
 import { installNodeAgent, LAB_AGENT_TIMINGS, nodeAgentRecords } from "../lab/node-agent-install.ts";
-import { readEvents } from "../lab/state.ts";
-import { DEFAULT_WATCHDOG_TIMEOUT_SECONDS } from "../lab/watchdog.ts";
+import { DEFAULT_WATCHDOG_TIMEOUT_SECONDS, watchdogResets } from "../lab/watchdog.ts";
 import { NODE_AGENT_NAMESPACE } from "../src/decide/node-agent-record.ts";
 import { requiredWaitMs } from "../src/decide/watchdog-evidence.ts";
 
@@ -70,9 +69,7 @@ describe("e2e: WatchdogExpired, the operator and the node agent installed in-clu
     );
 
     // The machine was reset by its watchdog (the lab's record), in the boot the pod ran in, before the pod was released.
-    const reset = readEvents(bed.lab.dir).find(
-      (e) => e.kind === "watchdog" && e.node === node && e.detail.action === "reset" && e.detail.bootID === boot,
-    );
+    const reset = watchdogResets(bed.lab.dir, { node, bootID: boot })[0];
     assert.ok(reset, `${node}'s watchdog reset it`);
     const released = Date.parse(String(f.status?.releases?.find((r) => r.kind === "Pod")?.time ?? ""));
     assert.ok(Number.isFinite(released), "the release has a time");
@@ -109,9 +106,7 @@ describe("e2e: WatchdogExpired, the operator and the node agent installed in-clu
     const f = await bed.waitForFence(node, (x) => x.status?.phase === "Released", "Released", 60_000);
     assert.equal(f.status?.evidence?.method, "WatchdogExpired", JSON.stringify(f.status?.evidence));
     assert.ok(f.status?.watchdog?.holds, JSON.stringify(f.status?.watchdog));
-    const reset = readEvents(bed.lab.dir).find(
-      (e) => e.kind === "watchdog" && e.node === node && e.detail.action === "reset" && e.detail.bootID === boot,
-    );
+    const reset = watchdogResets(bed.lab.dir, { node, bootID: boot })[0];
     assert.ok(reset, `${node}'s watchdog reset it in the boot it crashed in`);
     const released = Date.parse(String(f.status?.releases?.find((r) => r.kind === "Pod" && r.uid === uid)?.time ?? ""));
     assert.ok(Date.parse(reset.time) < released, `reset at ${reset.time}, released at ${new Date(released).toISOString()}`);

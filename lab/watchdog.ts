@@ -39,6 +39,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { NODE_AGENT_NAMESPACE } from "../src/decide/node-agent-record.ts";
 import { clearRef, procStart, readRef, stop, writeRef } from "./processes.ts";
+import { readEvents, type LabEvent } from "./state.ts";
 
 /** Inside every real node: the directory the node agent's DaemonSet mounts (hostPath, type Directory, readOnly). */
 export const WATCHDOG_HOST_PATH = "/run/stockade-lab/watchdog";
@@ -46,6 +47,18 @@ export const WATCHDOG_HOST_PATH = "/run/stockade-lab/watchdog";
 export const WATCHDOG_DEVICE = `${WATCHDOG_HOST_PATH}/watchdog`;
 export const WATCHDOG_TIMEOUT_FILE = `${WATCHDOG_HOST_PATH}/timeout`;
 export const DEFAULT_WATCHDOG_TIMEOUT_SECONDS = 10;
+
+/** The lab's records of a watchdog resetting its machine, oldest first: one node's, in one boot, or since a time, as asked. */
+export function watchdogResets(labDir: string, o: { node?: string; bootID?: string; sinceMs?: number } = {}): LabEvent[] {
+  return readEvents(labDir).filter(
+    (e) =>
+      e.kind === "watchdog" &&
+      e.detail.action === "reset" &&
+      (o.node === undefined || e.node === o.node) &&
+      (o.bootID === undefined || e.detail.bootID === o.bootID) &&
+      (o.sinceMs === undefined || Date.parse(e.time) >= o.sinceMs),
+  );
+}
 /** How often the lab's watchdog process looks at every device. */
 export const WATCHDOG_POLL_MS = 100;
 /** Pods whose containers `killNodeAgent` kills: the node agent's namespace. */

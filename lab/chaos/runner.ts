@@ -19,6 +19,7 @@ import { createEtcdWorkload, etcdPodEndpoints, etcdWorkload, type EtcdWorkload }
 import { EtcdWriter, etcdBaseline, verifyEtcd, type EtcdMember } from "../etcd-checker.ts";
 import { installNodeAgent, nodeAgentRecords, waitForArmedAgents } from "../node-agent-install.ts";
 import { readEvents } from "../state.ts";
+import { watchdogResets } from "../watchdog.ts";
 import { NODE_AGENT_NAMESPACE } from "../../src/decide/node-agent-record.ts";
 import {
   describeFault,
@@ -282,14 +283,10 @@ const fenceSeen = (f: NodeFence): FenceSeen => ({
 async function lostSince(bed: Bed, lost: Fault, t0: number): Promise<number> {
   const lab = bed.lab;
   if (lost.kind === "kill-agent") {
-    const reset = await waitFor(
-      `${lost.node}'s watchdog to reset it`,
-      () =>
-        readEvents(lab.dir).find(
-          (e) => e.kind === "watchdog" && e.detail.action === "reset" && e.node === lost.node && Date.parse(e.time) >= t0,
-        ),
-      { timeoutMs: 60_000, intervalMs: 250 },
-    ).catch(() => undefined);
+    const reset = await waitFor(`${lost.node}'s watchdog to reset it`, () => watchdogResets(lab.dir, { node: lost.node, sinceMs: t0 })[0], {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+    }).catch(() => undefined);
     return reset ? Date.parse(reset.time) : Date.now();
   }
   return await waitFor(

@@ -18,7 +18,14 @@ import { realContext } from "../../lab/real/machine.ts";
 import { nodePaths } from "../../lab/real/config.ts";
 import { inNodeArgs, nodePids, readSnapshots } from "../../lab/real/node.ts";
 import { paths, readEvents, type LabEvent } from "../../lab/state.ts";
-import { AGENT_NAMESPACE, WATCHDOG_DEVICE, WATCHDOG_HOST_PATH, WATCHDOG_TIMEOUT_FILE, watchdogPaths } from "../../lab/watchdog.ts";
+import {
+  AGENT_NAMESPACE,
+  WATCHDOG_DEVICE,
+  WATCHDOG_HOST_PATH,
+  WATCHDOG_TIMEOUT_FILE,
+  watchdogPaths,
+  watchdogResets,
+} from "../../lab/watchdog.ts";
 
 const NODE = "node-1";
 const T = 3;
@@ -45,8 +52,7 @@ describe("the lab watchdog on a real node", () => {
   /** A command in the node's cgroup and namespaces (as the node's own processes run). */
   const inNode = (script: string, ...args: string[]) => inNodeArgs(ctx(), ["sh", "-c", script, "in-node", ...args], { initPid: initPid() });
   const runInNode = (script: string, ...args: string[]) => spawnSync("sh", inNode(script, ...args), { encoding: "utf8", timeout: 10_000 });
-  const resets = (): LabEvent[] =>
-    readEvents(lab.dir).filter((e) => e.kind === "watchdog" && e.node === NODE && e.detail.action === "reset");
+  const resets = (): LabEvent[] => watchdogResets(lab.dir, { node: NODE });
   const lastFeed = () => Date.parse(lab.watchdog(NODE).lastFeed ?? "0");
   /** Each test starts from a node up in its current boot (a test before may have reset it: its lock is held meanwhile). */
   const ready = async () => {
