@@ -23,6 +23,20 @@ function keyPair(): { publicKey: string; privateKey: string } {
   });
 }
 
+/**
+ * A certificate serial from random bytes, as DER requires it: positive and minimally encoded. OpenSSL and Go refuse
+ * a serial with a superfluous leading zero byte ("illegal padding"), and node-forge strips only one: the former
+ * `00` + 16 random bytes gave such a serial whenever the bytes began 0x00 0x00–0x7f, one certificate in 512, and
+ * tls.createSecureContext skips a CA it cannot parse without a word, so that CA verified nothing.
+ * The first byte is kept in 0x40–0x7f: 126 random bits, never zero, never negative.
+ */
+export function serialNumberHex(random: Buffer): string {
+  if (random.length < 9) throw new Error("a serial needs at least 64 random bits");
+  const b = Buffer.from(random);
+  b[0] = (b[0]! & 0x3f) | 0x40;
+  return b.toString("hex");
+}
+
 function certificate(o: {
   subject: string;
   publicKey: string;
@@ -32,11 +46,11 @@ function certificate(o: {
   now: Date;
   ca: boolean;
   hosts?: string[];
+  serial?: Buffer;
 }): string {
   const c = forge.pki.createCertificate();
   c.publicKey = forge.pki.publicKeyFromPem(o.publicKey);
-  // A positive serial (leading bit clear), random so that two replicas never issue the same one.
-  c.serialNumber = `00${randomBytes(16).toString("hex")}`;
+  c.serialNumber = serialNumberHex(o.serial ?? randomBytes(16));
   c.validity.notBefore = new Date(o.now.getTime() - 5 * 60_000); // tolerate a little clock skew
   c.validity.notAfter = new Date(o.now.getTime() + o.days * DAY_MS);
   c.setSubject([{ name: "commonName", value: o.subject }]);
@@ -63,15 +77,28 @@ function certificate(o: {
   return forge.pki.certificateToPem(c);
 }
 
-export function issueCa(now: Date): { cert: string; key: string } {
+export function issueCa(now: Date, serial?: Buffer): { cert: string; key: string } {
   const k = keyPair();
   return {
-    cert: certificate({ subject: "stockade-webhook-ca", publicKey: k.publicKey, selfKey: k.privateKey, days: CA_DAYS, now, ca: true }),
+    cert: certificate({
+      subject: "stockade-webhook-ca",
+      publicKey: k.publicKey,
+      selfKey: k.privateKey,
+      days: CA_DAYS,
+      now,
+      ca: true,
+      serial,
+    }),
     key: k.privateKey,
   };
 }
 
-export function issueServing(ca: { cert: string; key: string }, hosts: string[], now: Date): { cert: string; key: string } {
+export function issueServing(
+  ca: { cert: string; key: string },
+  hosts: string[],
+  now: Date,
+  serial?: Buffer,
+): { cert: string; key: string } {
   const k = keyPair();
   const cert = certificate({
     subject: hosts[0] ?? "stockade-webhook",
@@ -81,6 +108,7 @@ export function issueServing(ca: { cert: string; key: string }, hosts: string[],
     now,
     ca: false,
     hosts,
+    serial,
   });
   return { cert, key: k.privateKey };
 }

@@ -2,7 +2,15 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { X509Certificate } from "node:crypto";
 import type { V1Pod } from "@kubernetes/client-node";
-import { caBundleOf, readTlsSecret, renew, renewalNeeded } from "../../src/admission/certificates.ts";
+import {
+  caBundleOf,
+  issueCa,
+  issueServing,
+  readTlsSecret,
+  renew,
+  renewalNeeded,
+  serialNumberHex,
+} from "../../src/admission/certificates.ts";
 import { gatePod } from "../../src/admission/claim-gate.ts";
 import {
   FORCE_DELETE_ANNOTATION,
@@ -279,6 +287,22 @@ describe("webhook certificates", () => {
     const next = renew(data, "ca", hosts, later);
     assert.equal(next["ca-previous.crt"], fresh["ca.crt"]);
     assert.equal(caBundleOf(next), `${next["ca.crt"]}${fresh["ca.crt"]}`);
+  });
+
+  test("every random serial is positive and minimally encoded: OpenSSL parses the CA and the serving certificate", () => {
+    // `00` + random bytes beginning 0x00 0x00–0x7f was one certificate in 512 that OpenSSL refused ("illegal
+    // padding"); a CA bundle holding it verified nothing (the CI failure of kube-connections.test.ts).
+    for (const first of ["0000", "007f", "0080", "7fff", "8000", "ffff"]) {
+      const serial = Buffer.from(first + "ab".repeat(14), "hex");
+      const hex = serialNumberHex(serial);
+      assert.match(hex, /^[4-7][0-9a-f]{31}$/, `from ${first}…`);
+      const ca = issueCa(now, serial);
+      const serving = issueServing(ca, hosts, now, serial);
+      const caCert = new X509Certificate(ca.cert);
+      assert.equal(caCert.serialNumber.toLowerCase(), hex);
+      assert.ok(new X509Certificate(serving.cert).checkIssued(caCert), `serving certificate from ${first}… issued by its CA`);
+    }
+    assert.throws(() => serialNumberHex(Buffer.alloc(8)), /64 random bits/);
   });
 
   test("garbage or a mismatched key is renewed, never served", () => {
