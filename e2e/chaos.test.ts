@@ -25,17 +25,19 @@ test("chaos, seed 1: two fault schedules on real nodes, no violation, no lost et
   rmSync(summary.dir, { recursive: true, force: true });
 });
 
-// 168–179 s on this machine (bed up and two schedules; load average 1.6–3.7 beside another engineer's runs): seed 54 draws the
-// agent killed on one node (its watchdog resets it) and, next, a node cut off that only WatchdogExpired can release.
+// Seed 54's schedule 1 alone (replayed as `--first 1 --schedules 1`): a node cut off that only WatchdogExpired can
+// release. Its schedule 0 (the agent killed, the watchdog resets the node) was dropped from the suite to keep CI
+// within its time: e2e/node-agent.test.ts kills an agent and checks the reset, and docs/developer/chaos.md's
+// 100-schedule watchdog run drew kill-agent 11 times.
 test(
-  "chaos, watchdog mode, seed 54: the agent killed, a node released on WatchdogExpired, no violation",
+  "chaos, watchdog mode, seed 54 schedule 1: a node cut off, released on WatchdogExpired, no violation",
   { timeout: 900_000 },
   async () => {
-    const summary = await runChaos({ seed: 54, schedules: 2, mode: "watchdog", log: (m) => console.log(m) });
+    const summary = await runChaos({ seed: 54, first: 1, schedules: 1, mode: "watchdog", log: (m) => console.log(m) });
     console.log(formatSummary(summary));
     assert.equal(summary.mode, "watchdog");
-    assert.equal(summary.results.length, 2);
-    assert.equal(summary.faults["kill-agent"], 1, "the seed draws an agent fault");
+    assert.equal(summary.results.length, 1);
+    assert.equal(summary.faults["partition"], 1, "the schedule cuts a node off");
     assert.deepEqual(
       summary.results.flatMap((r) => r.violations),
       [],
