@@ -115,7 +115,9 @@ export async function waitForOperator(lab: Lab, timeoutMs = 180_000): Promise<{ 
       if ((st?.observedGeneration ?? 0) < (d.metadata?.generation ?? 0)) return undefined;
       if (st?.updatedReplicas !== want || st?.readyReplicas !== want || st?.replicas !== want) return undefined;
       const pods = (await operatorPods(lab)).filter((p) => !p.metadata?.deletionTimestamp);
-      const leader = await leaderPod(lab);
+      // The holder must be one of them: an old replica still terminating may hold the Lease until it lets go.
+      const holder = await leaderPod(lab);
+      const leader = pods.find((p) => p.metadata?.uid === holder?.metadata?.uid);
       return pods.length === want && leader ? { pods, leader } : undefined;
     },
     { timeoutMs, intervalMs: 500 },
