@@ -92,15 +92,18 @@ export async function operatorPods(lab: Lab): Promise<V1Pod[]> {
   return pods.sort((a, b) => String(a.metadata?.creationTimestamp).localeCompare(String(b.metadata?.creationTimestamp)));
 }
 
-/** The leader: the Lease's holder identity is `<pod>_<suffix>` (src/operator/leadership.ts); undefined while nobody holds it. */
-export async function leaderPod(lab: Lab): Promise<V1Pod | undefined> {
+/**
+ * The leader: the Lease's holder identity is `<pod>_<suffix>` (src/operator/leadership.ts); undefined while nobody
+ * holds it, or while the holder is not among `among` (default: every operator pod, listed now).
+ */
+export async function leaderPod(lab: Lab, among?: V1Pod[]): Promise<V1Pod | undefined> {
   const lease = await lab.kc
     .makeApiClient(CoordinationV1Api)
     .readNamespacedLease({ namespace: OPERATOR_NS, name: LEADER_LEASE })
     .catch(() => undefined);
   const holder = lease?.spec?.holderIdentity;
   if (!holder) return undefined;
-  return (await operatorPods(lab)).find((p) => holder.startsWith(`${p.metadata?.name}_`));
+  return (among ?? (await operatorPods(lab))).find((p) => holder.startsWith(`${p.metadata?.name}_`));
 }
 
 /** Both replicas Ready (and no old one left), one of them holding the Lease. */
@@ -116,8 +119,7 @@ export async function waitForOperator(lab: Lab, timeoutMs = 180_000): Promise<{ 
       if (st?.updatedReplicas !== want || st?.readyReplicas !== want || st?.replicas !== want) return undefined;
       const pods = (await operatorPods(lab)).filter((p) => !p.metadata?.deletionTimestamp);
       // The holder must be one of them: an old replica still terminating may hold the Lease until it lets go.
-      const holder = await leaderPod(lab);
-      const leader = pods.find((p) => p.metadata?.uid === holder?.metadata?.uid);
+      const leader = await leaderPod(lab, pods);
       return pods.length === want && leader ? { pods, leader } : undefined;
     },
     { timeoutMs, intervalMs: 500 },
