@@ -133,6 +133,12 @@ export class Metrics {
     labelNames: ["phase"] as const,
     registers: [this.registry],
   });
+  readonly silenceRestarts = new Counter({
+    name: "stockade_silence_restarts_total",
+    help: "Times every node's silence was counted again from zero: a gap in this replica's view of the heartbeats (watch, apiserver or etcd down) ended, or it became the leader",
+    labelNames: ["source"] as const,
+    registers: [this.registry],
+  });
   readonly watchRestarts = new Gauge({
     name: "stockade_watch_restarts",
     help: "Watches restarted after an error or a stale stream, since start",

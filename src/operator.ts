@@ -17,6 +17,7 @@ import { isGuarded } from "./decide/guarded-pods.ts";
 import { ADMISSION_POLICY, checkAdmissionPolicy } from "./kube/admission-check.ts";
 import { Kube } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
+import { Sight } from "./kube/sight.ts";
 import { Metrics, nodeFencePhases } from "./metrics.ts";
 import type { Controller } from "./runtime/controller.ts";
 import { LoopStallWatch } from "./runtime/loop-stall.ts";
@@ -79,8 +80,26 @@ export class Operator {
   constructor(kc: KubeConfig, cfg: Config, log: Logger, hooks: OperatorHooks = {}, clock: () => DateTime = () => DateTime.now()) {
     this.log = log;
     this.cfg = cfg;
+    // When this replica could see: a node's silence counts only from the end of its last gap (kube/sight.ts). Answers
+    // of the apiserver further apart than the renew deadline are a gap: the leader would have lost the Lease by then.
+    const sight = new Sight({
+      maxQuietMs: Math.max(cfg.renewDeadlineSeconds, 2 * cfg.retryPeriodSeconds) * 1000,
+      onChange: (e) => {
+        if (e.kind === "lost")
+          log.warn({ source: e.source }, `cannot see the cluster's heartbeats: ${e.why}; no node's silence counts until it can`);
+        else {
+          this.metrics.silenceRestarts.inc({ source: e.source });
+          log.info({ source: e.source, blindMs: e.blindMs }, `node silence counts again from now: ${e.why}`);
+        }
+      },
+    });
     const lead = leadershipFor(kc, cfg, log, {
-      onStartedLeading: () => this.runControllers(),
+      onStartedLeading: () => {
+        // What was seen while another replica led (or before an outage that made it lose) proves nothing now.
+        sight.restart("became the leader");
+        this.runControllers();
+      },
+      onAnswer: (ok, why) => sight.answered(ok, why),
       onStoppedLeading: () => hooks.onLostLeadership?.(),
       // Epochs never go backwards, even when the Lease is deleted and created again (caches are synced first).
       minEpoch: () => Math.max(-1, ...this.caches.fences.list().map((f) => f.status?.leaderEpoch ?? 0)) + 1,
@@ -90,6 +109,7 @@ export class Operator {
     const { reads, writes } = lead;
     this.kube = new Kube(writes);
     this.caches = new Caches(reads, {
+      sight,
       staleAfterMs: cfg.watchStaleSeconds * 1000,
       onError: (path, err, ms) =>
         log.warn({ watch: path, err: errorText(err), restartInMs: ms }, `watch on ${path} failed; restarting in ${ms} ms`),

@@ -265,6 +265,26 @@ function triggerGone(o: Pick<Fresh, "fence" | "node">, h: NodeHealth | undefined
   return `its condition ${c.type}=${c.status} no longer holds and the node heartbeats (${describeHealth(h)})`;
 }
 
+/**
+ * For an automatic fence its node's silence made due: the node is not partitioned on this read, yet it has not
+ * heartbeat since the fence began (its last heartbeat is the one recorded then). That is this replica counting the
+ * silence again after a gap in its own view or a change of leader (kube/sight.ts), not the node coming back: nothing
+ * is powered off until the silence is seen again, and nothing is cancelled either. Undefined otherwise.
+ */
+function silenceRecounted(o: Pick<Fresh, "fence" | "now">, h: NodeHealth | undefined): Step | undefined {
+  const f = o.fence;
+  if (f.spec.origin !== "Automatic" || f.spec.trigger?.nodeCondition || !h || h.state === "Partitioned" || !h.silent) return undefined;
+  const recorded = f.status?.lastHeartbeatTime ? toDateTime(f.status.lastHeartbeatTime)?.toMillis() : undefined;
+  if (recorded === undefined || h.lastHeartbeatMs !== recorded) return undefined;
+  const next = h.nextCheckMs ?? o.now.toMillis() + 5_000;
+  return {
+    kind: "wait",
+    reason: "SilenceRecounted",
+    message: `no heartbeat from ${f.spec.nodeName} since ${h.lastHeartbeat ? iso(h.lastHeartbeat) : "never"}, but this operator has not yet seen it silent for long enough since it could last see the cluster (after a gap in its view of the API or a change of leader): nothing is powered off until it has`,
+    requeueAfterMs: Math.max(1_000, Math.min(10_000, next - o.now.toMillis())),
+  };
+}
+
 /** The fence's policy as it is now (undefined when it was deleted: a control-plane node is then refused). */
 const policyOf = (o: Pick<FenceObservation, "fence" | "policies">): FencingPolicy | undefined =>
   o.policies.find((p) => p.metadata?.name === o.fence.status?.policy);
@@ -281,7 +301,10 @@ export function powerOffRefused(o: Fresh & Pick<FenceObservation, "policies" | "
 
 /** Why an automatic fence must not power the node off (see triggerGone), or undefined while it may. */
 export function noLongerDue(o: Fresh): string | undefined {
-  return triggerGone(o, healthOf(o));
+  const h = healthOf(o);
+  const recount = silenceRecounted(o, h);
+  if (recount?.kind === "wait") return recount.message;
+  return triggerGone(o, h);
 }
 
 /** The fenced node's pods: whoever observes may pass more, and nothing of another node is ever released. */
@@ -526,6 +549,8 @@ export function nextStep(o: FenceObservation): Step {
     const policy = o.policies.find((p) => p.metadata?.name === st.policy);
     if (automatic && policy?.spec.paused)
       return { kind: "wait", reason: "Paused", message: `FencingPolicy ${st.policy} is paused`, requeueAfterMs: 10_000 };
+    const recount = silenceRecounted(o, health);
+    if (recount) return recount;
     const gone = automatic ? triggerGone(o, health) : undefined;
     if (gone) return holdStorage(o, health) ?? { kind: "cancel", message: `${gone}: nothing was powered off or released` };
     return { kind: "begin" };
@@ -676,6 +701,8 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
 
   // An automatic fence powers nothing off once the node heartbeats again (or its trigger condition cleared), whatever
   // was tried before.
+  const recount = silenceRecounted(o, health);
+  if (recount) return recount;
   const gone = f.spec.origin === "Automatic" ? triggerGone(o, health) : undefined;
   if (gone) return holdStorage(o, health) ?? { kind: "cancel", message: `${gone}: fencing cancelled, nothing was released` };
 

@@ -135,8 +135,9 @@ function leaseDurationOf(lease: V1Lease | undefined): number | undefined {
 // Runs for every node on every fleet decision: plain epoch milliseconds, and a DateTime only when one is read (a
 // luxon DateTime computes its calendar fields when made: two per node were most of assessNode's time, 5x).
 // waitForNodeController: only Ready=Unknown counts as the second signal (the policy's detection.waitForNodeController).
-// leaseObservedSilentMs: how long this process has seen the Lease's current renewTime unchanged (monotonic ms); the
-// Lease is expired once that reaches leaseDurationSeconds. Without it (the CLI) the Lease never counts.
+// leaseObservedSilentMs: how long this process has seen the Lease's current renewTime unchanged (monotonic ms, only
+// over time it could see); the Lease is expired once that reaches leaseDurationSeconds, and a Ready=Unknown node is
+// partitioned only once it reaches the heartbeat timeout. Without it (the CLI) the Lease never counts.
 export function assessNode(
   node: V1Node,
   lease: V1Lease | undefined,
@@ -188,12 +189,20 @@ export function assessNode(
   const staleAtMs = lastMs + timeoutSeconds * 1000;
   if (nowMs < staleAtMs) return health(readyStatus === "True" ? "Healthy" : "Suspect", false, undefined, staleAtMs);
   const since = () => DateTime.fromMillis(staleAtMs, { zone: "utc" });
-  if (readyStatus === "Unknown") return health("Partitioned", true, since(), undefined, "NodeController");
+  const observed = leaseObservedSilentMs;
+  const seen = observed !== undefined && Number.isFinite(observed);
+  if (readyStatus === "Unknown") {
+    // Silence counts only over time this replica could see (kube/sight.ts): after an outage every renewTime is old by
+    // the wall clock, and the node controller's Ready=Unknown may be its own view of the same outage. Where the
+    // operator watches the Lease, it must itself have seen it unchanged for the timeout.
+    const leftMs = seen ? timeoutSeconds * 1000 - Math.max(0, observed) : 0;
+    if (leftMs > 0) return health("Suspect", true, undefined, nowMs + leftMs);
+    return health("Partitioned", true, since(), undefined, "NodeController");
+  }
   // Silent, and the node controller has not yet agreed (it turns Ready Unknown after its grace period and wakes us
   // with an event). The node's own Lease says how long it may stay silent: once this process has seen its renewTime
   // unchanged for leaseDurationSeconds, that is the second signal.
-  const observed = leaseObservedSilentMs;
-  const byLease = !waitForNodeController && leaseExpiresMs !== undefined && observed !== undefined && Number.isFinite(observed);
+  const byLease = !waitForNodeController && leaseExpiresMs !== undefined && seen;
   if (!byLease) return health("Suspect", true, undefined, undefined);
   const leftMs = leaseDuration! * 1000 - Math.max(0, observed);
   if (leftMs <= 0) return health("Partitioned", true, since(), undefined, "Lease");

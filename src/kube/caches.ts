@@ -22,6 +22,7 @@ import { Informer } from "../runtime/informer.ts";
 import type { PodsByNode } from "../decide/fleet.ts";
 import { hasNodeDown } from "../decide/node-down.ts";
 import { LeaseObserver } from "./lease-observer.ts";
+import { Sight } from "./sight.ts";
 import { WatchdogObserver } from "./watchdog-observer.ts";
 import { NODE_AGENT_NAMESPACE } from "../decide/node-agent-record.ts";
 import { slimNode, slimPod } from "./slim.ts";
@@ -29,6 +30,8 @@ import { slimNode, slimPod } from "./slim.ts";
 export interface CacheOptions {
   staleAfterMs?: number;
   onError?: (what: string, err: unknown, restartInMs: number) => void;
+  /** When this replica could see (kube/sight.ts); the heartbeat watches report their gaps to it. */
+  sight?: Sight;
 }
 
 /** The pods informer's index of pods by spec.nodeName. */
@@ -43,6 +46,8 @@ export class Caches {
   readonly leases: Informer<V1Lease>;
   /** When this process saw each node Lease's renewal (monotonic): how long a Lease has been silent, as the node controller measures it. */
   readonly leaseObserver: LeaseObserver;
+  /** When this replica could see the heartbeats: silence counts only from the end of its last gap. */
+  readonly sight: Sight;
   /**
    * The node agents' records (Leases in stockade-node-agent), for WatchdogExpired only: started on first need
    * (watchAgentRecords), outside the sync every controller waits for — a cluster without the node agent (or without
@@ -65,10 +70,13 @@ export class Caches {
     const core = kc.makeApiClient(CoreV1Api);
     const custom = kc.makeApiClient(CustomObjectsApi);
     type Page = { limit: number; _continue?: string };
+    this.sight = o.sight ?? new Sight();
+    const sight = this.sight;
     const mk = <T extends KubernetesObject>(
       path: string,
       list: (page: Page) => Promise<KubernetesListObject<T>>,
       transform?: (o: T) => T,
+      heartbeats = false,
     ) =>
       new Informer<T>({
         kc,
@@ -80,6 +88,8 @@ export class Caches {
         streamingList: true,
         staleAfterMs: o.staleAfterMs,
         onError: (err, ms) => o.onError?.(path, err, ms),
+        // The watches that carry heartbeats: while either has a gap, no node's silence counts.
+        ...(heartbeats ? { onSight: (seeing: boolean, why: string) => (seeing ? sight.regained(path, why) : sight.lost(path, why)) } : {}),
       });
     const crd = <T extends KubernetesObject>(plural: string) =>
       mk<T>(
@@ -87,19 +97,22 @@ export class Caches {
         async (page) =>
           (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural, ...page })) as KubernetesListObject<T>,
       );
-    this.nodes = mk("/api/v1/nodes", (page) => core.listNode(page), slimNode);
+    this.nodes = mk("/api/v1/nodes", (page) => core.listNode(page), slimNode, true);
     const coordination = kc.makeApiClient(CoordinationV1Api);
-    this.leases = mk("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", (page) =>
-      coordination.listNamespacedLease({ namespace: "kube-node-lease", ...page }),
+    this.leases = mk(
+      "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+      (page) => coordination.listNamespacedLease({ namespace: "kube-node-lease", ...page }),
+      undefined,
+      true,
     );
     this.leases.addIndex(LEASE_NAME, (l) => l.metadata?.name);
-    this.leaseObserver = new LeaseObserver();
+    this.leaseObserver = new LeaseObserver(undefined, sight);
     for (const verb of ["add", "update"] as const) this.leases.on(verb, (l) => this.leaseObserver.observe(l));
     this.leases.on("delete", (l) => this.leaseObserver.forget(l));
     this.agentRecords = mk(`/apis/coordination.k8s.io/v1/namespaces/${NODE_AGENT_NAMESPACE}/leases`, (page) =>
       coordination.listNamespacedLease({ namespace: NODE_AGENT_NAMESPACE, ...page }),
     );
-    this.watchdogObserver = new WatchdogObserver();
+    this.watchdogObserver = new WatchdogObserver(undefined, undefined, sight);
     for (const verb of ["add", "update"] as const) this.agentRecords.on(verb, (l) => this.watchdogObserver.observe(l));
     this.agentRecords.on("delete", (l) => this.watchdogObserver.forget(l));
     this.pods = mk("/api/v1/pods", (page) => core.listPodForAllNamespaces(page), slimPod);
@@ -158,9 +171,12 @@ export class Caches {
   /** Starts every informer; resolves once every one has its first list in the cache (or they are stopped). */
   async start(): Promise<void> {
     const started = this.all.map(([, i]) => i.start());
-    // Renewals seen while the first list filled the cache count from the sync (stop() also resolves it: not synced then).
-    const leasesSynced = this.leases.waitForSync().then(() => this.leases.hasSynced && this.leaseObserver.synced());
-    await Promise.all([...started, leasesSynced]);
+    // Renewals seen while the first lists filled the caches count from the sync of both heartbeat caches (stop() also
+    // resolves them: not synced then).
+    const heartbeatsSynced = Promise.all([this.leases.waitForSync(), this.nodes.waitForSync()]).then(
+      () => this.leases.hasSynced && this.nodes.hasSynced && this.leaseObserver.synced(),
+    );
+    await Promise.all([...started, heartbeatsSynced]);
   }
 
   /** How long the node's Lease has had this renewTime, as this process saw it (see LeaseObserver). */

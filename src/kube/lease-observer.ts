@@ -2,7 +2,12 @@
 // Lease (kube-controller-manager's probeTimestamp), never from the renewTime's value. A kubelet writes renewTime with
 // its node's clock: a healthy node 40 s behind writes renewTimes that already look expired, and an operator whose wall
 // clock jumps forward sees every Lease as old. What the operator saw change, and when, is neither.
+//
+// And only over time in which this replica could see (kube/sight.ts): after a gap of its own (a watch down, the
+// apiserver or etcd down, a relist, a change of leader) a renewTime unchanged since before proves nothing of the node —
+// its kubelet could not renew either — so every silence counts again from the end of the gap.
 import type { V1Lease } from "@kubernetes/client-node";
+import { Sight } from "./sight.ts";
 
 type RenewTime = Date | string | undefined | null;
 
@@ -19,12 +24,13 @@ export class LeaseObserver {
    * pass asks for every node on every pass), and the monotonic instant it was first seen.
    */
   private readonly seen = new Map<string, { raw: RenewTime; renewTime: number | undefined; at: number }>();
-  /** When the leases cache first synced; until then nothing has been watched long enough to count. */
-  private syncedAt: number | undefined;
   private readonly mono: () => number;
+  /** When this replica could see: from the first sync of the leases cache on, less every gap. */
+  readonly sight: Sight;
 
-  constructor(mono: () => number = () => performance.now()) {
+  constructor(mono: () => number = () => performance.now(), sight: Sight = new Sight({ mono })) {
     this.mono = mono;
+    this.sight = sight;
   }
 
   /** A Lease added or updated in the cache (also while the first list fills it). */
@@ -44,17 +50,19 @@ export class LeaseObserver {
    * leaseDuration before a Lease can count as expired, as the node controller does after its own restart.
    */
   synced(): void {
-    this.syncedAt ??= this.mono();
+    this.sight.synced();
   }
 
   /**
-   * How long (ms, monotonic) the node's Lease has had this renewTime as far as this process saw. A renewTime other than
-   * the one recorded (a fresh read newer than the cache, or a node never seen) is recorded as seen now: 0.
+   * How long (ms, monotonic) the node's Lease has had this renewTime as far as this process saw, counted only since
+   * it could last see without a gap (0 while it cannot). A renewTime other than the one recorded (a fresh read newer
+   * than the cache, or a node never seen) is recorded as seen now: 0.
    */
   silentForMs(node: string, renewTime: RenewTime): number {
     const now = this.mono();
     const since = this.record(node, renewTime, now);
-    return this.syncedAt === undefined ? 0 : Math.max(0, now - Math.max(since, this.syncedAt));
+    const seeing = this.sight.seeingSince();
+    return seeing === undefined ? 0 : Math.max(0, now - Math.max(since, seeing));
   }
 
   private record(node: string, raw: RenewTime, now = this.mono()): number {

@@ -13,8 +13,10 @@
 // Memory only, on purpose. A restarted or newly elected operator has watched nothing: it starts again from its own
 // first look (after its own first list of the records), counts every other record as unseen until it sees it renewed,
 // and never reads t0 from the NodeFence's status (which anyone with write access to status could set). More time,
-// never less.
+// never less. The same after a gap of its own (kube/sight.ts: a heartbeat watch down, the apiserver or etcd down, a
+// change of leader): no window is open while it cannot see, and a window opened before the gap starts again after it.
 import type { V1Lease } from "@kubernetes/client-node";
+import type { Sight } from "./sight.ts";
 import { parseNodeAgentRecord, type ParsedRecord } from "../decide/node-agent-record.ts";
 import {
   advanceDoubtWindow,
@@ -60,9 +62,27 @@ export class WatchdogObserver {
   private readonly mono: () => number;
   private readonly wall: () => string;
 
-  constructor(mono: () => number = () => performance.now(), wall: () => string = () => new Date().toISOString()) {
+  private readonly sight: Pick<Sight, "seeingSince"> | undefined;
+
+  constructor(
+    mono: () => number = () => performance.now(),
+    wall: () => string = () => new Date().toISOString(),
+    sight?: Pick<Sight, "seeingSince">,
+  ) {
     this.mono = mono;
     this.wall = wall;
+    this.sight = sight;
+  }
+
+  /**
+   * Monotonic ms from which silences count: the records' first list, or the end of this replica's last gap if later;
+   * undefined before the first list and while it cannot see.
+   */
+  private floor(): number | undefined {
+    if (this.syncedAt === undefined) return undefined;
+    if (!this.sight) return this.syncedAt;
+    const seeing = this.sight.seeingSince();
+    return seeing === undefined ? undefined : Math.max(this.syncedAt, seeing);
   }
 
   /** A record added or updated in the cache, or read fresh: a new version is a renewal seen now. */
@@ -102,8 +122,9 @@ export class WatchdogObserver {
    */
   sighting(node: string): { parsed: ParsedRecord; silentMs: number } | undefined {
     const s = this.records.get(node);
-    if (!s || this.syncedAt === undefined) return undefined;
-    return { parsed: s.parsed, silentMs: this.mono() - Math.max(s.at, this.syncedAt) };
+    const floor = this.floor();
+    if (!s || floor === undefined) return undefined;
+    return { parsed: s.parsed, silentMs: this.mono() - Math.max(s.at, floor) };
   }
 
   get hasSynced(): boolean {
@@ -127,13 +148,15 @@ export class WatchdogObserver {
     freshRecord: V1Lease | undefined,
     kubeletSilentMs: number | undefined,
   ): WatchdogEvidenceInput | undefined {
-    if (this.syncedAt === undefined) return undefined;
+    const floor = this.floor();
+    if (floor === undefined) return undefined;
     if (freshRecord) this.observe(freshRecord);
     const nowMs = this.mono();
     const nowWall = this.wall();
     for (const [uid, f] of this.fences) if (nowMs - f.lastLookMs > FORGET_FENCE_MS) this.fences.delete(uid);
     let f = this.fences.get(fenceUid);
-    if (f === undefined) {
+    // A window opened before this replica's last gap counted time it could not see: it starts again.
+    if (f === undefined || f.t0Ms < floor) {
       f = { t0Ms: nowMs, t0Wall: nowWall, window: startDoubtWindow(nowMs, nowWall), lastLookMs: nowMs };
       this.fences.set(fenceUid, f);
     }
@@ -149,11 +172,13 @@ export class WatchdogObserver {
       window: f.window,
       nowMs,
       kubeletSilentMs,
-      recordSilentMs: own ? nowMs - Math.max(own.at, this.syncedAt) : undefined,
+      recordSilentMs: own ? nowMs - Math.max(own.at, floor) : undefined,
     };
   }
 
   /** Per record, the longest silence that overlaps (sinceMs, nowMs]: gaps between renewals seen, and the open one. */
+  // From the first list, not from the end of the last gap: a longer silence of the others only restarts the window
+  // more often (the safe side).
   private silences(sinceMs: number, nowMs: number): AgentSilence[] {
     const out: AgentSilence[] = [];
     for (const [node, s] of this.records) {

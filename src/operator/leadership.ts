@@ -14,6 +14,8 @@ export interface LeadershipHooks {
   onStoppedLeading: () => void;
   /** The lowest epoch this replica may take the Lease with. */
   minEpoch: () => number;
+  /** Each request of the elector answered or failed (kube/sight.ts). */
+  onAnswer?: (ok: boolean, why: string) => void;
 }
 
 export interface OperatorLeadership {
@@ -48,6 +50,7 @@ export function leadershipFor(kc: KubeConfig, cfg: Config, log: Logger, hooks: L
       log,
       onStartedLeading: hooks.onStartedLeading,
       onStoppedLeading: hooks.onStoppedLeading,
+      onAnswer: hooks.onAnswer,
       minEpoch: hooks.minEpoch,
     });
   } else sole = new SoleLeadership();

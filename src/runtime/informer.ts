@@ -46,6 +46,12 @@ export interface InformerOptions<T extends KubernetesObject> {
   transform?: (o: T) => T;
   /** Stream the first list (sendInitialEvents) instead of paging it; `list` stays the fallback. Default false. */
   streamingList?: boolean;
+  /**
+   * Told when the view stops being current (a list or watch failed, a watch went stale, 410 Gone) and when it is
+   * again (the next proof: a list, or a watch answered). A watch that ends normally and is taken up again from its
+   * resourceVersion is no gap: it misses nothing. Heartbeat silence counts only over time seen (kube/sight.ts).
+   */
+  onSight?: (seeing: boolean, why: string) => void;
 }
 
 type Verb = "add" | "update" | "delete";
@@ -88,6 +94,8 @@ export class Informer<T extends KubernetesObject> {
   private lastKick = now();
   private watchdog: NodeJS.Timeout | undefined;
   private synced = false;
+  /** Why the view is not current since the last failure (undefined: no gap since the last proof). */
+  private blind: string | undefined;
   private syncWaiters: (() => void)[] = [];
   /** How many times the informer was restarted after an error or a stale watch. */
   restarts = 0;
@@ -222,6 +230,18 @@ export class Informer<T extends KubernetesObject> {
 
   private proof(): void {
     this.lastProof = now();
+    if (this.blind !== undefined) {
+      const why = this.blind;
+      this.blind = undefined;
+      this.o.onSight?.(true, `${this.path} current again after: ${why}`);
+    }
+  }
+
+  /** The view is not current from now until the next proof. */
+  private lost(why: string): void {
+    if (this.blind !== undefined) return;
+    this.blind = why;
+    this.o.onSight?.(false, why);
   }
 
   private async loop(gen: number): Promise<void> {
@@ -256,10 +276,9 @@ export class Informer<T extends KubernetesObject> {
         if (end.kind === "gone") {
           // Too old: relist at once. Said, because a list slower than the apiserver's watch history is this, over and
           // over (a paged list of 150,000 pods took 163 s).
-          this.o.onError?.(
-            new Error(`watch on ${this.path} from resourceVersion ${this.resourceVersion || "(none)"}: 410 Gone, relisting`),
-            0,
-          );
+          const gone = new Error(`watch on ${this.path} from resourceVersion ${this.resourceVersion || "(none)"}: 410 Gone, relisting`);
+          this.lost(gone.message);
+          this.o.onError?.(gone, 0);
           this.resourceVersion = "";
         }
         if (end.kind === "failed" && end.streamUnsupported) {
@@ -273,6 +292,7 @@ export class Informer<T extends KubernetesObject> {
       if (gen !== this.gen) return;
       this.phase = "waiting";
       this.delayMs = this.delayMs ? Math.min(this.delayMs * 2, this.o.backoff.maxMs) : this.o.backoff.initialMs;
+      this.lost(`${this.path}: ${(failure as Error | undefined)?.message ?? String(failure)}`);
       this.o.onError?.(failure, this.delayMs);
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, this.delayMs);
@@ -432,6 +452,7 @@ export class Informer<T extends KubernetesObject> {
     this.current = undefined;
     this.resourceVersion = "";
     this.restarts++;
+    this.lost(err.message);
     this.o.onError?.(err, 0);
     void this.loop(++this.gen);
   }

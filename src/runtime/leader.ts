@@ -80,6 +80,11 @@ export interface LeaderElectionOptions {
   onStartedLeading: () => void;
   /** Leadership was lost (not released): the process must stop acting at once. */
   onStoppedLeading: () => void;
+  /**
+   * Each request of the elector answered (ok, a conflict included) or failed: asked every retry period, the elector
+   * is how the operator knows the apiserver and etcd could serve writes (kube/sight.ts).
+   */
+  onAnswer?: (ok: boolean, why: string) => void;
   /** Clock, for tests; default performance.now() and Date.now(). */
   now?: () => Instant;
   /**
@@ -208,6 +213,7 @@ export class LeaderElector implements Leadership {
       await this.tryAcquireOrRenew();
     } catch (err) {
       if (this.state !== "following" && this.state !== "leading") return;
+      this.o.onAnswer?.(false, `leader election: ${errorMessage(err)}`);
       const why = isNotFound(err)
         ? `namespace ${this.o.namespace} does not exist: create it (kubectl create namespace ${this.o.namespace}) or pass --leader-election-namespace`
         : errorMessage(err);
@@ -230,6 +236,7 @@ export class LeaderElector implements Leadership {
   private async tryAcquireOrRenew(): Promise<void> {
     const lease = await this.read();
     if (this.state !== "following" && this.state !== "leading") return;
+    this.o.onAnswer?.(true, "");
     // Deleted under us: another replica may be creating it right now.
     if (!lease && this.leading) return this.lose("the Lease was deleted");
     const now = this.now();

@@ -2148,3 +2148,42 @@ describe("issue 28 items 3 and 4: a fence a node condition triggered, and contro
     assert.match(powerOffRefused(fresh(alive(at(999)), "Automatic")) ?? "", /heartbeats again/);
   });
 });
+
+describe("issue 41 item 1: silence counted again after this replica's own gap neither powers off nor cancels", () => {
+  // The node was silent when the fence was decided (its last heartbeat, T0, recorded); then this replica had a gap
+  // (an outage, a change of leader) and has seen the Lease unchanged for only 5 s since.
+  const recorded = { lastHeartbeatTime: stamp(T0) };
+  const readyTrue = () => node("node-1", { ready: "True", bootID: "boot-1", heartbeat: T0 });
+
+  test("Fencing, no heartbeat since the decision, seen silent 5 s of 40: wait, no power-off, no cancel", () => {
+    const step = stepFor(fencing(recorded), { node: readyTrue(), lease: lease("node-1", T0), leaseObservedSilentMs: 5_000 });
+    assert.equal(step.kind, "wait");
+    assert.equal((step as { reason: string }).reason, "SilenceRecounted");
+  });
+  test("Pending, the same: wait before anything runs", () => {
+    const step = stepFor(
+      { ...fencing(recorded), phase: "Pending" },
+      { node: readyTrue(), lease: lease("node-1", T0), leaseObservedSilentMs: 5_000 },
+    );
+    assert.equal(step.kind, "wait");
+  });
+  test("the fresh read right before a power-off refuses it while the silence is being counted again", () => {
+    const o = {
+      fence: fenceOf(fencing(recorded)),
+      node: readyTrue(),
+      lease: lease("node-1", T0),
+      now: at(1000),
+      leaseObservedSilentMs: 5_000,
+    };
+    assert.match(noLongerDue(o) ?? "", /not yet seen it silent/);
+    assert.equal(noLongerDue({ ...o, leaseObservedSilentMs: 40_000 }), undefined, "seen silent for the Lease's 40 s: it may");
+  });
+  test("a renewal since the decision still cancels", () => {
+    const step = stepFor(fencing(recorded), {
+      node: node("node-1", { ready: "True", bootID: "boot-1", heartbeat: T0 }),
+      lease: lease("node-1", at(5)),
+      leaseObservedSilentMs: 1_000,
+    });
+    assert.equal(step.kind, "cancel");
+  });
+});

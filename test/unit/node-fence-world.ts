@@ -122,7 +122,7 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     pvcs: list(() => []),
     podsOn: (n: string) => [...live.values()].filter((p) => p.spec?.nodeName === n),
     // This process saw no Lease go unrenewed for long: only Ready=Unknown makes the node partitioned.
-    leaseSilentForMs: () => 0,
+    leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
     pvcsByKey: () => new Map(),
     volumeAttachments: list(() => []),
     nodes: list(() => [node]),

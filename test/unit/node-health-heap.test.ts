@@ -34,7 +34,7 @@ test("a storm-guard hold over 54,000 pods of 900 silent nodes retains less than 
     leases: inf(ls),
     pvcsByKey: () => new Map(),
     podsByNode: podsByNode(pods),
-    leaseSilentForMs: () => 0,
+    leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
     leaseOf: (n: string) => ls.get(n),
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),

@@ -39,7 +39,7 @@ function setup(o: { cached?: V1Node; fresh?: V1Node; persisted?: boolean } = {})
       return podsByNode(this.pods.list());
     },
     // This process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
-    leaseSilentForMs: () => 0,
+    leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
     leaseOf(n: string) {
       return this.leases.get(n);
     },

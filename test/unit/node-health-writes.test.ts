@@ -37,7 +37,7 @@ function setup(o: { nodes?: number; holdCreates?: boolean; leading?: () => boole
       return podsByNode(this.pods.list());
     },
     // This process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
-    leaseSilentForMs: () => 0,
+    leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
     leaseOf(n: string) {
       return this.leases.get(n);
     },
@@ -223,7 +223,7 @@ test("queued NodeDown writes are held one entry per node, not per pod: a storm-g
     leases: inf(ls),
     pvcsByKey: () => new Map(),
     podsByNode: byNode,
-    leaseSilentForMs: () => 0,
+    leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
     leaseOf: (n: string) => ls.get(n),
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),
@@ -283,7 +283,7 @@ test("nodes a pass queues while a drain's last write hangs are written 8 at a ti
     leases: inf(ls),
     pvcsByKey: () => new Map(),
     podsByNode: podsByNode(pods),
-    leaseSilentForMs: () => 0,
+    leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
     leaseOf: (n: string) => ls.get(n),
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),
