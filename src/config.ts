@@ -2,6 +2,7 @@
 // starts, so a typo stops the operator with a message instead of running it half-configured.
 import { hostname } from "node:os";
 import { parseArgs } from "node:util";
+import { DEFAULT_CLUSTER_MAX_UNHEALTHY_NODES } from "./decide/storm-guard.ts";
 import { timingProblem } from "./runtime/leader-timing.ts";
 
 export interface Config {
@@ -31,6 +32,8 @@ export interface Config {
   historyPerNode: number;
   /** Fence history: ended FenceRecords older than this many days are deleted. */
   historyMaxAgeDays: number;
+  /** The cluster-wide storm guard: how many of all the nodes (count, or "N%") may be silent before every policy holds. */
+  clusterMaxUnhealthyNodes: number | string;
 }
 
 export const USAGE = `Usage: npm start -- [flags]   (or: node dist/main.js [flags])
@@ -58,6 +61,9 @@ Flags (environment variable in brackets):
   --webhook-secret NAME           Secret (operator's namespace) keeping the webhooks' CA and certificate [STOCKADE_WEBHOOK_SECRET] (default stockade-webhook-tls)
   --history-per-node N            ended fence episodes (FenceRecords) kept per node, 1-1000 [STOCKADE_HISTORY_PER_NODE] (default 20)
   --history-max-age-days N        ended fence episodes older than this are deleted, 1-3650 [STOCKADE_HISTORY_MAX_AGE_DAYS] (default 400)
+  --cluster-max-unhealthy-nodes N|P%  more of all the cluster's nodes silent than this (a count, or a percentage
+                                  of the nodes, at least 1) holds every policy's fencing back
+                                  [STOCKADE_CLUSTER_MAX_UNHEALTHY_NODES] (default 50%)
   --instance-id ID                reported in Events; with a random suffix, the leader-election identity [POD_NAME] (default: the hostname)
   -h, --help                      print this help
 `;
@@ -78,6 +84,15 @@ function bindAddress(flag: string, raw: string): Config["healthBindAddress"] {
   if (!m || port > 65535)
     throw new ConfigError(`invalid ${flag} "${raw}": expected HOST:PORT (e.g. 0.0.0.0:8081, 127.0.0.1:0) or 0 to disable`);
   return { host: m[1] || "0.0.0.0", port };
+}
+
+/** A count of nodes (1-100000) or a percentage of them (1%-100%): the storm guard's limit. */
+function nodeLimit(name: string, raw: string): number | string {
+  const v = raw.trim();
+  const pct = /^(\d{1,3})%$/.exec(v);
+  if (pct && Number(pct[1]) >= 1 && Number(pct[1]) <= 100) return v;
+  if (/^\d{1,6}$/.test(v) && Number(v) >= 1 && Number(v) <= 100_000) return Number(v);
+  throw new ConfigError(`invalid ${name} "${raw}": expected a whole number of nodes from 1 to 100000, or a percentage from 1% to 100%`);
 }
 
 function bool(name: string, raw: string): boolean {
@@ -120,6 +135,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
         "webhook-secret": { type: "string" },
         "history-per-node": { type: "string" },
         "history-max-age-days": { type: "string" },
+        "cluster-max-unhealthy-nodes": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -183,5 +199,9 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config | un
     webhookSecret,
     historyPerNode: seconds("history-per-node", "STOCKADE_HISTORY_PER_NODE", "20", 1, 1000),
     historyMaxAgeDays: seconds("history-max-age-days", "STOCKADE_HISTORY_MAX_AGE_DAYS", "400", 1, 3650),
+    clusterMaxUnhealthyNodes: nodeLimit(
+      "--cluster-max-unhealthy-nodes",
+      values["cluster-max-unhealthy-nodes"] ?? env.STOCKADE_CLUSTER_MAX_UNHEALTHY_NODES ?? DEFAULT_CLUSTER_MAX_UNHEALTHY_NODES,
+    ),
   };
 }

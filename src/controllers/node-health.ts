@@ -35,6 +35,8 @@ export interface NodeHealthDeps {
   inflight?: InFlight;
   /** A create that waited for a slot starts only while this replica leads (creating a fence is not destructive). */
   leadership?: Leadership;
+  /** The cluster-wide storm guard's limit (--cluster-max-unhealthy-nodes); undefined: its default. */
+  clusterMaxUnhealthyNodes?: number | string;
 }
 
 type NodeDownChange = FleetDecision["nodeDown"][number];
@@ -166,6 +168,7 @@ export class NodeHealthController {
       policies: c.policies.list(),
       fences: this.fencesWithCreating(),
       watchStalenessSeconds: c.heartbeatStalenessSeconds(),
+      clusterMaxUnhealthyNodes: this.d.clusterMaxUnhealthyNodes,
       memo: this.memo,
       nodeDownFirstOnly: true,
     });
@@ -675,7 +678,8 @@ function canonical(v: unknown): string {
 // A FencingPolicy's conditions, from one pass's decision (set in this order: StormGuard, DryRun, Ready, QuorumGuard).
 type PolicyCondition = Omit<Condition, "lastTransitionTime">;
 
-function stormGuardCondition(s: PolicyState, gen: number | undefined): PolicyCondition {
+/** The StormGuard condition of a policy's state (exported: the decision's tests replay it from pass to pass). */
+export function stormGuardCondition(s: PolicyState, gen: number | undefined): PolicyCondition {
   const hold = s.holds[0];
   return hold
     ? {

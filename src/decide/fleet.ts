@@ -22,7 +22,7 @@ import {
 } from "./node-conditions.ts";
 import { quorumRefusal } from "./quorum.ts";
 import { governingPolicy, matchesSelector } from "./selectors.ts";
-import { evaluateGuards, type Hold } from "./storm-guard.ts";
+import { clusterStorm, evaluateGuards, type Hold } from "./storm-guard.ts";
 
 export { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
 
@@ -44,6 +44,11 @@ export interface FleetInput {
   /** NodeFences by name (= node name). */
   fences: ReadonlyMap<string, NodeFence>;
   watchStalenessSeconds: number;
+  /**
+   * How many of all the nodes (count, or percentage) may be silent before every policy holds (the cluster-wide storm
+   * guard, storm-guard.ts clusterStorm; the operator's --cluster-max-unhealthy-nodes). Default 50%.
+   */
+  clusterMaxUnhealthyNodes?: number | string;
   /** The operator's monotonic clock (ms, performance.now()); undefined where there is none (the CLI). */
   mono?: number;
   /** What the last pass saw of trigger conditions held (FleetDecision.sightings); absent: only the policies' status. */
@@ -364,6 +369,9 @@ export function decideFleet(i: FleetInput): FleetDecision {
 
   const create: FenceIntent[] = [];
   const policies = new Map<string, PolicyState>();
+  // Over every node seen, whatever policy selects it: held by every policy (its StormGuard condition, so that a node
+  // still silent when the storm ends waits again from its end, as after a policy's own storm).
+  const storm = clusterStorm(healths, i.clusterMaxUnhealthyNodes);
   for (let pk = 0; pk < i.policies.length; pk++) {
     const policy = i.policies[pk]!;
     const pname = policy.metadata?.name ?? "";
@@ -396,9 +404,11 @@ export function decideFleet(i: FleetInput): FleetDecision {
       activeFences: active,
       watchStalenessSeconds: i.watchStalenessSeconds,
     });
+    // The policy's own holds first: the StormGuard condition's reason is the first hold's.
+    const holds = storm ? [...verdict.holds, storm] : verdict.holds;
     const state: PolicyState = {
       // A copy: zone holds are added below for reporting, and must not turn into holds on every later candidate.
-      holds: [...verdict.holds],
+      holds: [...holds],
       partitioned: selected.filter((k) => healths[k]!.state === "Partitioned").map(nameAt),
       raisedTimeouts: selected.flatMap((k) => {
         const h = healths[k]!;
@@ -414,7 +424,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
     policies.set(pname, state);
     let slots = verdict.slots;
     // One string shared by every held node's decision, not a copy each.
-    const held = verdict.holds.map((h) => h.message).join("; ");
+    const held = holds.map((h) => h.message).join("; ");
     for (const c of orderCandidates(candidates.get(pname) ?? [])) {
       const d = (verdict: Verdict, message: string) =>
         decisions.push({
@@ -436,7 +446,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
         d("ControlPlane", `${refused}; would fence: ${c.why}`);
         state.controlPlane.push({ node: c.node, message: refused });
       } else if (policy.spec.paused) d("Paused", `FencingPolicy ${pname} is paused; would fence: ${c.why}`);
-      else if (verdict.holds.length) d("Held", held);
+      else if (holds.length) d("Held", held);
       else if (stormInStatus(policy)) {
         // The storm ends now (its end is recorded in the policy's status by this pass): its wait starts now.
         d("Waiting", `the storm guard lifts now; guarded pods wait again from now before ${c.node} is fenced`);

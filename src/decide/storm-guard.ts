@@ -2,6 +2,7 @@
 // like a network or control-plane failure, not dead machines: fencing then would turn an outage of the
 // control plane into an outage of the workloads. The guard holds, and says why.
 import { nameList } from "./name-list.ts";
+import type { NodeHealth } from "./node-health.ts";
 
 export interface Guards {
   maxConcurrentFences?: number;
@@ -27,7 +28,7 @@ export interface GuardInput {
   watchStalenessSeconds: number;
 }
 
-export type Hold = { reason: "TooManyUnhealthyNodes" | "WatchesStale" | "ZonePartitioned"; message: string };
+export type Hold = { reason: "TooManyUnhealthyNodes" | "WatchesStale" | "ZonePartitioned" | "ClusterStorm"; message: string };
 
 export interface GuardVerdict {
   /** Holds that stop all fencing under this policy. */
@@ -89,4 +90,47 @@ export function evaluateGuards(i: GuardInput): GuardVerdict {
   }
   const slots = holds.length ? 0 : Math.max(0, (g.maxConcurrentFences ?? 1) - i.activeFences);
   return { holds, blocked, slots };
+}
+
+/**
+ * The cluster-wide limit's default (the operator's --cluster-max-unhealthy-nodes): half of the nodes, as a policy's
+ * maxUnhealthyNodes, so that a policy selecting every node holds at the same count with or without it, and one dead
+ * node of a 1-, 2- or 3-node cluster is still fenced (the limit is at least 1).
+ */
+export const DEFAULT_CLUSTER_MAX_UNHEALTHY_NODES = "50%";
+
+/**
+ * Whether a node counts as silent for the cluster-wide storm guard: no heartbeat for the timeout, or two renewals of
+ * its Lease missed (nodes cut off at one moment renewed last up to one renewal apart: the first is due before the
+ * others are silent, but they all lag by then), or Ready=Unknown (the node controller saw it silent). A node that
+ * writes Ready=False is talking: it says nothing about the network or the observer.
+ */
+export const silentForStorm = (h: Pick<NodeHealth, "silent" | "lagging" | "ready">): boolean =>
+  h.silent || h.lagging || h.ready === "Unknown";
+
+/**
+ * The cluster-wide storm guard. A policy's own guard counts the nodes it selects, so a policy of one node never
+ * trips it, and a small policy does not see the rest of the cluster go silent around it. Many nodes silent together
+ * anywhere — selected by another policy, by none — say that the network, the control plane or this observer is in
+ * trouble, which none of the silent nodes can be told apart from: while more than `limit` of all the nodes the
+ * operator sees are silent, every policy holds.
+ */
+export function clusterStorm(
+  nodes: readonly Pick<NodeHealth, "name" | "silent" | "lagging" | "ready">[],
+  limit: number | string | undefined,
+): Hold | undefined {
+  const spec = limit ?? DEFAULT_CLUSTER_MAX_UNHEALTHY_NODES;
+  const max = unhealthyLimit(spec, nodes.length);
+  // Counted first, named only when it holds: this runs over every node on every pass.
+  let count = 0;
+  for (const h of nodes) if (silentForStorm(h)) count++;
+  if (count <= max) return undefined;
+  const names = nodes
+    .filter(silentForStorm)
+    .map((h) => h.name)
+    .sort();
+  return {
+    reason: "ClusterStorm",
+    message: `${count} of the cluster's ${nodes.length} nodes are silent (${nameList(names)}), more than the operator's --cluster-max-unhealthy-nodes ${spec} = ${max}: nodes going silent together, whatever policy selects them, look like a network, control-plane or observer failure; nothing is fenced until it ends`,
+  };
 }

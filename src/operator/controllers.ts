@@ -57,7 +57,7 @@ export interface OperatorControllers {
 export function buildControllers(o: ControllerDeps): OperatorControllers {
   const { cfg, caches, log, metrics } = o;
   const deps = { kube: o.kube, caches, events: o.events, log, clock: o.clock, metrics, leadership: o.leadership, inflight: o.inflight };
-  const health = new NodeHealthController(deps);
+  const health = new NodeHealthController({ ...deps, clusterMaxUnhealthyNodes: cfg.clusterMaxUnhealthyNodes });
   const history = new FenceHistory({
     kube: o.kube,
     log,

@@ -24,7 +24,10 @@ test("defaults, and flags win over environment variables", () => {
     webhookSecret: "stockade-webhook-tls",
     historyPerNode: 20,
     historyMaxAgeDays: 400,
+    clusterMaxUnhealthyNodes: "50%",
   });
+  assert.equal(parseConfig(["--cluster-max-unhealthy-nodes", "5"], {})!.clusterMaxUnhealthyNodes, 5);
+  assert.equal(parseConfig([], { STOCKADE_CLUSTER_MAX_UNHEALTHY_NODES: "30%" })!.clusterMaxUnhealthyNodes, "30%");
   const h = parseConfig(["--history-per-node", "3"], { STOCKADE_HISTORY_MAX_AGE_DAYS: "30" })!;
   assert.deepEqual([h.historyPerNode, h.historyMaxAgeDays], [3, 30]);
   const w = parseConfig(
@@ -72,6 +75,9 @@ test("bad input is refused with a message naming the flag and what is expected",
     [["--metrics-bind-address", "x"], {}, /invalid --metrics-bind-address "x"/],
     [["--api-request-timeout-seconds", "0"], {}, /invalid --api-request-timeout-seconds "0": expected a whole number from 1 to 600/],
     [[], { STOCKADE_SHUTDOWN_GRACE_SECONDS: "-1" }, /invalid --shutdown-grace-seconds "-1"/],
+    [["--cluster-max-unhealthy-nodes", "0"], {}, /invalid --cluster-max-unhealthy-nodes "0": expected a whole number of nodes from 1/],
+    [["--cluster-max-unhealthy-nodes", "150%"], {}, /or a percentage from 1% to 100%/],
+    [[], { STOCKADE_CLUSTER_MAX_UNHEALTHY_NODES: "half" }, /invalid --cluster-max-unhealthy-nodes "half"/],
     [
       ["--leader-elect-renew-deadline-seconds", "15"],
       {},

@@ -39,6 +39,8 @@ interface World {
   pdbs?: V1PodDisruptionBudget[];
   pvcs?: Map<string, V1PersistentVolumeClaim>;
   watch?: number;
+  /** The cluster-wide storm guard's limit (the operator's --cluster-max-unhealthy-nodes); none: its default. */
+  cluster?: number | string;
   /** How long the operator has seen each Lease's renewTime (monotonic); none: the Lease never counts (see watching). */
   leaseSilentMs?: FleetInput["leaseSilentMs"];
 }
@@ -64,6 +66,7 @@ function decide(now: DateTime, ns: N[], w: World = {}): FleetDecision {
     fences: fenceMap(...(w.fences ?? [])),
     watchStalenessSeconds: w.watch ?? 0,
     leaseSilentMs: w.leaseSilentMs,
+    ...(w.cluster !== undefined ? { clusterMaxUnhealthyNodes: w.cluster } : {}),
   });
   // Every node gets exactly one verdict, and only "Fence" verdicts become intents.
   assert.deepEqual(d.decisions.map((x) => x.node).sort(), ns.map((x) => x.node.metadata?.name ?? "").sort(), "one decision per node");
@@ -412,8 +415,8 @@ describe("decideFleet: policy switches and guards", () => {
     assert.deepEqual(verdicts(d), { "node-1": "Paused", "node-2": "Paused", "node-3": "Healthy" });
     assert.deepEqual(
       d.policies.get("default")?.holds.map((h) => h.reason),
-      ["TooManyUnhealthyNodes"],
-      "the hold is still reported",
+      ["TooManyUnhealthyNodes", "ClusterStorm"],
+      "the holds are still reported (the policy selects every node: the cluster-wide guard holds too)",
     );
   });
 
@@ -426,9 +429,10 @@ describe("decideFleet: policy switches and guards", () => {
     assert.match(decisionOf(d, "node-1").message, /3 of 4 nodes are unhealthy/);
     assert.deepEqual(d.create, []);
     const st = d.policies.get("default");
+    // The policy selects every node: the cluster-wide guard holds too, reported after the policy's own.
     assert.deepEqual(
       st?.holds.map((h) => h.reason),
-      ["TooManyUnhealthyNodes"],
+      ["TooManyUnhealthyNodes", "ClusterStorm"],
     );
     assert.deepEqual(st?.partitioned, ["node-1", "node-2", "node-3"]);
   });
@@ -513,11 +517,14 @@ describe("decideFleet: policy switches and guards", () => {
     assert.deepEqual(d.create, []);
   });
 
-  test("a count limit: maxUnhealthyNodes 3 lets three silent nodes of four be fenced", () => {
+  test("a count limit: maxUnhealthyNodes 3 lets three silent nodes of four be fenced (the cluster-wide limit raised too)", () => {
     const now = at(100);
     const ns = [down("node-1"), down("node-2"), down("node-3"), up("node-4", now)];
     const pods = ["node-1", "node-2", "node-3"].map((n, i) => stsPod(`db-${i}`, { node: n }));
-    const d = decide(now, ns, { pods, policies: [policy("default", { guards: { maxUnhealthyNodes: 3, maxConcurrentFences: 3 } })] });
+    const policies = [policy("default", { guards: { maxUnhealthyNodes: 3, maxConcurrentFences: 3 } })];
+    // These are also three of the cluster's four nodes: more than the cluster-wide default (50% = 2) holds them.
+    assert.deepEqual(decide(now, ns, { pods, policies }).create, []);
+    const d = decide(now, ns, { pods, policies, cluster: 3 });
     assert.deepEqual(d.create.map((c) => c.node).sort(), ["node-1", "node-2", "node-3"]);
   });
 
