@@ -3,17 +3,31 @@
 // (controllers/claim-lock.ts) has granted it every guarded claim. Pure: the server feeds it the cache.
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import { CLAIM_GATE, claimGuard, claimNames, podOptedOut, type ClaimPolicy } from "../decide/claim-lock.ts";
+import { heldWhy, type FenceHold } from "../decide/scope.ts";
 
 export type JsonPatchOp = { op: "add" | "remove" | "replace" | "test"; path: string; value?: unknown };
 
 export type GateAnswer = { allowed: true; gated: boolean; why: string; patch: JsonPatchOp[] } | { allowed: false; message: string };
 
-/** How the admitted pod must change (a gate added, or nothing), or why it is refused. */
-export function gatePod(pod: V1Pod, pvc: (name: string) => V1PersistentVolumeClaim | undefined, policy: ClaimPolicy): GateAnswer {
+/**
+ * How the admitted pod must change (a gate added, or nothing), or why it is refused. `policy`: what the live policies
+ * whose scope has the pod say (undefined: none has it); `held`: the claims a NodeFence that has not ended holds
+ * whatever the policies say (decide/scope.ts, gateClaims).
+ */
+export function gatePod(
+  pod: V1Pod,
+  pvc: (name: string) => V1PersistentVolumeClaim | undefined,
+  policy: ClaimPolicy | undefined,
+  held: readonly FenceHold[] = [],
+): GateAnswer {
   const name = pod.metadata?.name || pod.metadata?.generateName || "pod";
   if (podOptedOut(pod)) return { allowed: true, gated: false, why: "opted out by label stockade.io/guarded=false", patch: [] };
   const guarded = claimNames(pod)
-    .map((c) => ({ c, g: claimGuard(pvc(c), policy) }))
+    .map((c) => {
+      const h = held.find((x) => x.claim === c);
+      const g = policy ? claimGuard(pvc(c), policy) : undefined;
+      return { c, g: g?.guarded || !h ? (g ?? { guarded: false, why: "" }) : { guarded: true, why: heldWhy(h) } };
+    })
     .filter((x) => x.g.guarded);
   if (!guarded.length) return { allowed: true, gated: false, why: "uses no guarded claim", patch: [] };
   const why = guarded.map((x) => `${x.c} (${x.g.why})`).join(", ");

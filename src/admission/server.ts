@@ -13,7 +13,7 @@ import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import type { Logger } from "pino";
 import { fencedSince, heartbeatsNow } from "../decide/claim-lock.ts";
-import { gateScope, guardScope, guardedWhy } from "../decide/scope.ts";
+import { fenceNotEnded, gateClaims, guardScope, guardedWhy } from "../decide/scope.ts";
 import { isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Metrics } from "../metrics.ts";
@@ -152,13 +152,26 @@ export class AdmissionServer {
     const ns = r.namespace ?? pod.metadata?.namespace ?? "";
     pod.metadata = { ...pod.metadata, namespace: ns };
     // Only pods in the scope of a live policy that keeps the claim lock (decide/scope.ts). Until the caches have
-    // synced, every exclusive claim counts as guarded: the gate is lifted later if not.
-    const scope = gateScope(pod, this.d.caches.synced ? this.d.caches.policies.list() : undefined);
-    if (!scope.covered) {
+    // synced, every exclusive claim counts as guarded: the gate is lifted later if not. And, whatever the policies
+    // say, a claim another pod uses on a node whose NodeFence has not ended (a pilot stopped mid-fence: the
+    // replacement must not start beside the instance being fenced); the cache is enough here, since the gate only
+    // delays, and the claim-lock controller lifts it on fresh reads.
+    const { caches } = this.d;
+    const fenced = caches.fences.list().filter(fenceNotEnded);
+    const pods = fenced.flatMap((f) => caches.podsOn(f.metadata?.name ?? "").filter((p) => p.metadata?.namespace === ns));
+    const fences = new Map(fenced.map((f) => [f.metadata?.name ?? "", f]));
+    const { scope, held } = gateClaims({
+      pod,
+      pvc: this.pvcLookup(ns),
+      policies: caches.synced ? caches.policies.list() : undefined,
+      pods,
+      fence: (n) => fences.get(n),
+    });
+    if (!scope.covered && !held.length) {
       this.d.metrics?.admissionRequests.inc({ webhook: "claim-gate", outcome: "allowed" });
       return { uid: r.uid, allowed: true };
     }
-    const answer = gatePod(pod, this.pvcLookup(ns), scope.claims);
+    const answer = gatePod(pod, this.pvcLookup(ns), scope.covered ? scope.claims : undefined, held);
     const name = pod.metadata?.name || `${pod.metadata?.generateName ?? ""}*`;
     if (!answer.allowed) {
       this.d.metrics?.admissionRequests.inc({ webhook: "claim-gate", outcome: "denied" });

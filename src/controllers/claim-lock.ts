@@ -13,7 +13,6 @@ import {
   TOKENS_ANNOTATION,
   TOKEN_ANNOTATION,
   CLAIM_GUARD_ANNOTATION,
-  claimGuard,
   claimNames,
   decideClaim,
   type ClaimDecision,
@@ -26,7 +25,7 @@ import {
   tokenAnnotation,
 } from "../decide/claim-lock.ts";
 import { GUARDED_LABEL } from "../decide/guarded-pods.ts";
-import { gateScope } from "../decide/scope.ts";
+import { fenceHoldNodes, gateClaims, gateScope, heldWhy, type GateClaims } from "../decide/scope.ts";
 import { isNotFound, type Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Metrics } from "../metrics.ts";
@@ -247,14 +246,20 @@ export class ClaimLockController {
     const pod = pods.find((p) => p.metadata?.uid === cached.metadata?.uid);
     if (!pod || !isGated(pod) || pod.metadata?.deletionTimestamp) return;
     // Out of every live policy's scope now (the policy deleted, turned to a dry run, claimLock: false, the pod's
-    // namespace no longer named): no claim of the pod is guarded, and the gate comes off without a grant.
-    const scope = gateScope(pod, caches.policies.list());
+    // namespace no longer named): no claim of the pod is guarded, and the gate comes off without a grant — unless
+    // another pod uses the claim on a node whose NodeFence has not ended (fresh reads): then it comes off only by a
+    // grant, whatever the policies say now (decide/scope.ts, gateClaims).
+    const policies = caches.policies.list();
     // In scope after all (its labels changed since the cached copy), with a claim not read: look again later.
-    if (scope.covered && claims.some((c) => !c)) return { requeueAfterMs: RECHECK_MS };
-    const guarded = scope.covered ? claims.filter((c): c is V1PersistentVolumeClaim => !!c && claimGuard(c, scope.claims).guarded) : [];
-    await this.warnIgnoredOptOuts(key, namespace, scope.covered ? claims : []);
+    if (gateScope(pod, policies).covered && claims.some((c) => !c)) return { requeueAfterMs: RECHECK_MS };
+    const byName = new Map(claims.flatMap((c) => (c ? [[c.metadata?.name ?? "", c] as const] : [])));
+    const input = { pod, pvc: (n: string) => byName.get(n), policies, pods };
+    const fences = new Map(await Promise.all(fenceHoldNodes(input).map(async (n) => [n, await kube.getNodeFence(n)] as const)));
+    const gate = gateClaims({ ...input, fence: (n) => fences.get(n) });
+    const guarded = gate.guarded.flatMap((g) => (byName.get(g.claim) ? [byName.get(g.claim)!] : []));
+    await this.warnIgnoredOptOuts(key, namespace, gate.scope.covered ? claims : []);
     const users = await this.readUserNodes(pod, pods, guarded);
-    const granted = await this.grantClaims({ key, pod, pods, guarded, users, run, started });
+    const granted = await this.grantClaims({ key, pod, pods, guarded, users, run, started, gate });
     if ("requeueAfterMs" in granted) return granted;
     const tGrant = performance.now();
     // The grants' Events only once the gate's write is answered (or failed): they are not on the pod's way to its
@@ -358,8 +363,10 @@ export class ClaimLockController {
     users: UserNodes;
     run: Run;
     started: number;
+    /** Which claims only a NodeFence keeps guarded, and what the policies say now (for the wait's Event). */
+    gate: Pick<GateClaims, "held" | "scope">;
   }): Promise<{ requeueAfterMs: number } | { tokens: Record<string, number>; later: (() => Promise<void>)[] }> {
-    const { key, pod, pods, guarded, run, started } = a;
+    const { key, pod, pods, guarded, run, started, gate } = a;
     const { fencedNodesFor, heartbeatingNodes } = a.users;
     const { events, log } = this.d;
     const namespace = key.slice(0, key.indexOf("/"));
@@ -383,13 +390,18 @@ export class ClaimLockController {
               events.record(pvcRef(pvc), "Warning", "ClaimLockInvalid", decision.message),
             ]);
             return { requeueAfterMs: RECHECK_MS };
-          case "wait":
+          case "wait": {
             // Shared with the claim's other waiters, unless something touched the claim since these reads began.
             if (!run.dirty && decision.live.length)
               this.waits.set(`${namespace}/${claim}`, { at: started, live: new Set(decision.live), message: decision.message });
-            this.told.set(key, decision.message);
-            await events.record(podRef(pod), "Normal", "WaitingForClaim", decision.message);
+            // Kept only because a fence has not ended: say so, the administrator may expect the gate gone with the policy.
+            const held = gate.held.find((h) => h.claim === claim);
+            const message = held ? `${decision.message}. Claim ${claim}: ${heldWhy(held)} (${gate.scope.why})` : decision.message;
+            if (held && this.told.get(key) !== message) log.info({ pod: key, claim, fence: held.node, phase: held.phase }, message);
+            this.told.set(key, message);
+            await events.record(podRef(pod), "Normal", held ? "GateKeptByFence" : "WaitingForClaim", message);
             return { requeueAfterMs: RECHECK_MS };
+          }
           case "grant":
             tokens[claim] = await this.grant(key, pod, pvc, decision, later);
             break;

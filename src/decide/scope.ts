@@ -6,12 +6,14 @@
 //     NodeFence of its node is under way, whatever the policies say now: Stockade is fencing that node and releases
 //     the pod itself.
 //   - The claim gate, called before the pod has a node, covers a pod in the scope of any live policy that keeps the
-//     claim lock (claimLock).
-// No FencingPolicy, or only dry runs: nothing is guarded or gated. Pure: the webhooks feed it their cache (policies)
-// and fresh reads (the pod's Node and NodeFence).
+//     claim lock (claimLock) — and, whatever the policies say now, holds a claim that another pod uses on a node whose
+//     NodeFence has not ended (gateClaims): that instance may still write until the fence proves it dead.
+// No FencingPolicy, or only dry runs, and no fence under way: nothing is guarded or gated. Pure: the webhooks feed it
+// their cache (policies) and fresh reads (the pod's Node and NodeFence); the claim-lock controller its fresh reads.
 import type { V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import type { FencingPolicy, FencingPolicySpecGuardedPods, NodeFence } from "../api/v1alpha1.ts";
-import { claimGuard, claimNames, type ClaimPolicy } from "./claim-lock.ts";
+import { claimGuard, claimNames, podOptedOut, type ClaimPolicy } from "./claim-lock.ts";
+import { HOLDING_PHASES } from "./fleet.ts";
 import { GUARDED_LABEL, inPodScope, isGuarded, type GuardedPodsPolicy } from "./guarded-pods.ts";
 import { governingPolicy } from "./selectors.ts";
 
@@ -160,3 +162,111 @@ export function gateScope(pod: V1Pod, policies: readonly FencingPolicy[] | undef
     claims: { readWriteOnceVolumes: mine.some((p) => p.spec.guardedPods?.readWriteOnceVolumes ?? true) },
   };
 }
+
+/**
+ * A claim of a gated pod that a NodeFence holds: another pod uses it on a node whose fence has not ended, so the gate
+ * stays whatever the policies say now and comes off only by a grant (the claim lock's own proof: that instance gone,
+ * or its node confirmed fenced).
+ */
+export interface FenceHold {
+  claim: string;
+  /** The pod that uses the claim on the fenced node. */
+  user: string;
+  node: string;
+  /** The NodeFence's phase ("Pending" while it has none written yet). */
+  phase: string;
+}
+
+export interface GateClaimsInput {
+  /** The gated pod (or the pod being created). */
+  pod: V1Pod;
+  /** Claims of the pod's namespace, by name; undefined when not found. */
+  pvc: (name: string) => V1PersistentVolumeClaim | undefined;
+  /** Every FencingPolicy (the cache); undefined until the cache has synced. */
+  policies: readonly FencingPolicy[] | undefined;
+  /**
+   * Pods that may use the pod's claims: the controller's fresh list of the namespace, or the webhook's cached pods of
+   * the nodes being fenced. Pods of other namespaces are ignored.
+   */
+  pods: readonly V1Pod[];
+  /** The NodeFence of a node (named after it): read fresh by the controller for the nodes fenceHoldNodes names. */
+  fence: (node: string) => NodeFence | undefined;
+}
+
+export interface GateClaims {
+  /** What the policies say now. */
+  scope: GateScope;
+  /** The claims the pod must be granted before its gate comes off, in claim-name order, with why each is guarded. */
+  guarded: { claim: string; why: string }[];
+  /** Of those, the ones only a NodeFence keeps guarded: the policies alone would let them go without a grant. */
+  held: FenceHold[];
+}
+
+/**
+ * Where the policies alone would not guard a claim of the pod but a fence could: the claim (exclusive, or opted in
+ * by annotation: the claims the lock guards with the defaults) and the other pods bound to a node that use it. A
+ * fence's snapshot does not narrow this (its pod scope and readWriteOnceVolumes were a policy's word too, and the
+ * gate errs towards staying: a pod held here waits only for what a live policy's gate would wait for).
+ */
+function fenceCandidates(i: Omit<GateClaimsInput, "fence">, scope: GateScope): { claim: string; user: string; node: string }[] {
+  if (podOptedOut(i.pod)) return [];
+  const ns = i.pod.metadata?.namespace ?? "";
+  const uid = i.pod.metadata?.uid;
+  const out: { claim: string; user: string; node: string }[] = [];
+  for (const claim of claimNames(i.pod)) {
+    const pvc = i.pvc(claim);
+    if (!pvc || (scope.covered && claimGuard(pvc, scope.claims).guarded)) continue;
+    if (!claimGuard(pvc, { readWriteOnceVolumes: true }).guarded) continue;
+    for (const p of i.pods) {
+      const node = p.spec?.nodeName;
+      if (!node || (p.metadata?.namespace ?? "") !== ns || (uid && p.metadata?.uid === uid)) continue;
+      if (claimNames(p).includes(claim)) out.push({ claim, user: p.metadata?.name ?? "", node });
+    }
+  }
+  return out;
+}
+
+/** The nodes whose NodeFence decides whether a claim of the pod is held (read them, then call gateClaims). */
+export function fenceHoldNodes(i: Omit<GateClaimsInput, "fence">): string[] {
+  return [...new Set(fenceCandidates(i, gateScope(i.pod, i.policies)).map((c) => c.node))].sort();
+}
+
+/**
+ * A NodeFence that has not ended: from its creation (no phase yet, Pending, even before it has a snapshot: it is a
+ * request to fence a node that may be silent) through Fencing, Fenced, Releasing, Released and Failed, to Unfencing;
+ * only Unfenced (or the NodeFence's deletion) ends it. Released stays: the machine is held off, and a pod its release
+ * did not delete is still on it (the grant then takes the fence's proof, if it still holds, as for any claim).
+ */
+export const fenceNotEnded = (f: NodeFence | undefined): f is NodeFence => !!f && HOLDING_PHASES.has(f.status?.phase ?? "");
+
+/**
+ * Which claims of a gated pod must be granted before its gate comes off: those the live policies that keep the claim
+ * lock guard for it (gateScope, claimGuard), and — whatever the policies say now (deleted, dry run, claimLock off,
+ * namespaces or podSelector narrowed) — any exclusive or opted-in claim that another pod uses on a node whose
+ * NodeFence has not ended. An administrator who stops a pilot mid-fence (docs/pilot.md) must not let a Deployment's
+ * replacement start on the claim while the old instance, on the node being fenced, may still write: that gate comes
+ * off only by a grant, once that instance is gone or its node is confirmed fenced (decideClaim).
+ */
+export function gateClaims(i: GateClaimsInput): GateClaims {
+  const scope = gateScope(i.pod, i.policies);
+  const guarded = scope.covered
+    ? claimNames(i.pod).flatMap((claim) => {
+        const g = claimGuard(i.pvc(claim), scope.claims);
+        return g.guarded ? [{ claim, why: g.why }] : [];
+      })
+    : [];
+  const held: FenceHold[] = [];
+  for (const c of fenceCandidates(i, scope)) {
+    const f = i.fence(c.node);
+    if (!fenceNotEnded(f) || held.some((h) => h.claim === c.claim)) continue;
+    held.push({ ...c, phase: f.status?.phase || "Pending" });
+  }
+  for (const h of held) guarded.push({ claim: h.claim, why: heldWhy(h) });
+  const order = claimNames(i.pod);
+  guarded.sort((a, b) => order.indexOf(a.claim) - order.indexOf(b.claim));
+  return { scope, guarded, held };
+}
+
+/** Why a fence holds the claim, in words (for Events and logs). */
+export const heldWhy = (h: FenceHold): string =>
+  `pod ${h.user} uses it on node ${h.node}, whose NodeFence is ${h.phase}: the gate stays until that instance is gone or the node is confirmed fenced, whatever the FencingPolicies say now`;

@@ -5,7 +5,9 @@
 //   - a live policy selecting node A for namespace "pilot": the force delete of a guarded pod on A is refused (naming the
 //     policy and `kubectl stockade fence A`), one on node B and one in another namespace go through; a claim pod in
 //     "pilot" is gated, one in another namespace is not; Fence Agents Remediation's own grace-0 delete on A is refused
-//     and names it; forceDeleteGuard: false and claimLock: false turn each off.
+//     and names it; forceDeleteGuard: false and claimLock: false turn each off;
+//   - the pilot stopped (the policy deleted) while a NodeFence of node A is under way: a pod waiting for a claim used on
+//     node A keeps its gate (Event GateKeptByFence), one created then is gated, both let go once the fence is deleted.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Pod } from "@kubernetes/client-node";
@@ -164,5 +166,73 @@ describe("pilot scope: the guard and the gate act only where a live FencingPolic
     });
     assert.equal(await forceDelete("pilot", onA), "");
     assert.deepEqual(await claimPodGates("pilot"), [], "claimLock: false");
+  });
+
+  // Issue 41 item 3: the administrator stops the pilot as this page says (`kubectl delete fencingpolicy default`) while
+  // a NodeFence is under way; the replacement must not start on the RWO claim while the old writer, on the node being
+  // fenced, may still write. Its gate stays (Event GateKeptByFence), a pod created after the deletion is gated too,
+  // and both are let go once the fence has ended (here: deleted).
+  test("stopping the pilot while a NodeFence is under way: a claim used on the fenced node keeps its gate until the fence ends", async () => {
+    const gatesOf = async (name: string) =>
+      ((await bed.lab.core.readNamespacedPod({ name, namespace: "pilot" })).spec?.schedulingGates ?? []).map((g) => g.name);
+    const eventsOf = async (name: string, reason: string) =>
+      (
+        await bed.lab.core.listNamespacedEvent({
+          namespace: "pilot",
+          fieldSelector: `involvedObject.name=${name},reason=${reason}`,
+        })
+      ).items;
+    const writer = (name: string, node?: string): V1Pod => ({
+      metadata: { name },
+      spec: {
+        ...(node ? { nodeName: node } : {}),
+        containers: [{ name: "c", image: "registry.k8s.io/pause:3.10" }],
+        volumes: [{ name: "v", persistentVolumeClaim: { claimName: "fenced" } }],
+      },
+    });
+    await bed.lab.core.createNamespacedPersistentVolumeClaim({
+      namespace: "pilot",
+      body: { metadata: { name: "fenced" }, spec: { accessModes: ["ReadWriteOnce"], resources: { requests: { storage: "1Mi" } } } },
+    });
+    // The old writer, bound to node A (claimLock is still off from the test before: created without the gate).
+    await bed.lab.core.createNamespacedPod({ namespace: "pilot", body: writer("old-writer", nodeA) });
+    await setPolicy({ claimLock: true });
+    // An administrator's fence of node A (the example policy's agents do not exist in the lab: it never gets further).
+    await bed.create("nodefences", { metadata: { name: nodeA }, spec: { nodeName: nodeA } });
+    const status = await waitFor("the operator to take up the NodeFence", async () => (await bed.getFence(nodeA))?.status, {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+    });
+    assert.notEqual(status.phase, "Unfenced", "under way");
+    // The replacement, created while the policy is live: gated, waiting for the old writer.
+    await bed.lab.core.createNamespacedPod({ namespace: "pilot", body: writer("new-writer") });
+    assert.deepEqual(await gatesOf("new-writer"), [CLAIM_GATE]);
+    await waitFor("new-writer waiting for the claim", async () => (await eventsOf("new-writer", "WaitingForClaim"))[0], {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+    });
+    // docs/pilot.md: stop the pilot.
+    await bed.kubectl("delete", "fencingpolicy", "default");
+    const kept = await waitFor("the gate kept, and said why", async () => (await eventsOf("new-writer", "GateKeptByFence"))[0], {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+    });
+    assert.match(kept.message ?? "", new RegExp(`old-writer uses it on node ${nodeA}, whose NodeFence is`));
+    await new Promise((r) => setTimeout(r, 2_000));
+    assert.deepEqual(await gatesOf("new-writer"), [CLAIM_GATE], "still gated with no policy at all");
+    // A pod created now, with no policy: gated by the fence alone.
+    const late = await bed.lab.core.createNamespacedPod({ namespace: "pilot", body: writer("late-writer") });
+    assert.deepEqual(
+      (late.spec?.schedulingGates ?? []).map((g) => g.name),
+      [CLAIM_GATE],
+      "gated at creation",
+    );
+    // The fence ends (deleted): no policy, so the usual outcome — both let go without a grant.
+    await bed.kubectl("delete", "nodefence", nodeA, "--timeout=60s");
+    for (const name of ["new-writer", "late-writer"])
+      await waitFor(`${name} let go`, async () => ((await gatesOf(name)).length === 0 ? true : undefined), {
+        timeoutMs: 30_000,
+        intervalMs: 250,
+      });
   });
 });

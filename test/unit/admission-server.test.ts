@@ -6,11 +6,13 @@ import assert from "node:assert/strict";
 import { request } from "node:https";
 import { pino } from "pino";
 import { DateTime } from "luxon";
-import type { V1Pod } from "@kubernetes/client-node";
+import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { NodeFence } from "../../src/api/v1alpha1.ts";
+import { CLAIM_GATE } from "../../src/decide/claim-lock.ts";
 import { renew } from "../../src/admission/certificates.ts";
-import { AdmissionServer, FORCE_DELETE_PATH, MAX_FRESH_CHECKS, type AdmissionDeps } from "../../src/admission/server.ts";
+import { AdmissionServer, FORCE_DELETE_PATH, GATE_PATH, MAX_FRESH_CHECKS, type AdmissionDeps } from "../../src/admission/server.ts";
 import { FORCE_DELETE_ANNOTATION } from "../../src/admission/force-delete.ts";
-import { pod, policy } from "./decide-fixtures.ts";
+import { fence, pod, policy, pvc } from "./decide-fixtures.ts";
 
 const NOW = DateTime.fromISO("2026-01-01T00:10:00Z", { zone: "utc" });
 const tls = renew({}, "ca", ["127.0.0.1"], new Date("2026-01-01T00:00:00Z"));
@@ -51,12 +53,16 @@ const kube = new Proxy(
   recordAll(""),
 );
 let policies = [policy("default")];
+let fences: NodeFence[] = [];
+const bound = new Map<string, V1Pod[]>();
+const claims = new Map<string, V1PersistentVolumeClaim>();
 const caches = {
   synced: true,
-  pvcs: { list: () => [], get: () => undefined },
+  pvcs: { list: () => [], get: (name: string) => claims.get(name) },
   // A live policy that selects every node: the guard covers node-2 (decide/scope.ts).
   policies: { list: () => policies },
-  fences: { list: () => [] },
+  fences: { list: () => fences },
+  podsOn: (node: string) => bound.get(node) ?? [],
 };
 // The recorder the server was built with before: anything it records is a write on behalf of the caller.
 const recorder = new Proxy(
@@ -91,18 +97,21 @@ interface Answer {
   };
 }
 
-function review(request_: Record<string, unknown>): Promise<Answer> {
+interface GateAnswer {
+  response: { allowed: boolean; patch?: string; status?: { code: number; message: string } };
+}
+
+function review(request_: Record<string, unknown>): Promise<Answer>;
+function review(request_: Record<string, unknown>, path: typeof GATE_PATH): Promise<GateAnswer>;
+function review(request_: Record<string, unknown>, path = FORCE_DELETE_PATH): Promise<Answer | GateAnswer> {
   const [host, port] = [addr.slice(0, addr.lastIndexOf(":")), Number(addr.slice(addr.lastIndexOf(":") + 1))];
   const body = JSON.stringify({ apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview", request: { uid: "u-1", ...request_ } });
   return new Promise((resolve, reject) => {
-    const req = request(
-      { host, port, path: FORCE_DELETE_PATH, method: "POST", ca: tls["ca.crt"], headers: { "content-type": "application/json" } },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve(JSON.parse(Buffer.concat(chunks).toString("utf8")) as Answer));
-      },
-    );
+    const req = request({ host, port, path, method: "POST", ca: tls["ca.crt"], headers: { "content-type": "application/json" } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve(JSON.parse(Buffer.concat(chunks).toString("utf8")) as Answer));
+    });
     req.on("error", reject);
     req.end(body);
   });
@@ -217,5 +226,60 @@ describe("the force-delete webhook writes nothing to the API", () => {
     assert.equal(answers.filter((a) => a.response.status?.code === 429).length, 5);
     assert.ok(answers.every((a) => !a.response.allowed));
     assert.deepEqual(writes(), []);
+  });
+});
+
+// Issue 41 item 3: the administrator deletes the FencingPolicy while a NodeFence is Fencing; the Deployment's
+// replacement, created after, must not start on the RWO claim while the old instance on the node being fenced may
+// still write. The gate webhook gates it whatever the policies say; once the fence has ended, as before.
+describe("the claim-gate webhook: a claim used on a node whose NodeFence has not ended is gated whatever the policies say", () => {
+  const replacement = () => {
+    const p = pod("app-new", { claims: ["data"] });
+    delete p.spec!.nodeName;
+    delete p.metadata!.uid;
+    return p;
+  };
+  const create = (p: V1Pod) => review({ operation: "CREATE", kind: { kind: "Pod" }, namespace: "default", object: p }, GATE_PATH);
+  const gates = (a: GateAnswer) =>
+    a.response.patch ? (JSON.parse(Buffer.from(a.response.patch, "base64").toString("utf8")) as { value: unknown }[]) : [];
+  const held = [{ value: [{ name: CLAIM_GATE }] }];
+
+  test("no policy (deleted), a dry run, its namespaces narrowed: the replacement is gated while the holder's node is being fenced", async () => {
+    const saved = policies;
+    try {
+      claims.set("data", pvc("data", ["ReadWriteOnce"]));
+      bound.set("node-2", [pod("app-old", { claims: ["data"], node: "node-2" })]);
+      for (const phase of ["Fencing", "Pending", "Fenced", "Releasing", "Released", "Failed", "Unfencing"] as const) {
+        fences = [fence("node-2", { phase, policySnapshot: { escalation: [], guardedPods: {} } })];
+        for (const now of [[], [policy("default", { dryRun: true })], [policy("default", { guardedPods: { namespaces: ["other"] } })]]) {
+          policies = now;
+          const a = await create(replacement());
+          assert.equal(a.response.allowed, true);
+          assert.deepEqual(
+            gates(a).map((o) => o.value),
+            held.map((o) => o.value),
+            `${phase}, ${JSON.stringify(now.map((p) => p.spec))}`,
+          );
+        }
+      }
+      policies = [];
+      fences = [fence("node-2", { phase: "Unfenced", policySnapshot: { escalation: [], guardedPods: {} } })];
+      assert.deepEqual(gates(await create(replacement())), [], "Unfenced: no policy, no gate");
+      fences = [fence("node-2", { phase: "Released", policySnapshot: { escalation: [], guardedPods: {} } })];
+      bound.set("node-2", []);
+      assert.deepEqual(gates(await create(replacement())), [], "Released, the holder released: no policy, no gate");
+      fences = [];
+      bound.set("node-2", [pod("app-old", { claims: ["data"], node: "node-2" })]);
+      assert.deepEqual(gates(await create(replacement())), [], "no NodeFence: no policy, no gate (as before)");
+      fences = [fence("node-2", { phase: "Fencing", policySnapshot: { escalation: [], guardedPods: {} } })];
+      const optedOut = replacement();
+      optedOut.metadata!.labels = { "stockade.io/guarded": "false" };
+      assert.deepEqual(gates(await create(optedOut)), [], "opted out by label");
+    } finally {
+      policies = saved;
+      fences = [];
+      bound.clear();
+      claims.clear();
+    }
   });
 });

@@ -90,6 +90,27 @@ describe("gatePod", () => {
   });
 });
 
+describe("gatePod: claims a NodeFence holds (issue 41 item 3)", () => {
+  const held = [{ claim: "data", user: "app-old", node: "node-1", phase: "Fencing" }];
+  test("no live policy has the pod in scope, a held claim gates it all the same, saying why", () => {
+    const a = gatePod(newPod({ claims: ["data", "shared"] }), lookup, undefined, held);
+    assert.equal(a.allowed && a.gated, true);
+    assert.match(
+      (a as { why: string }).why,
+      /^data \(pod app-old uses it on node node-1, whose NodeFence is Fencing: .*whatever the FencingPolicies say now\)$/,
+    );
+    assert.equal((gatePod(newPod({ claims: ["data"] }), lookup, undefined) as { gated: boolean }).gated, false, "nothing held: not gated");
+  });
+  test("a policy that guards the claim names its own reason; a pod bound at creation is refused; the opt-out label wins", () => {
+    assert.equal((gatePod(newPod({ claims: ["data"] }), lookup, on, held) as { why: string }).why, "data (ReadWriteOnce claim)");
+    const bound = newPod({ claims: ["data"] });
+    bound.spec!.nodeName = "node-2";
+    assert.equal(gatePod(bound, lookup, undefined, held).allowed, false);
+    const out = newPod({ claims: ["data"], labels: { [GUARDED_LABEL]: "false" } });
+    assert.equal((gatePod(out, lookup, undefined, held) as { gated: boolean }).gated, false);
+  });
+});
+
 describe("checkForceDelete", () => {
   const T = new Date("2026-01-01T00:00:00Z");
   const terminated = (name: string) => ({

@@ -1,7 +1,7 @@
 // The claim-lock controller against a scripted API: a competing grant that lands between its reads must never
 // leave two holders. The world changes right after the controller lists the namespace's pods: had it read the
 // claim after that list (as it once did), the new holder would be missing from its list and taken for gone.
-import { test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import { ApiException } from "@kubernetes/client-node";
@@ -9,7 +9,8 @@ import { DateTime } from "luxon";
 import { ClaimLockController } from "../../src/controllers/claim-lock.ts";
 import { CLAIM_GATE, LOCK_ANNOTATION, formatLock, parseLock } from "../../src/decide/claim-lock.ts";
 import { SOLE_LEADER } from "../../src/runtime/leader.ts";
-import { pod as mkPod, policy as mkPolicy, pvc as mkPvc } from "./decide-fixtures.ts";
+import type { FencingPolicy, NodeFence } from "../../src/api/v1alpha1.ts";
+import { fence as mkFence, pod as mkPod, policy as mkPolicy, pvc as mkPvc } from "./decide-fixtures.ts";
 
 function gatedPod(name: string, uid: string): V1Pod {
   const p = mkPod(name, { claims: ["data"], uid });
@@ -419,4 +420,117 @@ test("the grant's Events are written only once the gate's lift is answered (not 
       outcome,
     );
   }
+});
+
+// Issue 41 item 3: a pilot stopped while a NodeFence is under way (docs/pilot.md: `kubectl delete fencingpolicy`, or a
+// dry run, or the namespaces narrowed) must not let the replacement of a pod on the node being fenced start on its
+// claim: the gate stays until the fence ends, and then comes off only the usual way.
+describe("a gate on a claim whose holder's node is being fenced stays, whatever the policies say now", () => {
+  const snapshot = { escalation: [], guardedPods: {} };
+  /** The world: app-old holds the claim (token 1) on node-1, whose NodeFence is `fence`; app-new waits for it. */
+  function fencedWorld(f: NodeFence | undefined, o: { holderGone?: boolean } = {}) {
+    const w = world();
+    const holder = mkPod("app-old", { claims: ["data"], uid: "uid-old", node: "node-1" });
+    holder.metadata!.resourceVersion = "1";
+    w.grantTo(holder);
+    if (o.holderGone) {
+      // Released: the fence broke the lock and force-deleted the pod.
+      w.pods.delete("app-old");
+      w.annotateClaim({ [LOCK_ANNOTATION]: formatLock({ v: 1, token: 1, time: "2026-01-01T00:01:00Z", brokenBy: "NodeFence node-1" }) });
+    }
+    w.pods.set("app-new", gatedPod("app-new", "uid-new"));
+    const reads: string[] = [];
+    (w.kube as { getNodeFence: (n: string) => Promise<NodeFence | undefined> }).getNodeFence = async (n: string) => {
+      reads.push(n);
+      return n === "node-1" ? f : undefined;
+    };
+    return { w, reads };
+  }
+  async function run(w: ReturnType<typeof world>, policies: FencingPolicy[]) {
+    const recorded: { reason: string; message: string }[] = [];
+    const ctl = new ClaimLockController({
+      kube: w.kube as never,
+      caches: {
+        pods: { get: (name: string) => w.pods.get(name), on() {}, list: () => [...w.pods.values()] },
+        policies: { list: () => policies },
+        pvcs: { on() {}, get: () => w.cachedClaim() },
+        fences: { on() {} },
+      } as never,
+      events: {
+        record: async (_ref: unknown, _type: string, reason: string, message: string) => void recorded.push({ reason, message }),
+      } as never,
+      log: { info() {}, warn() {}, error() {}, debug() {} } as never,
+      clock: () => DateTime.now(),
+      leadership: SOLE_LEADER,
+    });
+    await ctl.reconcile("default/app-new");
+    const lock = parseLock(w.claim());
+    assert.ok(lock.ok);
+    return {
+      gated: (w.pods.get("app-new")!.spec!.schedulingGates ?? []).some((g) => g.name === CLAIM_GATE),
+      holder: lock.lock?.holder?.pod,
+      token: lock.lock?.token,
+      recorded,
+    };
+  }
+  const stopped: [string, FencingPolicy[]][] = [
+    ["the policy deleted", []],
+    ["turned to a dry run", [mkPolicy("default", { dryRun: true })]],
+    ["claimLock: false", [mkPolicy("default", { claimLock: false })]],
+    ["its namespaces narrowed", [mkPolicy("default", { guardedPods: { namespaces: ["other"] } })]],
+  ];
+
+  test("the holder's node's NodeFence is Fencing: the gate stays, no grant, and the pod is told why (GateKeptByFence)", async () => {
+    for (const [what, policies] of stopped) {
+      const { w, reads } = fencedWorld(mkFence("node-1", { phase: "Fencing", policySnapshot: snapshot }));
+      const r = await run(w, policies);
+      assert.equal(r.gated, true, `${what}: app-new stays gated`);
+      assert.equal(r.holder, "app-old", `${what}: the claim is not handed over`);
+      assert.ok(reads.includes("node-1"), `${what}: the fence is read fresh`);
+      const told = r.recorded.find((e) => e.reason === "GateKeptByFence");
+      assert.ok(told, `${what}: ${JSON.stringify(r.recorded)}`);
+      assert.match(told.message, /claim data is in use: app-old holds it \(token 1\) on node node-1/);
+      assert.match(told.message, /whose NodeFence is Fencing/);
+      assert.match(told.message, /whatever the FencingPolicies say now/);
+    }
+  });
+
+  test("every phase until the fence ends (Pending, Fenced, Releasing, Failed, Unfencing) keeps it too", async () => {
+    for (const phase of ["Pending", "Fenced", "Releasing", "Failed", "Unfencing"] as const) {
+      const { w } = fencedWorld(mkFence("node-1", { phase, policySnapshot: snapshot }));
+      const r = await run(w, []);
+      assert.equal(r.gated, true, phase);
+      assert.equal(r.holder, "app-old", phase);
+    }
+  });
+
+  test("a paused live policy keeps the lock as before (the usual wait)", async () => {
+    const { w } = fencedWorld(mkFence("node-1", { phase: "Fencing", policySnapshot: snapshot }));
+    const r = await run(w, [mkPolicy("default", { paused: true })]);
+    assert.equal(r.gated, true);
+    assert.ok(r.recorded.some((e) => e.reason === "WaitingForClaim"));
+  });
+
+  test("once the fence has ended the usual outcome: Unfenced, or Released with the holder released, and no policy: lifted without a grant", async () => {
+    for (const [what, f, holderGone] of [
+      ["Unfenced", mkFence("node-1", { phase: "Unfenced", policySnapshot: snapshot }), false],
+      ["Released, the holder released", mkFence("node-1", { phase: "Released", policySnapshot: snapshot }), true],
+      ["no NodeFence", undefined, false],
+    ] as const) {
+      const { w } = fencedWorld(f, { holderGone });
+      const r = await run(w, []);
+      assert.equal(r.gated, false, `${what}: the gate comes off`);
+      assert.equal(r.token, 1, `${what}: no grant (the policies keep no lock)`);
+      assert.equal(r.holder, holderGone ? undefined : "app-old", what);
+      assert.ok(!r.recorded.some((e) => e.reason === "GateKeptByFence"), what);
+    }
+  });
+
+  test("with a live policy, Released with the holder released: granted the next token, as always", async () => {
+    const { w } = fencedWorld(mkFence("node-1", { phase: "Released", policySnapshot: snapshot }), { holderGone: true });
+    const r = await run(w, LIVE);
+    assert.equal(r.gated, false);
+    assert.equal(r.holder, "app-new");
+    assert.equal(r.token, 2);
+  });
 });

@@ -3,10 +3,20 @@
 // fencing (isGuarded).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { V1PersistentVolumeClaim } from "@kubernetes/client-node";
+import type { V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
+import type { FencingPolicy, NodeFence } from "../../src/api/v1alpha1.ts";
 import { GUARDED_LABEL, isGuarded } from "../../src/decide/guarded-pods.ts";
 import { CLAIM_GUARD_ANNOTATION, claimGuard } from "../../src/decide/claim-lock.ts";
-import { describeScope, gateScope, guardScope, guardedWhy, inPodScope, type GuardScopeInput } from "../../src/decide/scope.ts";
+import {
+  describeScope,
+  fenceHoldNodes,
+  gateClaims,
+  gateScope,
+  guardScope,
+  guardedWhy,
+  inPodScope,
+  type GuardScopeInput,
+} from "../../src/decide/scope.ts";
 import { fence, node, pod, policy, pvc, stsPod } from "./decide-fixtures.ts";
 
 const pilot = { matchLabels: { pool: "pilot" } };
@@ -240,5 +250,121 @@ describe("gateScope: the claim gate (no node yet: namespaces and podSelector)", 
       why: "the FencingPolicies are not loaded yet",
       claims: { readWriteOnceVolumes: true },
     });
+  });
+});
+
+// Issue 41 item 3: the administrator stops a pilot (deletes the policy, turns it to a dry run, narrows its namespaces)
+// while a NodeFence is under way; the Deployment's replacement must not start on the RWO claim while the old
+// instance, on the node being fenced, may still write.
+describe("gateClaims: a claim used on a node whose NodeFence has not ended stays gated, whatever the policies say", () => {
+  const holder = pod("app-old", { ns: "shop", claims: ["data"], node: "node-a" });
+  const waiter = () => {
+    const p = pod("app-new", { ns: "shop", claims: ["data", "shared"] });
+    delete p.spec!.nodeName;
+    return p;
+  };
+  const shopClaims = new Map([
+    ["data", pvc("data", ["ReadWriteOnce"], "shop")],
+    ["shared", pvc("shared", ["ReadWriteMany"], "shop")],
+  ]);
+  const fencing = fence("node-a", { phase: "Fencing", policySnapshot: { escalation: [], guardedPods: {} } });
+  const gate = (o: { policies?: FencingPolicy[]; fence?: NodeFence; pods?: V1Pod[]; pod?: V1Pod } = {}) => {
+    const base = { pod: o.pod ?? waiter(), pvc: (n: string) => shopClaims.get(n), policies: o.policies ?? [], pods: o.pods ?? [holder] };
+    const nodes = fenceHoldNodes(base);
+    return { nodes, ...gateClaims({ ...base, fence: (n) => (nodes.includes(n) && n === "node-a" ? (o.fence ?? fencing) : undefined) }) };
+  };
+  const stopped: [string, FencingPolicy[]][] = [
+    ["policy deleted", []],
+    ["dry run", [policy("pilot", { dryRun: true })]],
+    ["claimLock: false", [policy("pilot", { claimLock: false })]],
+    ["namespaces narrowed", [policy("pilot", { guardedPods: { namespaces: ["billing"] } })]],
+    ["podSelector narrowed", [policy("pilot", { guardedPods: { podSelector: { matchLabels: { app: "web" } } } })]],
+    ["readWriteOnceVolumes: false", [policy("pilot", { guardedPods: { readWriteOnceVolumes: false } })]],
+  ];
+
+  test("the holder's node's NodeFence is Fencing: the claim stays guarded (policy deleted, dry run, switched off, narrowed)", () => {
+    for (const [what, policies] of stopped) {
+      const g = gate({ policies });
+      assert.deepEqual(g.nodes, ["node-a"], `${what}: the holder's node's fence is read`);
+      assert.deepEqual(
+        g.guarded.map((x) => x.claim),
+        ["data"],
+        `${what}: the RWO claim stays guarded (the RWX one does not)`,
+      );
+      assert.deepEqual(g.held, [{ claim: "data", user: "app-old", node: "node-a", phase: "Fencing" }], what);
+      assert.match(g.guarded[0]!.why, /pod app-old uses it on node node-a, whose NodeFence is Fencing/);
+      assert.match(g.guarded[0]!.why, /whatever the FencingPolicies say now/);
+    }
+  });
+
+  test("every phase before the fence ends holds (no phase yet, no snapshot yet, Released, Failed, Unfencing); Unfenced does not", () => {
+    for (const phase of ["Pending", "Fencing", "Fenced", "Releasing", "Released", "Failed", "Unfencing"] as const) {
+      const g = gate({ fence: fence("node-a", { phase, policySnapshot: { escalation: [], guardedPods: {} } }) });
+      assert.deepEqual(
+        g.held.map((h) => h.phase),
+        [phase],
+        phase,
+      );
+    }
+    assert.deepEqual(gate({ fence: fence("node-a") }).held[0]?.phase, "Pending", "created, no status yet: a request to fence");
+    assert.deepEqual(gate({ fence: fence("node-a", { phase: "Pending" }) }).held[0]?.phase, "Pending", "no snapshot yet");
+    const ended = gate({ fence: fence("node-a", { phase: "Unfenced", policySnapshot: { escalation: [], guardedPods: {} } }) });
+    assert.deepEqual(ended.held, [], "Unfenced: the usual outcome");
+    assert.deepEqual(ended.guarded, [], "no policy: nothing guarded, the gate comes off without a grant");
+  });
+
+  test("the fence ends for the claim once the holder is released: Released with the holder gone is the usual outcome", () => {
+    const released = fence("node-a", { phase: "Released", policySnapshot: { escalation: [], guardedPods: {} } });
+    const g = gate({ fence: released, pods: [] });
+    assert.deepEqual(g.nodes, [], "no user of the claim on any node: no fence to read");
+    assert.deepEqual(g.held, []);
+    assert.deepEqual(g.guarded, []);
+  });
+
+  test("no fence on the holder's node, or a holder elsewhere: the policies decide, as before", () => {
+    assert.deepEqual(gate({ pods: [pod("app-old", { ns: "shop", claims: ["data"], node: "node-b" })] }).held, [], "node-b has no fence");
+    assert.deepEqual(
+      gate({ pods: [pod("app-old", { ns: "other", claims: ["data"], node: "node-a" })] }).held,
+      [],
+      "another namespace's claim",
+    );
+    const unbound = pod("app-gated", { ns: "shop", claims: ["data"] });
+    delete unbound.spec!.nodeName;
+    assert.deepEqual(gate({ pods: [unbound] }).held, [], "a pod bound nowhere runs nothing");
+  });
+
+  test("the waiting pod opted out by label: never held (the one opt-out)", () => {
+    const out = waiter();
+    out.metadata!.labels = { [GUARDED_LABEL]: "false" };
+    const g = gate({ pod: out });
+    assert.deepEqual([g.nodes, g.held, g.guarded], [[], [], []]);
+  });
+
+  test("a live policy that guards the claim: guarded by the policy, no hold (the grant decides as always); a paused one too", () => {
+    for (const policies of [[policy("pilot")], [policy("pilot", { paused: true })]]) {
+      const g = gate({ policies });
+      assert.deepEqual(g.nodes, [], "no extra read: the claim lock's own reads cover the holder's node");
+      assert.deepEqual(g.held, []);
+      assert.deepEqual(
+        g.guarded.map((x) => x.claim),
+        ["data"],
+      );
+      assert.equal(g.scope.covered, true);
+    }
+  });
+
+  test("a claim opted in by annotation is held whatever its access mode; a plain RWX one never", () => {
+    const rwx = pvc("shared", ["ReadWriteMany"], "shop");
+    rwx.metadata!.annotations = { [CLAIM_GUARD_ANNOTATION]: "true" };
+    const user = pod("app-old", { ns: "shop", claims: ["shared"], node: "node-a" });
+    const p = waiter();
+    const base = { pod: p, pvc: (n: string) => (n === "shared" ? rwx : shopClaims.get(n)), policies: [], pods: [user] };
+    assert.deepEqual(
+      gateClaims({ ...base, fence: () => fencing }).held.map((h) => h.claim),
+      ["shared"],
+    );
+    const plain = { ...base, pvc: (n: string) => shopClaims.get(n) };
+    assert.deepEqual(fenceHoldNodes(plain), []);
+    assert.deepEqual(gateClaims({ ...plain, fence: () => fencing }).held, []);
   });
 });
