@@ -8,6 +8,8 @@
 // (it created it or saw it; never from status: a restarted or newly elected operator starts again, so waits longer).
 // WatchdogExpired holds iff
 //  - the record as last read is valid, for this node, and says armed, with its T and D;
+//  - the record's authority is in force (decide/record-authority.ts): the admission policy that limits each agent to
+//    its own node's record is installed and enforcing, and the record's holder is the node agent's pod on that node;
 //  - neither the kubelet's Lease nor the agent's record changed since t0 (as kube/lease-observer.ts measures: observed
 //    unchanged on the monotonic clock, since the operator's first full list);
 //  - now − windowStart ≥ (D + T)·(1 + ρ) + m, where windowStart is t0, moved to "now" each time a third or more of the
@@ -18,6 +20,7 @@
 
 import { DEFAULT_CONTROL_PLANE_DOWN_SECONDS, SILENCE_SLACK_SECONDS } from "./isolation.ts";
 import type { ParsedRecord } from "./node-agent-record.ts";
+import { authorityRefusal, type RecordAuthority } from "./record-authority.ts";
 
 /** ρ: the operator's clock may run at most 5 % faster than the node agent's and its watchdog's. */
 export const CLOCK_RATE_DRIFT = 0.05;
@@ -111,6 +114,11 @@ export interface WatchdogEvidenceInput {
   node: string;
   /** Its agent record as last read (undefined: none listed). */
   record: ParsedRecord | undefined;
+  /**
+   * The record's authority as the shell checked it with that read (the record policy, the holder pod, both read fresh);
+   * undefined: not checked, which refuses the evidence like a policy not in force.
+   */
+  authority: RecordAuthority | undefined;
   /** Operator monotonic ms when it first saw the NodeFence, and the same on its wall clock (ISO). */
   t0Ms: number;
   t0Wall: string;
@@ -163,6 +171,8 @@ function recordProblem(i: WatchdogEvidenceInput): string | undefined {
   if (r.record.node !== i.node) return `the node agent record read is ${r.record.node}'s, not ${i.node}'s`;
   if (!r.record.armed)
     return `node ${i.node}'s node agent record says its watchdog is not armed: the watchdog agent cannot vouch for it (the next level applies)`;
+  const refused = authorityRefusal(i.node, i.authority);
+  if (refused) return `${refused} (the next level applies)`;
   return undefined;
 }
 

@@ -3,6 +3,8 @@
 // make Stockade force-delete the pods of a node that may still run them. The operator cannot enforce this
 // itself — the apiserver does (manifests/06-admission-policy.yaml) — but it can say loudly when it is missing.
 // Pure part: admissionPolicyProblems. Imperative part: checkAdmissionPolicy (two GETs).
+// The node agent records' policy (decide/record-authority.ts) is read the same way, by RecordPolicyCheck: there the
+// operator does enforce it, by refusing WatchdogExpired while it is not in force.
 import {
   AdmissionregistrationV1Api,
   type KubeConfig,
@@ -10,6 +12,7 @@ import {
   type V1ValidatingAdmissionPolicyBinding,
 } from "@kubernetes/client-node";
 import { GROUP } from "../api/v1alpha1.ts";
+import { RECORD_BINDING, RECORD_POLICY, recordPolicyProblems, resourceMatches } from "../decide/record-authority.ts";
 import { errorMessage, isNotFound, statusCode } from "./api.ts";
 
 /** The ValidatingAdmissionPolicy and its binding, as manifests/06-admission-policy.yaml names them. */
@@ -23,15 +26,6 @@ const INSTALL = "kubectl apply -f manifests/06-admission-policy.yaml (Kubernetes
 const RISK =
   "without it, whoever may update nodefences/status can forge a fence's evidence and whoever may patch nodefences can " +
   "confirm a manual fence, and either makes Stockade force-delete the pods of a node that may still run them";
-
-// A rule's resource pattern against "resource[/subresource]": "*" is every resource but no subresource,
-// "pods/*" every subresource of pods, "*/status" every status subresource, "*/*" everything.
-function resourceMatches(pattern: string, resource: string): boolean {
-  if (pattern === "*/*") return true;
-  const [pr, ps = ""] = pattern.split("/");
-  const [rr, rs = ""] = resource.split("/");
-  return (pr === "*" || pr === rr) && (ps === "*" ? rs !== "" : ps === rs);
-}
 
 /**
  * What keeps the installed policy and binding from guarding NodeFences as the bundle intends, one actionable
@@ -96,13 +90,14 @@ export function admissionPolicyProblems(
   return out;
 }
 
+type Pair =
+  { policy: V1ValidatingAdmissionPolicy | undefined; binding: V1ValidatingAdmissionPolicyBinding | undefined } | { failures: string[] };
+
 /**
- * Reads the policy and its binding and returns admissionPolicyProblems; a read that fails (other than 404)
- * is itself a problem, so the caller always has something to log. Needs `get` on both objects:
- * admissionregistration.k8s.io validatingadmissionpolicies and validatingadmissionpolicybindings, resourceNames
- * [stockade-nodefence-authority].
+ * Reads a policy and its binding (undefined: not found), or the failures (other than 404) that keep the operator from
+ * telling whether they are installed.
  */
-export async function checkAdmissionPolicy(kc: KubeConfig): Promise<string[]> {
+async function readPair(kc: KubeConfig, policyName: string, bindingName: string, rbac: string): Promise<Pair> {
   const api = kc.makeApiClient(AdmissionregistrationV1Api);
   const failures: string[] = [];
   const read = async <T>(kind: string, name: string, get: () => Promise<T>): Promise<T | undefined | null> => {
@@ -112,18 +107,66 @@ export async function checkAdmissionPolicy(kc: KubeConfig): Promise<string[]> {
       if (isNotFound(err)) return undefined;
       failures.push(
         statusCode(err) === 403
-          ? `cannot check that ${kind} ${name} is installed: the operator may not read it (grant get on it; manifests/02-rbac.yaml)`
+          ? `cannot check that ${kind} ${name} is installed: the operator may not read it (grant get on it; ${rbac})`
           : `cannot check that ${kind} ${name} is installed: ${errorMessage(err)}`,
       );
       return null;
     }
   };
-  const policy = await read("ValidatingAdmissionPolicy", ADMISSION_POLICY, () =>
-    api.readValidatingAdmissionPolicy({ name: ADMISSION_POLICY }),
+  const policy = await read("ValidatingAdmissionPolicy", policyName, () => api.readValidatingAdmissionPolicy({ name: policyName }));
+  const binding = await read("ValidatingAdmissionPolicyBinding", bindingName, () =>
+    api.readValidatingAdmissionPolicyBinding({ name: bindingName }),
   );
-  const binding = await read("ValidatingAdmissionPolicyBinding", ADMISSION_BINDING, () =>
-    api.readValidatingAdmissionPolicyBinding({ name: ADMISSION_BINDING }),
-  );
-  if (policy === null || binding === null) return failures;
-  return admissionPolicyProblems(policy, binding);
+  if (policy === null || binding === null) return { failures };
+  return { policy, binding };
+}
+
+/**
+ * Reads the policy and its binding and returns admissionPolicyProblems; a read that fails (other than 404)
+ * is itself a problem, so the caller always has something to log. Needs `get` on both objects:
+ * admissionregistration.k8s.io validatingadmissionpolicies and validatingadmissionpolicybindings, resourceNames
+ * [stockade-nodefence-authority].
+ */
+export async function checkAdmissionPolicy(kc: KubeConfig): Promise<string[]> {
+  const pair = await readPair(kc, ADMISSION_POLICY, ADMISSION_BINDING, "manifests/02-rbac.yaml");
+  return "failures" in pair ? pair.failures : admissionPolicyProblems(pair.policy, pair.binding);
+}
+
+/**
+ * Whether the node agent records' policy is in force (recordPolicyProblems: [] when it is), read from the apiserver:
+ * a read that fails is a problem (cannot tell is not in force). Results younger than the caller's maxAgeMs are shared
+ * (many fences, the agent monitor). Needs `get` on
+ * validatingadmissionpolicies and validatingadmissionpolicybindings, resourceNames [stockade-node-agent-record].
+ */
+export class RecordPolicyCheck {
+  readonly #kc: KubeConfig;
+  readonly #mono: () => number;
+  #last: { atMs: number; problems: string[] } | undefined;
+  #inFlight: { startedMs: number; answer: Promise<string[]> } | undefined;
+
+  constructor(kc: KubeConfig, mono: () => number = () => performance.now()) {
+    this.#kc = kc;
+    this.#mono = mono;
+  }
+
+  /** The problems as read by a request begun at most maxAgeMs before this call (0: begun by this call). */
+  async problems(maxAgeMs = 0): Promise<string[]> {
+    const asked = this.#mono();
+    if (this.#last && asked - this.#last.atMs <= maxAgeMs) return this.#last.problems;
+    if (this.#inFlight && asked - this.#inFlight.startedMs <= maxAgeMs) return this.#inFlight.answer;
+    const startedMs = this.#mono();
+    const answer = readPair(this.#kc, RECORD_POLICY, RECORD_BINDING, "manifests/02-rbac.yaml")
+      .then((pair) => ("failures" in pair ? pair.failures : recordPolicyProblems(pair.policy, pair.binding)))
+      .catch((err: unknown) => [`cannot check the admission policy ${RECORD_POLICY}: ${errorMessage(err)}`]);
+    this.#inFlight = { startedMs, answer };
+    const problems = await answer;
+    if (!this.#last || startedMs >= this.#last.atMs) this.#last = { atMs: startedMs, problems };
+    if (this.#inFlight?.answer === answer) this.#inFlight = undefined;
+    return problems;
+  }
+
+  /** The last answer, for status only (undefined: never read). */
+  get last(): readonly string[] | undefined {
+    return this.#last?.problems;
+  }
 }

@@ -230,6 +230,20 @@ export class Kube {
     }
   }
 
+  /**
+   * A pod in the node agent's namespace, fresh (never the cache): the holder a node agent record names, checked before
+   * the record is evidence (decide/record-authority.ts). undefined when there is none; any other failure throws (the
+   * caller counts "cannot tell" as not the agent).
+   */
+  async readAgentPod(name: string): Promise<V1Pod | undefined> {
+    try {
+      return await this.core.readNamespacedPod({ name, namespace: NODE_AGENT_NAMESPACE });
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
   async readLease(node: string): Promise<V1Lease | undefined> {
     try {
       return await this.coordination.readNamespacedLease({ name: node, namespace: "kube-node-lease" });

@@ -18,6 +18,7 @@
 import type { V1Lease } from "@kubernetes/client-node";
 import type { Sight } from "./sight.ts";
 import { parseNodeAgentRecord, type ParsedRecord } from "../decide/node-agent-record.ts";
+import type { RecordAuthority } from "../decide/record-authority.ts";
 import {
   advanceDoubtWindow,
   doubtControlPlaneDownSeconds,
@@ -139,7 +140,8 @@ export class WatchdogObserver {
   /**
    * One look for a fence: its t0 (set at the first look), its doubt window advanced over what was seen since the
    * previous look, and the evidence input. `freshRecord` is the node's record read from the apiserver right now
-   * (undefined: none); `kubeletSilentMs` how long the node's kubelet Lease has been seen unchanged (LeaseObserver).
+   * (undefined: none); `kubeletSilentMs` how long the node's kubelet Lease has been seen unchanged (LeaseObserver);
+   * `authority` what the shell read of that record's authority with it (undefined: not checked, no evidence).
    * Undefined until the records' first list.
    */
   look(
@@ -147,6 +149,7 @@ export class WatchdogObserver {
     node: string,
     freshRecord: V1Lease | undefined,
     kubeletSilentMs: number | undefined,
+    authority?: RecordAuthority,
   ): WatchdogEvidenceInput | undefined {
     const floor = this.floor();
     if (floor === undefined) return undefined;
@@ -167,6 +170,7 @@ export class WatchdogObserver {
     return {
       node,
       record: own?.parsed,
+      authority,
       t0Ms: f.t0Ms,
       t0Wall: f.t0Wall,
       window: f.window,

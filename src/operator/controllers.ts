@@ -9,6 +9,7 @@ import { FenceAgentController } from "../controllers/fence-agent.ts";
 import { FenceHistory } from "../controllers/fence-history.ts";
 import { NodeFenceController } from "../controllers/node-fence.ts";
 import { NodeHealthController } from "../controllers/node-health.ts";
+import { RecordPolicyCheck } from "../kube/admission-check.ts";
 import { Kube } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Metrics } from "../metrics.ts";
@@ -58,6 +59,8 @@ export function buildControllers(o: ControllerDeps): OperatorControllers {
   const { cfg, caches, log, metrics } = o;
   const deps = { kube: o.kube, caches, events: o.events, log, clock: o.clock, metrics, leadership: o.leadership, inflight: o.inflight };
   const health = new NodeHealthController({ ...deps, clusterMaxUnhealthyNodes: cfg.clusterMaxUnhealthyNodes });
+  // Read before every WatchdogExpired, and by the monitor of watchdog agents (shared, a minute old at most there).
+  const recordPolicy = new RecordPolicyCheck(o.reads);
   const history = new FenceHistory({
     kube: o.kube,
     log,
@@ -65,7 +68,7 @@ export function buildControllers(o: ControllerDeps): OperatorControllers {
     retention: { perNode: cfg.historyPerNode, maxAgeDays: cfg.historyMaxAgeDays },
     liveFences: () => new Set(caches.fences.list().map((f) => f.metadata?.uid ?? "")),
   });
-  const fence = new NodeFenceController({ ...deps, history });
+  const fence = new NodeFenceController({ ...deps, history, recordPolicy });
   const queue = (name: string) => new WorkQueue({ onMetric: metrics.queue(name) });
   const agentQueue = queue("fence-agent");
   const monitor = new AgentMonitor({

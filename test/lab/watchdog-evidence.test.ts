@@ -4,9 +4,24 @@
 // (5 + 5)·1.05 + 5 = 15.5 s): "wd-silent", whose kubelet Lease and agent record stay silent, is fenced with
 // WatchdogExpired no sooner than 15.5 s after the operator started, and its guarded pod is released; "wd-alive", whose
 // agent goes on renewing its record, never is, its status.watchdog saying why. Three other agents renew every 2 s.
+// The record's authority is in force (issue 41 item 5): the admission policy of manifests/node-agent/ is installed,
+// and each record names as holder the pod the node agent's DaemonSet runs on that node (pause pods here).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { CoordinationV1Api, PatchStrategy, setHeaderOptions, type V1Lease } from "@kubernetes/client-node";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import {
+  AdmissionregistrationV1Api,
+  AppsV1Api,
+  CoordinationV1Api,
+  loadAllYaml,
+  PatchStrategy,
+  setHeaderOptions,
+  type V1Lease,
+  type V1ValidatingAdmissionPolicy,
+  type V1ValidatingAdmissionPolicyBinding,
+} from "@kubernetes/client-node";
+import { repoRoot } from "../../lab/bins.ts";
 import { Bed, NS } from "../../lab/bed.ts";
 import { GUARDED_LABEL } from "../../src/decide/guarded-pods.ts";
 import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS as A } from "../../src/decide/node-agent-record.ts";
@@ -15,7 +30,7 @@ const LABEL = "lab.stockade.io/watchdog";
 const KEY = "MCowBQYDK2VwAyEA" + "A".repeat(43) + "=";
 const micro = () => new Date().toISOString().replace("Z", "000Z");
 
-const record = (node: string): V1Lease => ({
+const record = (node: string, holder = `stockade-node-agent-${node}`): V1Lease => ({
   metadata: {
     name: node,
     namespace: NODE_AGENT_NAMESPACE,
@@ -28,7 +43,7 @@ const record = (node: string): V1Lease => ({
       [A.peerAddress]: "10.0.0.1:9443",
     },
   },
-  spec: { holderIdentity: `stockade-node-agent-${node}`, renewTime: micro() as never },
+  spec: { holderIdentity: holder, renewTime: micro() as never },
 });
 
 describe("lab: WatchdogExpired from the operator's own observation (issue 30)", { timeout: 300_000 }, () => {
@@ -75,8 +90,41 @@ describe("lab: WatchdogExpired from the operator's own observation (issue 30)", 
         },
       });
     }
+    // The record policy and its binding, as shipped; the agent's DaemonSet (nothing runs: a kwok lab) for the holders.
+    const admission = bed.lab.kc.makeApiClient(AdmissionregistrationV1Api);
+    const [vap, vapb] = (
+      loadAllYaml(readFileSync(join(repoRoot, "manifests/node-agent/03-admission-policy.yaml"), "utf8")) as object[]
+    ).filter(Boolean) as [V1ValidatingAdmissionPolicy, V1ValidatingAdmissionPolicyBinding];
+    await admission.createValidatingAdmissionPolicy({ body: vap });
+    await admission.createValidatingAdmissionPolicyBinding({ body: vapb });
+    const labels = { "app.kubernetes.io/name": "stockade-node-agent" };
+    await bed.lab.kc.makeApiClient(AppsV1Api).createNamespacedDaemonSet({
+      namespace: NODE_AGENT_NAMESPACE,
+      body: {
+        metadata: { name: "stockade-node-agent" },
+        spec: {
+          selector: { matchLabels: labels },
+          template: {
+            metadata: { labels },
+            spec: {
+              tolerations: [{ operator: "Exists" }],
+              automountServiceAccountToken: false,
+              containers: [{ name: "a", image: "pause" }],
+            },
+          },
+        },
+      },
+    });
+    const holders = new Map<string, string>();
+    const deadline = Date.now() + 60_000;
+    while (!(holders.has("wd-silent") && holders.has("wd-alive"))) {
+      assert.ok(Date.now() < deadline, "the DaemonSet's pods on wd-silent and wd-alive within 60 s");
+      for (const p of (await core.listNamespacedPod({ namespace: NODE_AGENT_NAMESPACE })).items)
+        if (p.spec?.nodeName && p.metadata?.name) holders.set(p.spec.nodeName, p.metadata.name);
+      await new Promise((r) => setTimeout(r, 500));
+    }
     const agents = ["wd-silent", "wd-alive", "peer-a", "peer-b", "peer-c"];
-    for (const n of agents) await leases.createNamespacedLease({ namespace: NODE_AGENT_NAMESPACE, body: record(n) });
+    for (const n of agents) await leases.createNamespacedLease({ namespace: NODE_AGENT_NAMESPACE, body: record(n, holders.get(n)) });
     // Every agent but wd-silent's renews its record every 2 s.
     let renewals = 0;
     renewer = setInterval(() => {

@@ -87,7 +87,8 @@ function operator() {
       t += Math.min(5_000, left);
       for (const n of OTHERS) o.observe(record(n));
     }
-    return watchdogEvidence(o.look("uid-fence-1", "node-1", own.rec, kubeletSilentMs ?? t)!);
+    // The record's authority in force (the shell reads it: controllers/node-fence/observe.ts readRecordAuthority).
+    return watchdogEvidence(o.look("uid-fence-1", "node-1", own.rec, kubeletSilentMs ?? t, { policy: [] })!);
   };
   look(0); // the first look at the fence: t0
   return { look, own };

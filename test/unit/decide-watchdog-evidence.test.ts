@@ -32,6 +32,8 @@ function input(o: Partial<WatchdogEvidenceInput> = {}): WatchdogEvidenceInput {
   return {
     node: "n1",
     record: parseNodeAgentRecord(recordLease("n1")),
+    // In force: the record policy enforcing, the holder the node agent's pod on n1 (decide-record-authority.test.ts).
+    authority: { policy: [] },
     t0Ms: T0,
     t0Wall: T0_WALL,
     window: startDoubtWindow(T0, T0_WALL),

@@ -43,6 +43,32 @@ export interface WorldOptions {
   /** The node agent record a fresh read returns (logged "read agent record"); and the observer of the records. */
   agentRecord?: () => V1Lease | undefined;
   watchdogObserver?: WatchdogObserver;
+  /**
+   * The pods of the node agent's namespace a fresh read finds (logged "read agent pod <name>"); default: the agent's
+   * pod on node-1, stockade-node-agent-node-1 (the holder decide-fixtures' agentRecord names), of its DaemonSet.
+   */
+  agentPods?: () => V1Pod[];
+  /** What a fresh read of the record policy finds wrong (logged "read record policy"); default [] (in force). */
+  recordPolicy?: () => string[];
+  /** How long this process has seen node-1's kubelet Lease unrenewed (default 0). */
+  leaseSilentForMs?: () => number;
+}
+
+/** A pod of the node agent's DaemonSet (or the controller given) bound to `node`. */
+export function agentPod(
+  name: string,
+  node: string,
+  controller: { kind: string; name: string } = { kind: "DaemonSet", name: "stockade-node-agent" },
+): V1Pod {
+  return {
+    metadata: {
+      name,
+      namespace: "stockade-node-agent",
+      uid: `uid-${name}`,
+      ownerReferences: [{ apiVersion: "apps/v1", kind: controller.kind, name: controller.name, uid: "uid-owner", controller: true }],
+    },
+    spec: { nodeName: node, containers: [{ name: "node-agent", image: "stockade" }] },
+  };
 }
 
 export function world(pods: V1Pod[], o: WorldOptions = {}) {
@@ -74,6 +100,11 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     readAgentRecord: async () => {
       calls.push("read agent record");
       return structuredClone(o.agentRecord?.());
+    },
+    readAgentPod: async (name: string) => {
+      calls.push(`read agent pod ${name}`);
+      const pods = o.agentPods?.() ?? [agentPod("stockade-node-agent-node-1", "node-1")];
+      return structuredClone(pods.find((p) => p.metadata?.name === name));
     },
     forceDeletePod: async (p: V1Pod) => {
       calls.push(`delete ${p.metadata?.name}`);
@@ -122,7 +153,8 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     pvcs: list(() => []),
     podsOn: (n: string) => [...live.values()].filter((p) => p.spec?.nodeName === n),
     // This process saw no Lease go unrenewed for long: only Ready=Unknown makes the node partitioned.
-    leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
+    // Default: no Lease observation, only the node controller's Ready=Unknown counts.
+    leaseSilentForMs: o.leaseSilentForMs ?? (() => Infinity),
     pvcsByKey: () => new Map(),
     volumeAttachments: list(() => []),
     nodes: list(() => [node]),
@@ -175,6 +207,12 @@ export function world(pods: V1Pod[], o: WorldOptions = {}) {
     metrics: o.metrics,
     viewReuseMs: o.viewReuseMs,
     history,
+    recordPolicy: {
+      problems: async () => {
+        calls.push("read record policy");
+        return o.recordPolicy?.() ?? [];
+      },
+    },
   });
   return { controller, calls, statusWrites, events: recorded, fence: () => fence, maxInFlight: () => maxInFlight, records };
 }

@@ -7,7 +7,10 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Lease } from "@kubernetes/client-node";
-import { watchdogEvidence } from "../../src/decide/watchdog-evidence.ts";
+import { watchdogEvidence as evidenceOf, type WatchdogEvidenceInput } from "../../src/decide/watchdog-evidence.ts";
+
+/** The evidence with the record's authority in force unless the look said otherwise (the shell reads it: observe.ts). */
+const watchdogEvidence = (x: WatchdogEvidenceInput) => evidenceOf({ ...x, authority: x.authority ?? { policy: [] } });
 import { WatchdogObserver } from "../../src/kube/watchdog-observer.ts";
 import { agentRecord } from "./decide-fixtures.ts";
 

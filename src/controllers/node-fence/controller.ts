@@ -17,7 +17,7 @@ import type { Performed, StepContext } from "./context.ts";
 import type { NodeFenceDeps } from "./deps.ts";
 import { announce, fenceEvents } from "./events.ts";
 import { HISTORY_STEPS, HistoryRecorder } from "./history.ts";
-import { StepViews, observe, readFresh, readFreshAgentRecord } from "./observe.ts";
+import { StepViews, observe, readFresh, readFreshAgentRecord, readRecordAuthority } from "./observe.ts";
 import { writeStatus } from "./status.ts";
 import { perform } from "./steps.ts";
 import { waitFor } from "./wait.ts";
@@ -63,8 +63,11 @@ export class NodeFenceController {
     try {
       const fence = await this.d.kube.getNodeFence(name);
       if (!fence) return;
-      const [[node, lease], agentRecord] = await Promise.all([readFresh(this.d.kube, fence), readFreshAgentRecord(this.d.kube, fence)]);
-      const step = nextStep(observe(this.d, this.operations, fence, node, lease, agentRecord));
+      const [[node, lease], [agentRecord, authority]] = await Promise.all([
+        readFresh(this.d.kube, fence),
+        readFreshAgentRecord(this.d.kube, fence).then(async (r) => [r, await readRecordAuthority(this.d, fence, r)] as const),
+      ]);
+      const step = nextStep(observe(this.d, this.operations, fence, node, lease, agentRecord, authority));
       if (step.kind === "recordOutcome") await this.perform(fence, node, lease, step);
     } catch (err) {
       this.d.log.warn({ nodeFence: name, err: errorMessage(err) }, `could not record the outcome of ${name}'s agent operation on shutdown`);

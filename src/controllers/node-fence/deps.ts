@@ -23,4 +23,9 @@ export interface NodeFenceDeps {
   viewReuseMs?: number;
   /** Writes each fence's FenceRecord (controllers/fence-history.ts); without it, no history is kept. */
   history?: FenceHistory;
+  /**
+   * The node agent records' admission policy, read from the apiserver (kube/admission-check.ts RecordPolicyCheck):
+   * without it, WatchdogExpired is never taken (the records' authority cannot be told).
+   */
+  recordPolicy?: { problems(maxAgeMs?: number): Promise<string[]> };
 }

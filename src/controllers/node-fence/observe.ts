@@ -6,8 +6,9 @@ import type { DateTime } from "luxon";
 import type { NodeFence } from "../../api/v1alpha1.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, nextStep, type FenceObservation, type Step } from "../../decide/fence-machine.ts";
 import { assessNode } from "../../decide/node-health.ts";
+import { holderProblem, isPodName, RECORD_POLICY, type RecordAuthority } from "../../decide/record-authority.ts";
 import { watchdogEvidence, type WatchdogEvidence } from "../../decide/watchdog-evidence.ts";
-import type { Kube } from "../../kube/api.ts";
+import { errorMessage, type Kube } from "../../kube/api.ts";
 import type { AgentOperations } from "./agent-operations.ts";
 import type { NodeFenceDeps } from "./deps.ts";
 
@@ -31,6 +32,36 @@ export function readFreshAgentRecord(kube: Kube, fence: NodeFence): Promise<V1Le
   return needsAgentRecord(fence) ? kube.readAgentRecord(fence.spec.nodeName) : Promise.resolve(undefined);
 }
 
+/** Whether this read may take WatchdogExpired: a fence in phase Fencing whose policy allows it. */
+const watchdogLooks = (fence: NodeFence): boolean =>
+  fence.status?.phase === "Fencing" && !!fence.status.policySnapshot?.allowWatchdogEvidence;
+
+/**
+ * The authority of the node's agent record as read now (decide/record-authority.ts), for a read that may take
+ * WatchdogExpired: the records' admission policy (read now, never an older answer: it is what the evidence rests on)
+ * and the pod the record names as holder, read fresh. A read that fails is "cannot tell": not in force.
+ */
+export async function readRecordAuthority(
+  d: NodeFenceDeps,
+  fence: NodeFence,
+  record: V1Lease | undefined,
+): Promise<RecordAuthority | undefined> {
+  if (!watchdogLooks(fence) || !record) return undefined;
+  const node = fence.spec.nodeName;
+  const policy = d.recordPolicy
+    ? d.recordPolicy.problems(0)
+    : Promise.resolve([`this operator does not check the admission policy ${RECORD_POLICY}`]);
+  const holder = record.spec?.holderIdentity ?? "";
+  const pod = isPodName(holder)
+    ? d.kube.readAgentPod(holder).then(
+        (p) => holderProblem(node, holder, p),
+        (err: unknown) => `cannot read the pod ${holder} that node ${node}'s agent record names as holder: ${errorMessage(err)}`,
+      )
+    : Promise.resolve(holderProblem(node, holder, undefined));
+  const [problems, holderWhy] = await Promise.all([policy, pod]);
+  return { policy: problems, ...(holderWhy !== undefined ? { holder: holderWhy } : {}) };
+}
+
 /**
  * WatchdogExpired on this read, for a fence in phase Fencing whose policy allows it: one look of this process's
  * observer (its t0 is that observer's first look at the fence: a restarted operator starts again). Undefined until
@@ -41,9 +72,10 @@ function watchdogOf(
   fence: NodeFence,
   record: V1Lease | undefined,
   kubeletSilentMs: number | undefined,
+  authority: RecordAuthority | undefined,
 ): WatchdogEvidence | undefined {
-  if (fence.status?.phase !== "Fencing" || !fence.status.policySnapshot?.allowWatchdogEvidence) return undefined;
-  const input = d.caches.watchAgentRecords().look(fence.metadata?.uid ?? "", fence.spec.nodeName, record, kubeletSilentMs);
+  if (!watchdogLooks(fence)) return undefined;
+  const input = d.caches.watchAgentRecords().look(fence.metadata?.uid ?? "", fence.spec.nodeName, record, kubeletSilentMs, authority);
   return input ? watchdogEvidence(input) : undefined;
 }
 
@@ -59,11 +91,12 @@ export function observe(
   node: V1Node | undefined,
   lease: V1Lease | undefined,
   agentRecord?: V1Lease,
+  authority?: RecordAuthority,
 ): FenceObservation {
   const c = d.caches;
   const name = fence.spec.nodeName;
   const leaseObservedSilentMs = lease ? c.leaseSilentForMs(name, lease) : undefined;
-  const watchdog = watchdogOf(d, fence, agentRecord, leaseObservedSilentMs);
+  const watchdog = watchdogOf(d, fence, agentRecord, leaseObservedSilentMs, authority);
   return {
     now: d.clock(),
     fence,
@@ -98,7 +131,15 @@ export interface Decided {
 export class StepViews {
   private readonly d: NodeFenceDeps;
   private readonly operations: AgentOperations;
-  private view: { node: V1Node | undefined; lease: V1Lease | undefined; agentRecord: V1Lease | undefined; at: number } | undefined;
+  private view:
+    | {
+        node: V1Node | undefined;
+        lease: V1Lease | undefined;
+        agentRecord: V1Lease | undefined;
+        authority: RecordAuthority | undefined;
+        at: number;
+      }
+    | undefined;
 
   constructor(d: NodeFenceDeps, operations: AgentOperations) {
     this.d = d;
@@ -109,20 +150,24 @@ export class StepViews {
     const reused = this.view !== undefined && performance.now() - this.view.at < (this.d.viewReuseMs ?? VIEW_REUSE_MS);
     if (!reused) this.view = await this.read(fence);
     let view = this.view!;
-    let step = nextStep(observe(this.d, this.operations, fence, view.node, view.lease, view.agentRecord));
+    let step = nextStep(observe(this.d, this.operations, fence, view.node, view.lease, view.agentRecord, view.authority));
     // Anything but bookkeeping is decided again on a read made after the last write: every destructive call,
     // and every step whose record is evidence (confirmed's heartbeat fingerprint, a manual confirmation).
     if (reused && !REUSABLE_VIEW.has(step.kind)) {
       view = this.view = await this.read(fence);
-      step = nextStep(observe(this.d, this.operations, fence, view.node, view.lease, view.agentRecord));
+      step = nextStep(observe(this.d, this.operations, fence, view.node, view.lease, view.agentRecord, view.authority));
     }
     return { step, node: view.node, lease: view.lease };
   }
 
   private async read(fence: NodeFence) {
     const timer = this.d.metrics?.fenceStep.startTimer({ step: "read" });
-    const [[node, lease], agentRecord] = await Promise.all([readFresh(this.d.kube, fence), readFreshAgentRecord(this.d.kube, fence)]);
+    // The record's authority is read after the record (its holder is the record's): a record is evidence only with it.
+    const [[node, lease], [agentRecord, authority]] = await Promise.all([
+      readFresh(this.d.kube, fence),
+      readFreshAgentRecord(this.d.kube, fence).then(async (r) => [r, await readRecordAuthority(this.d, fence, r)] as const),
+    ]);
     timer?.();
-    return { node, lease, agentRecord, at: performance.now() };
+    return { node, lease, agentRecord, authority, at: performance.now() };
   }
 }
