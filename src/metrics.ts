@@ -133,6 +133,11 @@ export class Metrics {
     labelNames: ["phase"] as const,
     registers: [this.registry],
   });
+  readonly heartbeatsVisible = new Gauge({
+    name: "stockade_heartbeats_visible",
+    help: "1 while this replica sees the nodes' heartbeats without a gap (watches current, apiserver answering); while 0 no node counts as silent",
+    registers: [this.registry],
+  });
   readonly silenceRestarts = new Counter({
     name: "stockade_silence_restarts_total",
     help: "Times every node's silence was counted again from zero: a gap in this replica's view of the heartbeats (watch, apiserver or etcd down) ended, or it became the leader",

@@ -297,6 +297,7 @@ export class Operator {
   private refreshGauges(): void {
     const m = this.metrics;
     m.leader.set(this.leading ? 1 : 0);
+    m.heartbeatsVisible.set(this.caches.sight.seeing ? 1 : 0);
     m.watchRestarts.set(this.caches.restarts());
     this.monitor.refreshGauges();
     const expiry = this.webhooks?.tls.expiry ?? {};
