@@ -131,6 +131,11 @@ export class Caches {
     }) as never;
   }
 
+  /** The names of the nodes that cached pods are bound to (some may no longer exist). */
+  podNodeNames(): string[] {
+    return this.pods.indexValues(POD_NODE);
+  }
+
   /** The cached pods bound to this node. */
   podsOn(nodeName: string): V1Pod[] {
     // The index is kept with the cache; the filter costs nothing and keeps a wrong bucket from ever counting.
