@@ -224,10 +224,17 @@ export function nodeSnapshotOf(node: V1Node): NodeFenceStatusNodeSnapshot {
   return { uid: node.metadata?.uid ?? "", providerID: node.spec?.providerID ?? "", labels };
 }
 
-/** The Node to render agents' parameters over: the live one if it is the same object, else the snapshot. */
+/**
+ * The Node to render agents' parameters over: the live one if it is the same object, else the snapshot. A snapshot
+ * without a uid (a fence started on the node's name alone, after its Node was deleted) never takes a Node created
+ * after the fence started: that may be another machine registered under the same name.
+ */
 export function targetNode(fence: NodeFence, node: V1Node | undefined): V1Node {
   const snap = fence.status?.nodeSnapshot;
-  if (node && (!snap?.uid || node.metadata?.uid === snap.uid)) return node;
+  const started = toDateTime(fence.status?.startTime);
+  const created = toDateTime(node?.metadata?.creationTimestamp as Date | string | undefined);
+  const newer = !snap?.uid && !!snap && !!started && (!created || created > started);
+  if (node && !newer && (!snap?.uid || node.metadata?.uid === snap.uid)) return node;
   return {
     metadata: { name: fence.spec.nodeName, uid: snap?.uid, labels: { ...snap?.labels } },
     spec: snap?.providerID ? { providerID: snap.providerID } : {},

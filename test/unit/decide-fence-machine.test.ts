@@ -665,6 +665,19 @@ describe("issue 41 item 6: a Node that is gone is fenced through what was last s
     assert.deepEqual(manual.node, { uid: "", providerID: "", labels: {} });
   });
 
+  test("a fence started on the name alone never renders over a Node created after it started (another machine may have taken the name)", () => {
+    const f = fenceOf(fencing({ nodeSnapshot: { uid: "", providerID: "", labels: {} }, startTime: stamp(at(900)) }), {
+      origin: "Manual",
+      policy: "default",
+    });
+    const later = lastSeen();
+    later.metadata!.creationTimestamp = at(950).toJSDate();
+    assert.equal(targetNode(f, later).spec?.providerID, undefined, "the name alone");
+    const before = lastSeen();
+    before.metadata!.creationTimestamp = at(100).toJSDate();
+    assert.equal(targetNode(f, before), before, "a Node older than the fence is the one it was asked for");
+  });
+
   test("a remembered Node of another name is never used", () => {
     const other = lastSeen();
     other.metadata!.name = "node-2";
