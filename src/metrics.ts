@@ -85,6 +85,12 @@ export class Metrics {
     help: "Guarded pods on partitioned nodes",
     registers: [this.registry],
   });
+  readonly guardedPodsOnMissingNodes = new Gauge({
+    name: "stockade_guarded_pods_on_missing_nodes",
+    help: "Guarded pods bound to a Node that no longer exists, by node: they wait until a NodeFence fences their machine",
+    labelNames: ["node", "remembered"] as const,
+    registers: [this.registry],
+  });
   readonly stormGuard = new Gauge({
     name: "stockade_storm_guard_holding",
     help: "1 while a storm guard holds fencing back under a policy, by reason",

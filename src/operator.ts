@@ -4,6 +4,7 @@
 // new work, lets the work in flight finish while still renewing the Lease, and only then releases it.
 // Its parts (operator/): leadership.ts, controllers.ts, admission.ts (the webhooks), wiring.ts (which cache change
 // enqueues what), http.ts.
+import { guardedPodsOnMissingNodes } from "./decide/missing-nodes.ts";
 import type { Server } from "node:http";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
@@ -318,6 +319,17 @@ export class Operator {
     m.partitioned.set(partitioned.size);
     const pvcs = this.caches.pvcsByKey();
     m.guardedPods.set([...partitioned].flatMap((n) => this.caches.podsOn(n)).filter((p) => isGuarded(p, undefined, pvcs).guarded).length);
+    m.guardedPodsOnMissingNodes.reset();
+    for (const w of guardedPodsOnMissingNodes({
+      podNodes: this.caches.podNodeNames(),
+      nodeExists: (n) => this.caches.nodes.get(n) !== undefined,
+      podsOn: (n) => this.caches.podsOn(n),
+      policies: this.caches.policies.list(),
+      pvcs,
+      fence: (n) => this.caches.fences.get(n),
+      remembered: (n) => this.caches.lastSeenNodes.get(n) !== undefined,
+    }))
+      m.guardedPodsOnMissingNodes.set({ node: w.node, remembered: String(w.remembered) }, w.pods);
     m.stormGuard.reset();
     for (const [policy, s] of d.policies) for (const h of s.holds) m.stormGuard.set({ policy, reason: h.reason }, 1);
   }

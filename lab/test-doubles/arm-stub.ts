@@ -202,6 +202,10 @@ export class ArmStub {
     const [, sub, rg, , action] = m as unknown as [string, string, string, string, string | undefined];
     const id = url.pathname.replace(/\/(powerOff|deallocate|start|instanceView)$/i, "").toLowerCase();
     const machine = this.vms.get(id);
+    // ARM names what is missing: the resource group (ResourceGroupNotFound) before the VM in it (ResourceNotFound).
+    const group = `/subscriptions/${sub}/resourcegroups/${rg}/`.toLowerCase();
+    if (machine === undefined && ![...this.vms.keys()].some((k) => k.startsWith(group)))
+      return send(404, () => this.armError(res, 404, "ResourceGroupNotFound", `Resource group '${rg}' could not be found.`));
     if (machine === undefined)
       return send(404, () =>
         this.armError(

@@ -13,6 +13,7 @@ import type * as Ec2Module from "@aws-sdk/client-ec2";
 import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
 import { credentialProblem } from "./values.ts";
 import { redact } from "./redact.ts";
+import { MissingInstanceError, isMissingInstance, statusOrGone } from "./cloud.ts";
 
 /** Also the source of the CRD's allow-list (tools/gen-fence-agent-rules.ts). */
 export const AWS_PARAMETERS = ["providerID", "region", "offAction", "endpoint", "accessKeyId", "secretAccessKey", "sessionToken"];
@@ -145,6 +146,7 @@ const AUTH = new Set([
   "OptInRequired",
   "Blocked",
 ]);
+// InvalidInstanceID.NotFound is this instance missing (cloud.ts MissingInstanceError); Malformed, a bad id.
 const NOT_FOUND = new Set(["InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"]);
 const THROTTLED = new Set(["RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException"]);
 const NETWORK = new Set(["ECONNREFUSED", "ECONNRESET", "ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "EPIPE"]);
@@ -178,11 +180,10 @@ export function classifyAwsError(e: unknown, where: string, what: string): Agent
       "AuthFailed",
       `${where} refused ${what}: the credentials are wrong or lack the permission (ec2:StopInstances, ec2:StartInstances, ec2:DescribeInstances${name === "UnauthorizedOperation" ? "; a policy condition may exclude this instance" : ""}) (${detail})`,
     );
-  if (NOT_FOUND.has(name))
-    return new AgentError(
-      "Config",
-      `${where} does not exist (${name}): check the Node's providerID and the region; a missing instance is not evidence that the machine is off (${detail})`,
-    );
+  if (NOT_FOUND.has(name)) {
+    const message = `${where} does not exist (${name}): check the Node's providerID and the region; a missing instance is not evidence that the machine is off (${detail})`;
+    return name === "InvalidInstanceID.NotFound" ? new MissingInstanceError(message) : new AgentError("Config", message);
+  }
   if (name === "UnsupportedOperation")
     return new AgentError(
       "Config",
@@ -267,7 +268,8 @@ async function send<T>(ctx: AgentContext, what: string, fn: (c: Call) => Promise
     return await fn(c);
   } catch (e) {
     const err = e instanceof AgentError ? e : classifyAwsError(e, c.where, what);
-    throw new AgentError(err.kind, redact(err.message, ctx.parameters));
+    const message = redact(err.message, ctx.parameters);
+    throw isMissingInstance(err) ? new MissingInstanceError(message) : new AgentError(err.kind, message);
   } finally {
     c.client.destroy();
   }
@@ -290,6 +292,7 @@ export const awsDriver: AgentDriver = {
   async power(ctx, action) {
     const terminate = action === "off" && ctx.parameters.offAction === "terminate";
     const what = action === "on" ? "StartInstances" : terminate ? "TerminateInstances" : "StopInstances (Force)";
+    // An instance that does not exist cannot be stopped: the status query that follows says whether that is proof.
     await send(ctx, what, async (c) => {
       const ids = [c.target.instanceId];
       const opts = { abortSignal: ctx.signal };
@@ -306,6 +309,7 @@ export const awsDriver: AgentDriver = {
         else if (terminate) await c.client.send(new c.ec2.TerminateInstancesCommand({ InstanceIds: ids }), opts);
         else await c.client.send(new c.ec2.StopInstancesCommand({ InstanceIds: ids, Force: true }), opts);
       } catch (e) {
+        if (action === "off" && (e as SdkError).name === "InvalidInstanceID.NotFound") return;
         // Stopping an instance that is already stopped or terminated is refused (IncorrectInstanceState): that is the
         // goal reached, which the status query confirms; any other state (pending...) is a failure to retry.
         if ((e as SdkError).name !== "IncorrectInstanceState" || action !== "off") throw e;
@@ -316,6 +320,8 @@ export const awsDriver: AgentDriver = {
     });
   },
   async status(ctx): Promise<PowerState> {
-    return send(ctx, "DescribeInstances", async (c) => powerOfState(await describe(c, ctx.signal), c.where));
+    return statusOrGone(ctx, (parameters) =>
+      send({ ...ctx, parameters }, "DescribeInstances", async (c) => powerOfState(await describe(c, ctx.signal), c.where)),
+    );
   },
 };

@@ -9,7 +9,16 @@ import type { TokenCredential } from "@azure/identity";
 import type * as ArmComputeModule from "@azure/arm-compute";
 import type * as IdentityModule from "@azure/identity";
 import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
-import { brief, endpointProblem, instanceNotFound, isNetworkError, PROVIDER_ID } from "./cloud.ts";
+import {
+  brief,
+  endpointProblem,
+  instanceNotFound,
+  isMissingInstance,
+  isNetworkError,
+  MissingInstanceError,
+  PROVIDER_ID,
+  statusOrGone,
+} from "./cloud.ts";
 import { redact } from "./redact.ts";
 
 export const AZURE_PARAMETERS = [PROVIDER_ID, "offAction", "endpoint", "authorityHost", "tenantId", "clientId", "clientSecret"];
@@ -184,7 +193,15 @@ export function classifyAzureError(e: unknown, what: string): AgentError {
   if (status === 401) return new AgentError("AuthFailed", `Azure Resource Manager refused the token for ${what}: ${msg}`);
   if (status === 403)
     return new AgentError("AuthFailed", `the identity may not do this on ${what} (see the role in manifests/examples/): ${msg}`);
-  if (status === 404) return instanceNotFound(what, msg);
+  // Only the VM itself missing (ResourceNotFound, NotFound for a scale set's instance) is "it does not exist"; a
+  // missing resource group, scale set or subscription is answered 404 too, under its own code: no such claim.
+  if (status === 404)
+    return err.code === "ResourceNotFound" || err.code === "NotFound"
+      ? instanceNotFound(what, msg)
+      : new AgentError(
+          "Config",
+          `Azure Resource Manager found no such resource for ${what} (${err.code ?? "404"}: ${msg}): not proof it is off; check the providerID, and the subscription the credentials belong to`,
+        );
   if (status === 400) return new AgentError("Config", `Azure Resource Manager refused the request for ${what}: ${msg}`);
   if (status === 429)
     return new AgentError("Failed", `Azure Resource Manager is throttling requests (429) for ${what}, still after retries: ${msg}`);
@@ -243,7 +260,8 @@ async function guarded<T>(ctx: AgentContext, what: string, fn: () => Promise<T>)
   } catch (e) {
     if (ctx.signal.aborted) throw new AgentError("TimedOut", `the request for ${what} was aborted at the deadline`);
     const c = classifyAzureError(e, what);
-    throw new AgentError(c.kind, redact(c.message, ctx.parameters));
+    const message = redact(c.message, ctx.parameters);
+    throw isMissingInstance(c) ? new MissingInstanceError(message) : new AgentError(c.kind, message);
   }
 }
 
@@ -256,6 +274,11 @@ export const azureDriver: AgentDriver = {
     const client = await clientFor(ctx.parameters, r.subscription);
     const abortSignal = ctx.signal;
     const deallocate = ctx.parameters.offAction === "deallocate";
+    // An instance that does not exist cannot be powered off: the status query that follows says whether that is proof.
+    const gone = (e: unknown) => {
+      if (action === "off" && isMissingInstance(e)) return;
+      throw e;
+    };
     await guarded(ctx, what, async () => {
       // Submitted = the long-running operation was accepted; the instance view, not the operation, proves off.
       if (r.kind === "vm") {
@@ -277,19 +300,22 @@ export const azureDriver: AgentDriver = {
               : vms.powerOff(r.resourceGroup, r.scaleSet, r.instanceId, { abortSignal, skipShutdown: true });
         await poller.submitted();
       }
-    });
+    }).catch(gone);
   },
   async status(ctx): Promise<PowerState> {
-    const r = target(ctx);
-    const what = `virtual machine ${azureResourceId(r)}`;
-    const client = await clientFor(ctx.parameters, r.subscription);
-    const view = await guarded(ctx, what, () =>
-      r.kind === "vm"
-        ? client.virtualMachines.instanceView(r.resourceGroup, r.name, { abortSignal: ctx.signal })
-        : client.virtualMachineScaleSetVMs.getInstanceView(r.resourceGroup, r.scaleSet, r.instanceId, { abortSignal: ctx.signal }),
-    );
-    const p = azurePower((view as { statuses?: unknown } | undefined)?.statuses);
-    if (typeof p === "object") throw new AgentError("BadOutput", `${p.error} for ${what}`);
-    return p;
+    return statusOrGone(ctx, async (parameters) => {
+      const c = { ...ctx, parameters };
+      const r = target(c);
+      const what = `virtual machine ${azureResourceId(r)}`;
+      const client = await clientFor(parameters, r.subscription);
+      const view = await guarded(c, what, () =>
+        r.kind === "vm"
+          ? client.virtualMachines.instanceView(r.resourceGroup, r.name, { abortSignal: ctx.signal })
+          : client.virtualMachineScaleSetVMs.getInstanceView(r.resourceGroup, r.scaleSet, r.instanceId, { abortSignal: ctx.signal }),
+      );
+      const p = azurePower((view as { statuses?: unknown } | undefined)?.statuses);
+      if (typeof p === "object") throw new AgentError("BadOutput", `${p.error} for ${what}`);
+      return p;
+    });
   },
 };

@@ -1,7 +1,8 @@
 // What the cloud agents (gcp, azure) share: the instance comes from the Node's spec.providerID (parameter
 // providerID, defaulted from it by parameters.ts), an optional API endpoint for tests and private endpoints,
 // and the rules that keep a cloud's answer from ever being read as "off" when it is not. Pure.
-import { AgentError } from "./types.ts";
+import type { V1Node } from "@kubernetes/client-node";
+import { AgentError, type AgentContext, type PowerState } from "./types.ts";
 
 /** The parameter naming the instance, defaulted from the Node's spec.providerID for these types (parameters.ts). */
 export const PROVIDER_ID = "providerID";
@@ -38,12 +39,108 @@ export function endpointParts(value: string): { host: string; port: number; orig
   return { host: u.hostname.replace(/^\[|\]$/g, ""), port: Number(u.port || 443), origin: u.origin };
 }
 
-/** Missing-instance errors: Config, because an instance that does not exist proves nothing about the machine. */
+/**
+ * The cloud API answered that this very instance does not exist (not its project, zone, resource group or scale set,
+ * not a malformed id). Config: on its own it proves nothing — wrong credentials, region or project answer the same —
+ * unless statusOrGone's witness shows the same parameters see the cluster's instances (docs/safety.md §3).
+ */
+export class MissingInstanceError extends AgentError {
+  readonly missingInstance = true;
+  constructor(message: string) {
+    super("Config", message);
+  }
+}
+
+export const isMissingInstance = (e: unknown): boolean => e instanceof MissingInstanceError;
+
+/** Missing-instance errors: Config, because an instance that does not exist proves nothing about the machine by itself. */
 export function instanceNotFound(what: string, detail: string): AgentError {
-  return new AgentError(
-    "Config",
+  return new MissingInstanceError(
     `instance not found: ${what} (${detail}): a missing instance is not proof it is off; check the providerID, and the project or subscription the credentials belong to`,
   );
+}
+
+/** What an instance lives in (region; project and zone; resource group or scale set): its target without its last part. */
+export const instanceScope = (device: string): string => device.slice(0, Math.max(0, device.lastIndexOf("/")));
+
+/** The instance queried instead, to show that the agent's parameters see the cluster's instances. */
+export interface Witness {
+  node: string;
+  parameters: Record<string, string>;
+}
+
+/**
+ * The witness that lets "this instance does not exist" count as off, or why there is none. Both must hold:
+ * - the instance is the Node's own: the agent's providerID is the fenced Node's spec.providerID (as read, or as last
+ *   seen before the Node was deleted), never one set in the FenceAgent's spec;
+ * - another Node of the cluster, in the same scope (region; project and zone; resource group or scale set), resolves
+ *   through this agent to the very same parameters but its own providerID: its instance, queried with them, answers.
+ *   Then the credentials, region, project and endpoint are those of the cluster's instances, and the missing one is
+ *   gone. Pure: `resolve` gives a Node's resolved parameters, `device` their target.
+ */
+export function missingInstanceWitness(x: {
+  type: string;
+  parameters: Record<string, string>;
+  target: V1Node;
+  nodes: readonly V1Node[];
+  resolve: (n: V1Node) => Record<string, string> | undefined;
+  device: (p: Record<string, string>) => string | undefined;
+}): Witness | { refused: string } {
+  if (!PROVIDER_ID_TYPES.includes(x.type)) return { refused: `a ${x.type} agent's "not found" is never evidence` };
+  const own = x.target.spec?.providerID ?? "";
+  if (!own || x.parameters[PROVIDER_ID] !== own)
+    return { refused: "its providerID is not the Node's own spec.providerID (set in the FenceAgent, or the Node had none)" };
+  const mine = x.device(x.parameters);
+  if (!mine) return { refused: "its parameters name no instance" };
+  const scope = instanceScope(mine);
+  const same = (p: Record<string, string>) => {
+    const keys = new Set([...Object.keys(p), ...Object.keys(x.parameters)]);
+    keys.delete(PROVIDER_ID);
+    return [...keys].every((k) => p[k] === x.parameters[k]);
+  };
+  const name = x.target.metadata?.name;
+  const others = [...x.nodes].sort((a, b) => (a.metadata?.name ?? "").localeCompare(b.metadata?.name ?? ""));
+  for (const n of others) {
+    const id = n.spec?.providerID ?? "";
+    if (n.metadata?.name === name || !id || id === own) continue;
+    const p = x.resolve(n);
+    if (!p || p[PROVIDER_ID] !== id || !same(p)) continue;
+    const device = x.device(p);
+    if (device && device !== mine && instanceScope(device) === scope) return { node: n.metadata?.name ?? "", parameters: p };
+  }
+  return {
+    refused: `no other Node's instance in ${scope} resolves through this agent to the same credentials and settings, to show they see the cluster's instances`,
+  };
+}
+
+/**
+ * A status query in which "this instance does not exist" counts as off when the context carries a witness
+ * (missingInstanceWitness) and the same query, with the witness's parameters, answers; otherwise the missing-instance
+ * error stands (Config: no proof).
+ */
+export async function statusOrGone(
+  ctx: AgentContext,
+  query: (parameters: Record<string, string>) => Promise<PowerState>,
+): Promise<PowerState> {
+  try {
+    return await query(ctx.parameters);
+  } catch (e) {
+    if (!isMissingInstance(e)) throw e;
+    const w = ctx.missingInstance;
+    if (!w || "refused" in w) throw new AgentError("Config", `${(e as Error).message}${w ? `; not taken as off: ${w.refused}` : ""}`);
+    try {
+      await query(w.parameters);
+    } catch (we) {
+      throw new AgentError(
+        "Config",
+        `${(e as Error).message}; not taken as off: with the same parameters node ${w.node}'s instance could not be seen either (${brief(we)}): the credentials, region or project may be wrong`,
+      );
+    }
+    ctx.notes?.push(
+      `the cloud API says the instance does not exist, and with the same credentials and settings it answers for node ${w.node}'s instance: an instance that no longer exists runs nothing`,
+    );
+    return "off";
+  }
 }
 
 /** Network-level failures (no HTTP answer): DNS, refused, reset, TLS. */

@@ -6,7 +6,18 @@ import { createHash } from "node:crypto";
 import type { InstancesClient } from "@google-cloud/compute";
 import type * as ComputeModule from "@google-cloud/compute";
 import { AgentError, type AgentContext, type AgentDriver, type ParameterRules, type PowerState, listVerdict } from "./types.ts";
-import { brief, endpointParts, endpointProblem, instanceNotFound, isNetworkError, parseBool, PROVIDER_ID } from "./cloud.ts";
+import {
+  brief,
+  endpointParts,
+  endpointProblem,
+  instanceNotFound,
+  isMissingInstance,
+  isNetworkError,
+  MissingInstanceError,
+  parseBool,
+  PROVIDER_ID,
+  statusOrGone,
+} from "./cloud.ts";
 import { redact } from "./redact.ts";
 
 export const GCP_PARAMETERS = [PROVIDER_ID, "discardLocalSsd", "endpoint", "serviceAccountKey"];
@@ -159,7 +170,7 @@ export const GCE_RETRY = {
 };
 
 /** An SDK error → the agent's error kinds. */
-export function classifyGceError(e: unknown, what: string): AgentError {
+export function classifyGceError(e: unknown, what: string, ref?: GceInstanceRef): AgentError {
   if (e instanceof AgentError) return e;
   const code = (e as { code?: unknown }).code;
   const msg = brief(e);
@@ -172,7 +183,14 @@ export function classifyGceError(e: unknown, what: string): AgentError {
         `the service account may not do this on ${what} (it needs compute.instances.get, stop and start): ${msg}`,
       );
     case CODE.NOT_FOUND:
-      return instanceNotFound(what, msg);
+      // Only an answer naming this instance's own resource is "it does not exist" (a missing project or zone is
+      // answered 404 too, naming that): see cloud.ts MissingInstanceError.
+      return ref && msg.includes(`projects/${ref.project}/zones/${ref.zone}/instances/${ref.instance}'`)
+        ? instanceNotFound(what, msg)
+        : new AgentError(
+            "Config",
+            `Compute Engine found no such resource for ${what} (${msg}): not proof it is off; check the providerID, and the project the credentials belong to`,
+          );
     case CODE.INVALID_ARGUMENT:
       return new AgentError("Config", `Compute Engine refused the request for ${what}: ${msg}`);
     case CODE.RESOURCE_EXHAUSTED:
@@ -233,7 +251,10 @@ type RawCall = (req: object, opts: object) => Cancellable<[unknown]>;
 /** One API call that the signal cancels (the SDK's wrapped methods drop the canceller, so the inner call is used). */
 async function call(ctx: AgentContext, method: "get" | "stop" | "start", request: object, what: string): Promise<unknown> {
   const client = await clientFor(ctx.parameters, (request as GceInstanceRef).project);
-  const scrub = (e: AgentError) => new AgentError(e.kind, redact(e.message, ctx.parameters));
+  const scrub = (e: AgentError) =>
+    isMissingInstance(e)
+      ? new MissingInstanceError(redact(e.message, ctx.parameters))
+      : new AgentError(e.kind, redact(e.message, ctx.parameters));
   try {
     await client.initialize();
     if (ctx.signal.aborted) throw new AgentError("TimedOut", `${what}: deadline passed before the request`);
@@ -248,7 +269,7 @@ async function call(ctx: AgentContext, method: "get" | "stop" | "start", request
     }
   } catch (e) {
     if (ctx.signal.aborted) throw new AgentError("TimedOut", `${method} of ${what} was cancelled at the deadline`);
-    throw scrub(classifyGceError(e, what));
+    throw scrub(classifyGceError(e, what, request as GceInstanceRef));
   }
 }
 
@@ -289,11 +310,21 @@ export const gcpDriver: AgentDriver = {
     const what = `instance ${gceTarget(ref)}`;
     const discard = parseBool(ctx.parameters.discardLocalSsd ?? "false")!;
     // Waiting for the zonal operation proves nothing more than the status does: fenceOff polls the status.
-    const op = await call(ctx, action === "off" ? "stop" : "start", action === "off" ? { ...ref, discardLocalSsd: discard } : ref, what);
+    let op: unknown;
+    try {
+      op = await call(ctx, action === "off" ? "stop" : "start", action === "off" ? { ...ref, discardLocalSsd: discard } : ref, what);
+    } catch (e) {
+      // An instance that does not exist cannot be stopped: the status query that follows says whether that is proof.
+      if (action === "off" && isMissingInstance(e)) return;
+      throw e;
+    }
     checkOperation(op, what);
   },
   async status(ctx): Promise<PowerState> {
-    const ref = target(ctx);
-    return powerOfInstance(await call(ctx, "get", ref, `instance ${gceTarget(ref)}`), ref);
+    return statusOrGone(ctx, async (parameters) => {
+      const c = { ...ctx, parameters };
+      const ref = target(c);
+      return powerOfInstance(await call(c, "get", ref, `instance ${gceTarget(ref)}`), ref);
+    });
   },
 };

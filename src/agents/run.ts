@@ -208,9 +208,10 @@ export function fenceOff(driver: AgentDriver, ctx: RunContext, opts: RunOptions)
         try {
           const power = await run.call("status");
           if (power === "off") {
+            const notes = run.ctx.notes?.length ? `: ${run.ctx.notes.join("; ")}` : "";
             const message = manual
               ? `${ctx.node} confirmed off by the administrator (annotation ${CONFIRMED_OFF_ANNOTATION})`
-              : `power off of ${ctx.node} confirmed by status query`;
+              : `power off of ${ctx.node} confirmed by status query${notes}`;
             return { outcome: "Succeeded", message, power: "off", tries: run.tries };
           }
           observed = `last status query said ${power}`;

@@ -17,6 +17,13 @@ export interface AgentContext {
   annotations: Record<string, string>;
   /** Aborted on timeout: drivers kill their child processes at once. */
   signal: AbortSignal;
+  /**
+   * Cloud agents only: whether, and against which witness, "this instance does not exist" may count as off
+   * (cloud.ts missingInstanceWitness); absent: it never does.
+   */
+  missingInstance?: { node: string; parameters: Record<string, string> } | { refused: string };
+  /** What the driver wants said with a success (fenceOff appends it to the attempt's message). */
+  notes?: string[];
 }
 
 export type AgentType =

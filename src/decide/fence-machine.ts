@@ -113,6 +113,11 @@ export interface FenceObservation {
    * observed: kube/watchdog-observer.ts); absent while the node agents' records are not listed yet, or when not needed.
    */
   watchdog?: WatchdogEvidence;
+  /**
+   * The Node as this process last saw it before it was deleted (kube/last-seen-nodes.ts), when `node` is undefined
+   * and this process saw it: what a fence that starts after the deletion is decided on and fences through.
+   */
+  lastSeenNode?: V1Node;
 }
 
 export type Evidence = {
@@ -219,10 +224,17 @@ export function nodeSnapshotOf(node: V1Node): NodeFenceStatusNodeSnapshot {
   return { uid: node.metadata?.uid ?? "", providerID: node.spec?.providerID ?? "", labels };
 }
 
-/** The Node to render agents' parameters over: the live one if it is the same object, else the snapshot. */
+/**
+ * The Node to render agents' parameters over: the live one if it is the same object, else the snapshot. A snapshot
+ * without a uid (a fence started on the node's name alone, after its Node was deleted) never takes a Node created
+ * after the fence started: that may be another machine registered under the same name.
+ */
 export function targetNode(fence: NodeFence, node: V1Node | undefined): V1Node {
   const snap = fence.status?.nodeSnapshot;
-  if (node && (!snap?.uid || node.metadata?.uid === snap.uid)) return node;
+  const started = toDateTime(fence.status?.startTime);
+  const created = toDateTime(node?.metadata?.creationTimestamp as Date | string | undefined);
+  const newer = !snap?.uid && !!snap && !!started && (!created || created > started);
+  if (node && !newer && (!snap?.uid || node.metadata?.uid === snap.uid)) return node;
   return {
     metadata: { name: fence.spec.nodeName, uid: snap?.uid, labels: { ...snap?.labels } },
     spec: snap?.providerID ? { providerID: snap.providerID } : {},
@@ -246,6 +258,22 @@ function heartbeats(h: NodeHealth | undefined): boolean {
   return h !== undefined && h.state !== "Partitioned";
 }
 
+/**
+ * A Node that is gone heartbeats only through its Lease: a kubelet whose Node was deleted goes on renewing (and
+ * re-creates) its Lease. It is silent once it has no Lease, or once this process has seen the Lease's renewTime
+ * unchanged for a whole lease duration; a Lease present but not yet observed counts as renewed (docs/safety.md §3).
+ */
+export function goneNodeLeaseAlive(o: Pick<Fresh, "lease" | "leaseObservedSilentMs">): boolean {
+  if (!o.lease) return false;
+  const durationMs = (o.lease.spec?.leaseDurationSeconds ?? DEFAULT_LEASE_SECONDS) * 1000;
+  return o.leaseObservedSilentMs === undefined || o.leaseObservedSilentMs < durationMs;
+}
+
+/** Whether the node is silent on this read: partitioned, or its Node gone and its Lease gone or expired. */
+function silentNow(o: Fresh, h: NodeHealth | undefined): boolean {
+  return h === undefined ? !o.node && !goneNodeLeaseAlive(o) : h.state === "Partitioned";
+}
+
 function describeHealth(h: NodeHealth | undefined): string {
   if (!h) return "the Node does not exist";
   const beat = h.lastHeartbeat ? iso(h.lastHeartbeat) : "never";
@@ -257,7 +285,9 @@ function describeHealth(h: NodeHealth | undefined): string {
  * holds on this read: the node partitioned (or its Node deleted), or — for a fence a node condition triggered — that
  * condition still held.
  */
-function triggerGone(o: Pick<Fresh, "fence" | "node">, h: NodeHealth | undefined): string | undefined {
+function triggerGone(o: Fresh, h: NodeHealth | undefined): string | undefined {
+  if (!o.node && goneNodeLeaseAlive(o))
+    return `the Node does not exist but its Lease was renewed within its duration (a live kubelet: renewTime ${String(o.lease?.spec?.renewTime ?? "")})`;
   if (!heartbeats(h)) return undefined;
   const c = o.fence.spec.trigger?.nodeCondition;
   if (!c) return `the node heartbeats again (${describeHealth(h)})`;
@@ -652,32 +682,50 @@ function failedStep(o: FenceObservation, health: NodeHealth | undefined): Step {
   };
 }
 
+/**
+ * What a fence starts on: the Node read now; once it is gone, the Node as this process last saw it (its labels select
+ * the policy, its providerID and node-restriction labels become the snapshot agents fence through); for a Node this
+ * process never saw, only a manual fence that names its policy, with a snapshot of the name alone (docs/safety.md §3).
+ */
+function startingNode(o: FenceObservation): { node: V1Node; remembered: "live" | "lastSeen" | "nameOnly" } | undefined {
+  if (o.node) return { node: o.node, remembered: "live" };
+  const name = o.fence.spec.nodeName;
+  if (o.lastSeenNode && o.lastSeenNode.metadata?.name === name) return { node: o.lastSeenNode, remembered: "lastSeen" };
+  if (o.fence.spec.origin !== "Automatic" && o.fence.spec.policy) return { node: { metadata: { name } }, remembered: "nameOnly" };
+  return undefined;
+}
+
 function startStep(o: FenceObservation): Step {
   const f = o.fence;
   const nodeName = f.spec.nodeName;
   const wait = (reason: string, message: string): Step => ({ kind: "wait", reason, message, requeueAfterMs: 30_000 });
-  if (!o.node)
+  const starting = startingNode(o);
+  if (!starting)
     return wait(
       "NodeNotFound",
-      `Node ${nodeName} does not exist: there is nothing to fence (a live kubelet re-creates its Node; this fence starts then)`,
+      `Node ${nodeName} does not exist and this operator has no record of it (it was deleted before this replica started): ` +
+        `a deleted Node proves nothing, so its pods stay; this fence starts when a kubelet registers the Node again, or set spec.policy ` +
+        `(and spec.origin Manual) to fence it through agents whose parameters need only the node's name (spec.nodes, {{ name }})`,
     );
+  const target = starting.node;
   const asked = f.spec.policy;
   let policy: FencingPolicy | undefined;
   if (asked) {
     policy = o.policies.find((p) => p.metadata?.name === asked);
     if (!policy) return wait("PolicyNotFound", `FencingPolicy ${asked} does not exist: create it, or delete this NodeFence`);
-    // A NodeFence may not pick a policy meant for other nodes (e.g. one whose only level is a manual agent).
-    if (!matchesSelector(o.node.metadata?.labels, policy.spec.nodeSelector))
+    // A NodeFence may not pick a policy meant for other nodes (e.g. one whose only level is a manual agent). A node
+    // known by name only has no labels to check: the administrator named the policy.
+    if (starting.remembered !== "nameOnly" && !matchesSelector(target.metadata?.labels, policy.spec.nodeSelector))
       return wait(
         "PolicyDoesNotSelectNode",
-        `FencingPolicy ${asked} does not select node ${nodeName} (its nodeSelector does not match the Node's labels): name a policy that selects it, or leave spec.policy empty`,
+        `FencingPolicy ${asked} does not select node ${nodeName} (its nodeSelector does not match the Node's labels${starting.remembered === "lastSeen" ? " as last seen before it was deleted" : ""}): name a policy that selects it, or leave spec.policy empty`,
       );
   } else {
-    policy = policyForNode(o.node, o.policies).policy;
+    policy = policyForNode(target, o.policies).policy;
     if (!policy) return wait("NoPolicy", `no FencingPolicy selects node ${nodeName}: create one whose nodeSelector matches it`);
   }
   // Manual or automatic, a node whose loss may break the control plane's quorum is not fenced unless the policy allows it.
-  const refused = quorumRefusal(o.node, nodePods(o), policy);
+  const refused = quorumRefusal(target, nodePods(o), policy);
   if (refused)
     return wait(
       "ControlPlaneNode",
@@ -687,8 +735,8 @@ function startStep(o: FenceObservation): Step {
     kind: "start",
     policy: policy.metadata?.name ?? "",
     snapshot: snapshotOf(policy),
-    node: nodeSnapshotOf(o.node),
-    bootID: o.node.status?.nodeInfo?.bootID ?? "",
+    node: nodeSnapshotOf(target),
+    bootID: target.status?.nodeInfo?.bootID ?? "",
   };
 }
 
@@ -776,7 +824,7 @@ function fencingStep(o: FenceObservation, health: NodeHealth | undefined): Step 
       ...(method === "StorageFenced" ? { storageClasses } : {}),
       agents: [...spec.agents],
       round,
-      heartbeat: { ...heartbeatOf(o.node, o.lease), silent: health === undefined || health.state === "Partitioned" },
+      heartbeat: { ...heartbeatOf(o.node, o.lease), silent: silentNow(o, health) },
     },
   };
 }
@@ -794,7 +842,8 @@ function inProgressStep(o: FenceObservation, index: number, health: NodeHealth |
     const confirmed = o.fence.metadata?.annotations?.[CONFIRMED_OFF_ANNOTATION] === o.fence.spec.nodeName;
     // A person's word is the only evidence here: the API must agree on both clocks, the node's expired Lease alone
     // (detection.waitForNodeController false) is not enough — the node controller's Ready=Unknown too (safety.md §3).
-    const silent = health === undefined || (health.state === "Partitioned" && health.partitionedBy === "NodeController");
+    const silent =
+      health === undefined ? silentNow(o, health) : health.state === "Partitioned" && health.partitionedBy === "NodeController";
     if (confirmed && silent)
       return {
         kind: "recordOutcome",
@@ -910,7 +959,7 @@ function watchdogConfirmation(
       round,
       heartbeat: {
         ...heartbeatOf(o.node, o.lease),
-        silent: health === undefined || health.state === "Partitioned",
+        silent: silentNow(o, health),
         ...agentRecordFingerprint(o.lease, o.agentRecord),
       },
     },

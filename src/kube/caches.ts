@@ -1,6 +1,7 @@
 // The operator's view of the cluster: one informer per kind it reads, all synced (first list in the
 // cache) before any controller runs. Staleness of the watches that carry heartbeats feeds the storm guard.
 // Give it a KubeConfig whose requests have deadlines (kube/deadline.ts): a list must not hang forever.
+import { LastSeenNodes } from "./last-seen-nodes.ts";
 import {
   CoordinationV1Api,
   CoreV1Api,
@@ -43,6 +44,8 @@ const LEASE_NAME = "name";
 
 export class Caches {
   readonly nodes: Informer<V1Node>;
+  /** The Nodes this process saw deleted, as last seen (a fence of a Node that is gone starts on them). */
+  readonly lastSeenNodes = new LastSeenNodes();
   readonly leases: Informer<V1Lease>;
   /** When this process saw each node Lease's renewal (monotonic): how long a Lease has been silent, as the node controller measures it. */
   readonly leaseObserver: LeaseObserver;
@@ -98,6 +101,8 @@ export class Caches {
           (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural, ...page })) as KubernetesListObject<T>,
       );
     this.nodes = mk("/api/v1/nodes", (page) => core.listNode(page), slimNode, true);
+    this.nodes.on("delete", (n) => this.lastSeenNodes.deleted(n));
+    this.nodes.on("add", (n) => this.lastSeenNodes.present(n));
     const coordination = kc.makeApiClient(CoordinationV1Api);
     this.leases = mk(
       "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
@@ -137,6 +142,11 @@ export class Caches {
       fenceagents: this.agents,
       nodefences: this.fences,
     }) as never;
+  }
+
+  /** The names of the nodes that cached pods are bound to (some may no longer exist). */
+  podNodeNames(): string[] {
+    return this.pods.indexValues(POD_NODE);
   }
 
   /** The cached pods bound to this node. */

@@ -174,6 +174,13 @@ export class Informer<T extends KubernetesObject> {
     return [...(this.bucket(name, value)?.values() ?? [])];
   }
 
+  /** The values the index `name` has objects for. */
+  indexValues(name: string): string[] {
+    const ix = this.indexes.get(name);
+    if (!ix) throw new Error(`informer ${this.path} has no index ${name}`);
+    return [...ix.byValue.keys()];
+  }
+
   /** How many cached objects the index `name` has with this value, without making an array of them. */
   countByIndex(name: string, value: string): number {
     return this.bucket(name, value)?.size ?? 0;

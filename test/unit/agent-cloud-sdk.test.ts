@@ -99,7 +99,26 @@ describe("gcp driver against the GCE test double", () => {
   test("a missing instance: Config, 'not proof it is off'", async () => {
     const r = await fenceOff(gcpDriver, ctx({ ...p, providerID: "gce://lab-project/europe-west1-b/vm-gone" }), opts({ retries: 3 }));
     assert.equal(r.outcome, "Failed");
-    assert.match(r.message, /1 try \(Config\): instance not found.*not proof it is off/);
+    // The power-off of an instance that does not exist falls to the status query, which says so (no witness: no proof).
+    assert.match(r.message, /2 tries \(Config\): instance not found.*not proof it is off/);
+  });
+
+  test("issue 41 item 6: a missing instance is off only when a witness instance answers to the same parameters", async () => {
+    const gone = "gce://lab-project/europe-west1-b/vm-gone";
+    const c = (missingInstance: unknown) => ({ ...ctx({ ...p, providerID: gone }), notes: [] as string[], missingInstance }) as never;
+    const ok = await fenceOff(gcpDriver, c({ node: "n-witness", parameters: p }), opts({ retries: 3 }));
+    assert.equal(ok.outcome, "Succeeded", ok.message);
+    assert.match(ok.message, /does not exist.*node n-witness's instance/);
+    const blind = await fenceOff(
+      gcpDriver,
+      c({ node: "n-witness", parameters: { ...p, providerID: "gce://lab-project/europe-west1-b/vm-gone-too" } }),
+      opts(),
+    );
+    assert.equal(blind.outcome, "Failed");
+    assert.match(blind.message, /\(Config\): instance not found.*not taken as off.*could not be seen either/);
+    const refused = await fenceOff(gcpDriver, c({ refused: "its providerID is not the Node's own" }), opts());
+    assert.equal(refused.outcome, "Failed");
+    assert.match(refused.message, /not taken as off: its providerID is not the Node's own/);
   });
 
   test("a providerID of the wrong form is refused before any request", async () => {
@@ -190,10 +209,34 @@ describe("azure driver against the ARM test double", () => {
     }
   });
 
+  test("issue 41 item 6: a missing VM is off only when a witness VM answers to the same parameters", async () => {
+    const gone = `azure:///subscriptions/${SUB}/resourceGroups/rg-lab/providers/Microsoft.Compute/virtualMachines/vm-gone`;
+    const c = (missingInstance: unknown) => ({ ...ctx({ ...p, providerID: gone }), notes: [] as string[], missingInstance }) as never;
+    const ok = await fenceOff(azureDriver, c({ node: "n-witness", parameters: p }), opts({ retries: 3 }));
+    assert.equal(ok.outcome, "Succeeded", ok.message);
+    assert.match(ok.message, /does not exist.*node n-witness's instance/);
+    const blind = await fenceOff(
+      azureDriver,
+      c({ node: "n-witness", parameters: { ...p, providerID: gone.replace("vm-gone", "vm-gone-too") } }),
+      opts(),
+    );
+    assert.equal(blind.outcome, "Failed");
+    assert.match(blind.message, /\(Config\): instance not found.*could not be seen either/);
+    // A missing resource group is no claim about the VM at all, whatever the witness.
+    const noGroup = gone.replace("rg-lab", "rg-nope");
+    const r = await fenceOff(
+      azureDriver,
+      { ...ctx({ ...p, providerID: noGroup }), notes: [], missingInstance: { node: "n-witness", parameters: p } } as never,
+      opts(),
+    );
+    assert.equal(r.outcome, "Failed", r.message);
+  });
+
   test("a missing VM: Config, 'not proof it is off'", async () => {
     const gone = `azure:///subscriptions/${SUB}/resourceGroups/rg-lab/providers/Microsoft.Compute/virtualMachines/vm-gone`;
     const r = await fenceOff(azureDriver, ctx({ ...p, providerID: gone }), opts({ retries: 3 }));
     assert.equal(r.outcome, "Failed");
-    assert.match(r.message, /1 try \(Config\): instance not found.*not proof it is off/);
+    // The power-off of an instance that does not exist falls to the status query, which says so (no witness: no proof).
+    assert.match(r.message, /2 tries \(Config\): instance not found.*not proof it is off/);
   });
 });

@@ -17,7 +17,8 @@ import {
   powerOfInstance,
 } from "../../src/agents/gcp.ts";
 import { azurePower, azureRules, classifyAzureError, parseAzureProviderID } from "../../src/agents/azure.ts";
-import { endpointProblem } from "../../src/agents/cloud.ts";
+import { endpointProblem, isMissingInstance, missingInstanceWitness } from "../../src/agents/cloud.ts";
+import { awsRules, classifyAwsError } from "../../src/agents/aws.ts";
 import { resolveParameters, type FenceAgentSpec } from "../../src/agents/parameters.ts";
 import { checkUniqueTarget } from "../../src/agents/targets.ts";
 
@@ -110,7 +111,8 @@ describe("gcp: errors", () => {
     assert.equal(k(Object.assign(new Error("403"), { code: 7 })), "AuthFailed");
     const nf = classifyGceError(Object.assign(new Error("The resource was not found"), { code: 5 }), "instance gcp:p/z/i");
     assert.equal(nf.kind, "Config");
-    assert.match(nf.message, /instance not found.*a missing instance is not proof it is off/);
+    // A 404 that does not name the instance's own resource says nothing about the instance (issue 41 item 6).
+    assert.match(nf.message, /found no such resource.*not proof it is off/);
     assert.equal(k(Object.assign(new Error("429"), { code: 8 })), "Failed");
     assert.equal(k(Object.assign(new Error("503"), { code: 14 })), "Unreachable");
     assert.equal(k(Object.assign(new Error("400"), { code: 3 })), "Config");
@@ -317,5 +319,102 @@ describe("the examples in manifests/examples/ resolve to valid parameters", () =
     const az = JSON.parse(readFileSync(join(examples, "cloud-iam/azure-fencer-role.json"), "utf8")) as { Actions: string[] };
     for (const a of ["read", "instanceView/read", "powerOff/action", "deallocate/action", "start/action"])
       assert.ok(az.Actions.includes(`Microsoft.Compute/virtualMachines/${a}`), a);
+  });
+});
+
+describe("issue 41 item 6: a cloud's \"does not exist\" is off only for the Node's own instance, against a witness", () => {
+  const spec: FenceAgentSpec = { type: "aws", parameters: {} };
+  const awsNode = (name: string, id: string, zone = "us-east-1a"): V1Node => ({
+    metadata: { name, uid: `uid-${name}` },
+    spec: { providerID: `aws:///${zone}/${id}` },
+  });
+  const resolve = (n: V1Node) => {
+    const r = resolveParameters(spec, n, new Map(), awsRules);
+    return "errors" in r ? undefined : r.parameters;
+  };
+  const device = (p: Record<string, string>) => awsRules.target(p)?.device;
+  const gone = awsNode("node-1", "i-0123456789abcdef0");
+  const params = resolve(gone)!;
+  const witness = (o: { parameters?: Record<string, string>; nodes: V1Node[]; target?: V1Node; type?: string }) =>
+    missingInstanceWitness({
+      type: o.type ?? "aws",
+      parameters: o.parameters ?? params,
+      target: o.target ?? gone,
+      nodes: o.nodes,
+      resolve,
+      device,
+    });
+
+  test("another Node's instance in the same region, through the same parameters, is the witness", () => {
+    const w = witness({ nodes: [gone, awsNode("node-2", "i-0aaaaaaaaaaaaaaaa")] });
+    assert.ok("node" in w && w.node === "node-2", JSON.stringify(w));
+    assert.equal(w.parameters.providerID, "aws:///us-east-1a/i-0aaaaaaaaaaaaaaaa");
+  });
+
+  test("no witness: only the Node itself, another region, or another Node with other credentials", () => {
+    assert.ok("refused" in witness({ nodes: [gone] }));
+    assert.ok("refused" in witness({ nodes: [gone, awsNode("node-2", "i-0aaaaaaaaaaaaaaaa", "eu-west-1a")] }), "another region");
+    const other = missingInstanceWitness({
+      type: "aws",
+      parameters: params,
+      target: gone,
+      nodes: [gone, awsNode("node-2", "i-0aaaaaaaaaaaaaaaa")],
+      resolve: (n) => ({ ...resolve(n)!, accessKeyId: "AKIAOTHER" }),
+      device,
+    });
+    assert.ok("refused" in other, "other credentials");
+  });
+
+  test("the instance must be the Node's own providerID: one set in the FenceAgent, or none on the Node, is never taken as gone", () => {
+    const set = witness({
+      parameters: { ...params, providerID: "aws:///us-east-1a/i-0bbbbbbbbbbbbbbbb" },
+      nodes: [gone, awsNode("node-2", "i-0aaaaaaaaaaaaaaaa")],
+    });
+    assert.match("refused" in set ? set.refused : "", /not the Node's own spec.providerID/);
+    const nameOnly: V1Node = { metadata: { name: "node-1" } };
+    assert.ok("refused" in witness({ target: nameOnly, nodes: [awsNode("node-2", "i-0aaaaaaaaaaaaaaaa")] }));
+    assert.ok("refused" in witness({ type: "ipmi", nodes: [gone, awsNode("node-2", "i-0aaaaaaaaaaaaaaaa")] }), "never for a BMC");
+  });
+
+  test("gcp: the witness is in the same project and zone", () => {
+    const gspec: FenceAgentSpec = { type: "gcp", parameters: {} };
+    const gnode = (name: string, zone: string, inst: string): V1Node => ({
+      metadata: { name },
+      spec: { providerID: `gce://proj-123456/${zone}/${inst}` },
+    });
+    const gresolve = (n: V1Node) => {
+      const r = resolveParameters(gspec, n, new Map(), gcpRules);
+      return "errors" in r ? undefined : r.parameters;
+    };
+    const t = gnode("node-1", "europe-west1-b", "vm-1");
+    const run = (nodes: V1Node[]) =>
+      missingInstanceWitness({
+        type: "gcp",
+        parameters: gresolve(t)!,
+        target: t,
+        nodes,
+        resolve: gresolve,
+        device: (p) => gcpRules.target(p)?.device,
+      });
+    assert.ok("refused" in run([gnode("node-2", "europe-west1-c", "vm-2")]), "another zone");
+    const w = run([gnode("node-2", "europe-west1-c", "vm-2"), gnode("node-3", "europe-west1-b", "vm-3")]);
+    assert.ok("node" in w && w.node === "node-3");
+  });
+
+  test("which answers are \"does not exist\": AWS InvalidInstanceID.NotFound, not Malformed; GCE's 404 naming the instance, not its project or zone; ARM's ResourceNotFound, not ResourceGroupNotFound", () => {
+    const sdk = (name: string) => Object.assign(new Error(name), { name, $metadata: { httpStatusCode: 400 } });
+    assert.ok(isMissingInstance(classifyAwsError(sdk("InvalidInstanceID.NotFound"), "EC2 instance i-1", "DescribeInstances")));
+    assert.ok(!isMissingInstance(classifyAwsError(sdk("InvalidInstanceID.Malformed"), "EC2 instance i-1", "DescribeInstances")));
+    const ref = { project: "p-123456", zone: "europe-west1-b", instance: "vm-1" };
+    const g = (msg: string) => classifyGceError(Object.assign(new Error(msg), { code: 5 }), "instance", ref);
+    assert.ok(isMissingInstance(g("The resource 'projects/p-123456/zones/europe-west1-b/instances/vm-1' was not found")));
+    assert.ok(!isMissingInstance(g("The resource 'projects/p-123456' was not found")));
+    assert.ok(!isMissingInstance(g("The resource 'projects/p-123456/zones/europe-west1-b/instances/vm-10' was not found")));
+    const a = (code: string) => classifyAzureError(Object.assign(new Error(code), { statusCode: 404, code }), "vm");
+    assert.ok(isMissingInstance(a("ResourceNotFound")));
+    for (const c of ["ResourceGroupNotFound", "ParentResourceNotFound", "SubscriptionNotFound"]) {
+      assert.ok(!isMissingInstance(a(c)), c);
+      assert.equal(a(c).kind, "Config", c);
+    }
   });
 });

@@ -91,6 +91,8 @@ interface Sim {
   agentResult: (agent: string, op: "off" | "on", level: number) => Outcome | "crash" | "hang";
   /** The bound the controller applies to every status it writes (decide/status-bound.ts); none when unset. */
   bound?: StatusBound;
+  /** The Node as the operator last saw it before it was deleted (kube/last-seen-nodes.ts). */
+  lastSeen?: V1Node;
 }
 
 /** A csiAddonsNetworkFence agent whose fence covers the "san" StorageClass. */
@@ -141,6 +143,7 @@ function observe(s: Sim): FenceObservation {
     pvcs: s.pvcs,
     volumeAttachments: s.vas,
     operations: new Map(s.ops),
+    ...(s.lastSeen ? { lastSeenNode: structuredClone(s.lastSeen) } : {}),
   };
 }
 
@@ -605,6 +608,171 @@ describe("item 2: a deleted Node is not evidence", () => {
       assert.equal(t.spec?.providerID, "aws:///i-1");
       assert.equal(t.metadata?.name, "node-1");
     }
+  });
+});
+
+describe("issue 41 item 6: a Node that is gone is fenced through what was last seen of it", () => {
+  const bmc = { "node-restriction.kubernetes.io/bmc": "10.0.0.9", pool: "db" };
+  const lastSeen = () => {
+    const n = partitionedNode({ labels: bmc });
+    n.spec = { ...n.spec, providerID: "aws:///us-east-1a/i-0123456789abcdef0" };
+    return n;
+  };
+
+  test("a fence created after its Node was deleted starts on the Node as last seen: its labels pick the policy, its providerID is the target", () => {
+    const dbPolicy = policy("db", { nodeSelector: { matchLabels: { pool: "db" } } });
+    const step = stepFor(undefined, {
+      node: undefined,
+      lease: undefined,
+      lastSeen: lastSeen(),
+      policies: [policy("other", { nodeSelector: { matchLabels: { pool: "web" } } }), dbPolicy],
+    });
+    assert.ok(step.kind === "start", step.kind);
+    assert.equal(step.policy, "db");
+    assert.deepEqual(step.node, {
+      uid: "uid-node-node-1",
+      providerID: "aws:///us-east-1a/i-0123456789abcdef0",
+      labels: { "node-restriction.kubernetes.io/bmc": "10.0.0.9" },
+    });
+    assert.equal(step.bootID, "boot-1");
+  });
+
+  test("remembered labels that no policy selects, or a named policy that does not select them: it waits", () => {
+    const none = stepFor(undefined, {
+      node: undefined,
+      lease: undefined,
+      lastSeen: lastSeen(),
+      policies: [policy("web", { nodeSelector: { matchLabels: { pool: "web" } } })],
+    });
+    assert.ok(none.kind === "wait" && none.reason === "NoPolicy");
+    const named = stepFor(undefined, {
+      node: undefined,
+      lease: undefined,
+      lastSeen: lastSeen(),
+      spec: { policy: "web", origin: "Manual" },
+      policies: [policy("web", { nodeSelector: { matchLabels: { pool: "web" } } })],
+    });
+    assert.ok(named.kind === "wait" && named.reason === "PolicyDoesNotSelectNode", named.kind);
+  });
+
+  test("a Node never seen: an automatic fence waits NodeNotFound; a manual one naming its policy starts on the name alone", () => {
+    const auto = stepFor(undefined, { node: undefined, lease: undefined });
+    assert.ok(auto.kind === "wait" && auto.reason === "NodeNotFound");
+    const unnamed = stepFor(undefined, { node: undefined, lease: undefined, spec: { origin: "Manual" } });
+    assert.ok(unnamed.kind === "wait" && unnamed.reason === "NodeNotFound", "no labels to pick a policy by");
+    const manual = stepFor(undefined, { node: undefined, lease: undefined, spec: { origin: "Manual", policy: "default" } });
+    assert.ok(manual.kind === "start", manual.kind);
+    assert.deepEqual(manual.node, { uid: "", providerID: "", labels: {} });
+  });
+
+  test("a fence started on the name alone never renders over a Node created after it started (another machine may have taken the name)", () => {
+    const f = fenceOf(fencing({ nodeSnapshot: { uid: "", providerID: "", labels: {} }, startTime: stamp(at(900)) }), {
+      origin: "Manual",
+      policy: "default",
+    });
+    const later = lastSeen();
+    later.metadata!.creationTimestamp = at(950).toJSDate();
+    assert.equal(targetNode(f, later).spec?.providerID, undefined, "the name alone");
+    const before = lastSeen();
+    before.metadata!.creationTimestamp = at(100).toJSDate();
+    assert.equal(targetNode(f, before), before, "a Node older than the fence is the one it was asked for");
+  });
+
+  test("a remembered Node of another name is never used", () => {
+    const other = lastSeen();
+    other.metadata!.name = "node-2";
+    const step = stepFor(undefined, { node: undefined, lease: undefined, lastSeen: other });
+    assert.ok(step.kind === "wait" && step.reason === "NodeNotFound");
+  });
+
+  test("end to end: fenced through the remembered target, confirmed with the Node and its Lease gone, released", () => {
+    const s = sim({ node: undefined, lease: undefined, lastSeen: lastSeen(), pods: [stsPod("db-0")], policies: [policy("default")] });
+    const steps = describeSteps(walk(s));
+    assert.deepEqual(steps.slice(0, 4), ["start", "begin", "runAgent off L0 ipmi", "record Succeeded"]);
+    assert.ok(
+      steps.includes("confirmed PowerOffConfirmed") && steps.includes("release Pod db-0") && steps.at(-1) === "done",
+      steps.join(" → "),
+    );
+    assert.equal(targetNode(s.fence, undefined).spec?.providerID, "aws:///us-east-1a/i-0123456789abcdef0");
+    assert.deepEqual(s.fence.status?.evidence?.heartbeat, {
+      nodeUID: "",
+      bootID: "",
+      leaseRenewTime: "",
+      readyHeartbeatTime: "",
+      silent: true,
+    });
+  });
+
+  test("a gone Node whose Lease is still renewed is a live kubelet: an automatic fence powers nothing off and is cancelled", () => {
+    const s = sim({
+      node: undefined,
+      lease: lease("node-1", at(990)),
+      leaseObservedSilentMs: 5_000,
+      lastSeen: lastSeen(),
+      pods: [stsPod("db-0")],
+    });
+    const steps = describeSteps(walk(s));
+    assert.ok(!steps.some((x) => x.startsWith("runAgent")), steps.join(" → "));
+    assert.equal(steps.at(-1), "done");
+    assert.equal(s.fence.status?.phase, "Unfenced");
+    const f = fenceOf(fencing());
+    assert.match(
+      noLongerDue({ fence: f, node: undefined, lease: lease("node-1", at(990)), leaseObservedSilentMs: 5_000, now: at(1000) }) ?? "",
+      /Lease was renewed/,
+    );
+    assert.match(
+      noLongerDue({ fence: f, node: undefined, lease: lease("node-1", at(990)), now: at(1000) }) ?? "",
+      /Lease was renewed/,
+      "a Lease not yet observed counts as renewed",
+    );
+    assert.equal(
+      noLongerDue({ fence: f, node: undefined, lease: lease("node-1", T0), leaseObservedSilentMs: 40_000, now: at(1000) }),
+      undefined,
+      "silent a whole lease duration",
+    );
+  });
+
+  test("after a confirmation with the Node gone: a Node re-created by a live kubelet, or a Lease renewed, stops the release", () => {
+    const confirmedGone = () =>
+      sim({
+        node: undefined,
+        lease: undefined,
+        lastSeen: lastSeen(),
+        pods: [stsPod("db-0"), stsPod("db-1")],
+        agentResult: () => "Succeeded",
+      });
+    for (const [what, change] of [
+      ["Node re-created", (s: Sim) => (s.node = node("node-1", { ready: "True", heartbeat: s.now }))],
+      ["Lease re-created", (s: Sim) => (s.lease = lease("node-1", s.now))],
+    ] as const) {
+      const s = confirmedGone();
+      // Walk until the first release is due, then the world changes before it.
+      for (let i = 0; i < 20 && s.fence.status?.phase !== "Releasing"; i++) apply(s, nextStep(observe(s)));
+      assert.equal(s.fence.status?.phase, "Releasing", what);
+      change(s);
+      const step = nextStep(observe(s));
+      assert.equal(step.kind, "reenter", `${what}: ${step.kind}`);
+    }
+  });
+
+  test("a manual confirmation with the Node gone counts only while its Lease is gone or expired", () => {
+    const manualOnly = [policy("default", { escalation: [{ agents: [{ name: "admin" }] }] })];
+    const f = fencing({ policySnapshot: snapOf(manualOnly[0]!), attempts: [attempt("admin", "InProgress", 0, "off", stamp(at(999)))] });
+    const ann = { [CONFIRMED_OFF_ANNOTATION]: "node-1" };
+    const live = sim({
+      policies: manualOnly,
+      node: undefined,
+      lease: lease("node-1", at(995)),
+      leaseObservedSilentMs: 1_000,
+      fence: fenceOf(f, { origin: "Manual" }),
+    });
+    live.fence.metadata!.annotations = ann;
+    const refused = nextStep(observe(live));
+    assert.ok(refused.kind === "wait" && refused.reason === "ConfirmationRefused", refused.kind);
+    const gone = sim({ policies: manualOnly, node: undefined, lease: undefined, fence: fenceOf(f, { origin: "Manual" }) });
+    gone.fence.metadata!.annotations = ann;
+    const ok = nextStep(observe(gone));
+    assert.ok(ok.kind === "recordOutcome" && ok.outcome === "Succeeded", ok.kind);
   });
 });
 

@@ -123,6 +123,7 @@ test("the alerts cover what a person must act on, each with severity, summary an
     "StockadeAdmissionPolicyMissing",
     "StockadeFenceFailed",
     "StockadeFenceStuck",
+    "StockadeGuardedPodsOnMissingNode",
     "StockadeNoLeader",
     "StockadeNodeCannotBeFenced",
     "StockadeStormGuardHolding",

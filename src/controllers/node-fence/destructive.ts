@@ -12,7 +12,7 @@ import type { FenceAgent, NodeFence } from "../../api/v1alpha1.ts";
 import { driverFor, storageDriverFor } from "../../agents/registry.ts";
 import { runStorageFence } from "../../agents/run-storage.ts";
 import { fenceOff, runOperation } from "../../agents/run.ts";
-import { AgentError } from "../../agents/types.ts";
+import { AgentError, type AgentContext } from "../../agents/types.ts";
 import { LOCK_ANNOTATION, breakLock, formatLock } from "../../decide/claim-lock.ts";
 import { FENCED_TAINT, OUT_OF_SERVICE_TAINT, powerOffRefused, type ReleaseItem } from "../../decide/fence-machine.ts";
 import { isNotFound } from "../../kube/api.ts";
@@ -59,6 +59,8 @@ export interface PowerCommand {
   target: V1Node;
   timeoutMs: number;
   signal: AbortSignal;
+  /** Cloud agents: the witness that lets "this instance does not exist" count as off, or why there is none (agents/cloud.ts). */
+  missingInstance?: AgentContext["missingInstance"];
 }
 
 /** Runs the agent's power (or storage fence) command, beforePowerCommand before each try. */
@@ -66,7 +68,13 @@ export async function powerCommand(c: Guard, x: PowerCommand) {
   const { agent, op } = x;
   const agentName = agent.metadata?.name ?? "";
   const storage = storageDriverFor(agent.spec.type);
-  const ctx = { node: x.fence.spec.nodeName, parameters: x.parameters, annotations: {} };
+  const ctx = {
+    node: x.fence.spec.nodeName,
+    parameters: x.parameters,
+    annotations: {},
+    notes: [] as string[],
+    ...(x.missingInstance ? { missingInstance: x.missingInstance } : {}),
+  };
   const opts = {
     timeoutMs: x.timeoutMs,
     retries: agent.spec.retries ?? 2,

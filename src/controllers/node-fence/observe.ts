@@ -112,6 +112,7 @@ export function observe(
     operations: operations.view(fence.metadata?.uid ?? ""),
     ...(agentRecord ? { agentRecord } : {}),
     ...(watchdog ? { watchdog } : {}),
+    ...(!node && c.lastSeenNodes?.get(name) ? { lastSeenNode: c.lastSeenNodes.get(name) } : {}),
   };
 }
 

@@ -3,6 +3,7 @@
 // before each power command is beforePowerCommand (destructive.ts).
 import type { V1Node } from "@kubernetes/client-node";
 import type { FenceAgent, NodeFence } from "../../api/v1alpha1.ts";
+import { missingInstanceWitness, PROVIDER_ID_TYPES } from "../../agents/cloud.ts";
 import { resolveParameters, secretRefsFor } from "../../agents/parameters.ts";
 import { loadRules, storageDriverFor } from "../../agents/registry.ts";
 import { redact } from "../../agents/run.ts";
@@ -101,7 +102,32 @@ async function operate(c: StepContext, x: Run, signal: AbortSignal): Promise<Omi
     const resolved = resolveParameters(agent.spec, target, secrets, rules);
     if ("errors" in resolved && !lifting) throw new AgentError("Config", `FenceAgent ${agentName}: ${resolved.errors.join("; ")}`);
     const parameters = "errors" in resolved ? {} : resolved.parameters;
-    const r = await powerCommand(c, { fence: x.fence, agent, op, parameters, target, timeoutMs: x.timeoutMs, signal });
+    // A cloud's "this instance does not exist" counts as off only against a witness: another Node's instance that the
+    // same parameters see (agents/cloud.ts; docs/safety.md §3). Its parameters need no Secret of its own.
+    const missingInstance =
+      op === "off" && PROVIDER_ID_TYPES.includes(agent.spec.type)
+        ? missingInstanceWitness({
+            type: agent.spec.type,
+            parameters,
+            target,
+            nodes: c.d.caches.nodes.list(),
+            resolve: (n) => {
+              const w = resolveParameters(agent.spec, n, secrets, rules);
+              return "errors" in w ? undefined : w.parameters;
+            },
+            device: (p) => rules?.target(p, target.metadata?.name)?.device,
+          })
+        : undefined;
+    const r = await powerCommand(c, {
+      fence: x.fence,
+      agent,
+      op,
+      parameters,
+      target,
+      timeoutMs: x.timeoutMs,
+      signal,
+      ...(missingInstance ? { missingInstance } : {}),
+    });
     return { outcome: r.outcome, message: redact(r.message, secretValues) };
   } catch (err) {
     const message = redact(err instanceof Error ? err.message : String(err), secretValues);
