@@ -11,6 +11,7 @@ import {
   sightingKey,
   stillHeld,
   triggerStates,
+  type ConditionTrigger,
   type Sighting,
   type UntrustedCondition,
 } from "../../src/decide/node-conditions.ts";
@@ -145,7 +146,7 @@ describe("condition triggers: how long a node condition has held, on the operato
 
 describe("condition triggers: only a condition set by the trigger's trusted writers counts (issue 41 item 4)", () => {
   const c0 = { now: at(0), mono: 0 };
-  const states = (n: V1Node, triggers = [KD], prev = new Map<string, Sighting>(), clocks = c0) => {
+  const states = (n: V1Node, triggers: ConditionTrigger[] = [KD], prev = new Map<string, Sighting>(), clocks = c0) => {
     const untrusted: UntrustedCondition[] = [];
     const next = new Map<string, Sighting>();
     const held = triggerStates(n, triggers, prev, new Map(), clocks, next, untrusted);
