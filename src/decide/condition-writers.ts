@@ -30,9 +30,11 @@ function keyType(key: string): string | undefined {
   }
 }
 
+/** An entry in a format other than FieldsV1 (none exists today): what it owns cannot be read, so it may own anything. */
+const unreadable = (e: V1ManagedFieldsEntry) => e.fieldsType !== undefined && e.fieldsType !== "FieldsV1";
+
 /** The condition types whose `status` this managedFields entry owns. */
 function ownedStatusTypes(e: V1ManagedFieldsEntry): string[] {
-  if (e.fieldsType !== undefined && e.fieldsType !== "FieldsV1") return [];
   const fields: unknown = e.fieldsV1;
   if (!isFields(fields)) return [];
   const status = fields["f:status"];
@@ -49,7 +51,7 @@ function ownedStatusTypes(e: V1ManagedFieldsEntry): string[] {
 /** The field managers that own the status of the node's condition of this type: sorted, each once. */
 export function conditionWriters(node: V1Node | undefined, type: string): string[] {
   const out = new Set<string>();
-  for (const e of node?.metadata?.managedFields ?? []) if (ownedStatusTypes(e).includes(type)) out.add(e.manager ?? "");
+  for (const e of node?.metadata?.managedFields ?? []) if (unreadable(e) || ownedStatusTypes(e).includes(type)) out.add(e.manager ?? "");
   return [...out].sort();
 }
 
@@ -77,6 +79,10 @@ export function conditionTrust(node: V1Node | undefined, type: string, trusted: 
 export function conditionOwnership(entries: readonly V1ManagedFieldsEntry[] | undefined): V1ManagedFieldsEntry[] | undefined {
   const out: V1ManagedFieldsEntry[] = [];
   for (const e of entries ?? []) {
+    if (unreadable(e)) {
+      out.push({ manager: e.manager, operation: e.operation, subresource: e.subresource, fieldsType: e.fieldsType });
+      continue;
+    }
     const types = ownedStatusTypes(e);
     if (!types.length) continue;
     const conditions: Fields = {};

@@ -208,6 +208,13 @@ describe("condition triggers: only a condition set by the trigger's trusted writ
     assert.equal(stillHeld(n, KD), false);
   });
 
+  test("an entry whose fields cannot be read (not FieldsV1) may own the status: not trusted", () => {
+    const n = withCondition("True");
+    n.metadata!.managedFields!.push({ manager: "future", operation: "Update", fieldsType: "FieldsV2" });
+    assert.equal(stillHeld(n, KD), false);
+    assert.deepEqual(states(n).untrusted[0]!.untrusted, ["future"]);
+  });
+
   test("a trigger that lists no writer trusts nothing, not even the kubelet (reported by the policy, not per node)", () => {
     const n = writtenBy(withCondition("True"), "KernelDeadlock", "kubelet");
     const bare = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 };

@@ -235,6 +235,9 @@ test("a cached node keeps, of managedFields, who owns each condition's status (n
   const later = managedFields().map((e) => ({ ...e, time: new Date("2026-11-23T10:06:00Z") }));
   assert.equal(slimNodeWriters(later, intern), kept);
   assert.equal(slimNodeWriters([managedFields()[0]!], intern), undefined);
+  // An entry in a format that cannot be read is kept (it may own any condition's status).
+  const unknown = slimNodeWriters([{ manager: "future", operation: "Update", fieldsType: "FieldsV2", time: new Date() }], intern);
+  assert.deepEqual(conditionWriters({ metadata: { managedFields: unknown } }, "Ready"), ["future"]);
 });
 
 test("the Node informer keeps condition writers; other informers keep no managedFields", () => {
