@@ -119,6 +119,8 @@ describe("decideFleet: healthy fleet", () => {
       queued: [],
       held: [],
       controlPlane: [],
+      untrusted: [],
+      unlisted: [],
     });
   });
 
