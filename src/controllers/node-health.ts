@@ -670,7 +670,9 @@ export class NodeHealthController {
     // Each trigger condition newly seen from an untrusted writer, and each trigger newly found to list none: a Warning
     // on the policy (and on the Node), never a fence.
     const untrustedBefore = findCondition(p.status?.conditions as Condition[] | undefined, UNTRUSTED_CONDITIONS);
-    for (const u of s.untrusted) {
+    // Only those the condition names (a bounded list): a writer that sets a condition on every node must not make
+    // thousands of Events, nor new ones on every pass for those past the list.
+    for (const u of s.untrusted.slice(0, MAX_UNTRUSTED_LISTED)) {
       const m = untrustedMessage(u);
       if (untrustedBefore?.status === "True" && untrustedBefore.message.includes(m)) continue;
       this.d.log.warn({ policy: p.metadata?.name, node: u.node, condition: u.type, writers: u.writers }, m);
@@ -792,8 +794,16 @@ export function unlistedMessage(trigger: string): string {
   return `trigger ${trigger} ignored: it lists no trustedWriters (the field managers trusted to set the condition)`;
 }
 
+/** At most this many ignored conditions are named in the policy's condition (and get Events); the rest are counted. */
+export const MAX_UNTRUSTED_LISTED = 50;
+
 function untrustedConditionsCondition(s: PolicyState, gen: number | undefined): PolicyCondition {
-  const messages = [...s.unlisted.map(unlistedMessage), ...s.untrusted.map(untrustedMessage)];
+  const more = s.untrusted.length - MAX_UNTRUSTED_LISTED;
+  const messages = [
+    ...s.unlisted.map(unlistedMessage),
+    ...s.untrusted.slice(0, MAX_UNTRUSTED_LISTED).map(untrustedMessage),
+    ...(more > 0 ? [`and ${more} more condition(s) set by untrusted writers`] : []),
+  ];
   return messages.length
     ? {
         type: UNTRUSTED_CONDITIONS,

@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Node, V1Pod } from "@kubernetes/client-node";
 import type { FencingPolicy, NodeFence } from "../../src/api/v1alpha1.ts";
-import { NodeHealthController } from "../../src/controllers/node-health.ts";
+import { MAX_UNTRUSTED_LISTED, NodeHealthController } from "../../src/controllers/node-health.ts";
 import { podsByNode } from "../../src/decide/fleet.ts";
 import { assessNode } from "../../src/decide/node-health.ts";
 import { at, lease, node, policy, stamp, stsPod, T0, writtenBy } from "./decide-fixtures.ts";
@@ -175,4 +175,32 @@ test("all triggers trusted: UntrustedConditions is False", async () => {
   const { statuses, pass } = setup();
   await pass();
   assert.equal(statuses.at(-1)?.conditions?.find((c) => c.type === "UntrustedConditions")?.status, "False");
+});
+
+test("issue 41 item 4: an untrusted writer on many nodes: the condition names a bounded list, and Events only for it", async () => {
+  const untrusted = Array.from({ length: MAX_UNTRUSTED_LISTED + 5 }, (_, k) => ({
+    node: `node-${String(k).padStart(3, "0")}`,
+    type: "KernelDeadlock",
+    status: "True",
+    writers: ["calico-node"],
+    untrusted: ["calico-node"],
+  }));
+  const state = {
+    holds: [],
+    raisedTimeouts: [],
+    partitioned: [],
+    activeFences: 0,
+    wouldFence: [],
+    queued: [],
+    held: [],
+    controlPlane: [],
+    untrusted,
+    unlisted: [],
+  };
+  const { ctl, statuses, events } = setup();
+  const update = (ctl as unknown as { updatePolicyStatus(p: FencingPolicy, s: unknown): Promise<void> }).updatePolicyStatus.bind(ctl);
+  await update(policy("default", { triggers: { nodeConditions: [KD] } }), state);
+  const u = statuses.at(-1)?.conditions?.find((c) => c.type === "UntrustedConditions");
+  assert.match(u?.message ?? "", /and 5 more condition\(s\) set by untrusted writers$/);
+  assert.equal(events.filter((e) => e.reason === "UntrustedConditionWriter").length, 2 * MAX_UNTRUSTED_LISTED);
 });
