@@ -17,6 +17,8 @@ import { waitFor } from "../lab/health.ts";
 const run = promisify(execFile);
 const FOR_SECONDS = 30;
 const CP_LABEL = "node-role.kubernetes.io/control-plane";
+/** The field manager the condition is written as, and the one writer the policy's trigger trusts. */
+const WRITER = "node-problem-detector";
 
 describe("e2e: condition triggers and control-plane nodes", () => {
   let bed: Bed;
@@ -25,7 +27,7 @@ describe("e2e: condition triggers and control-plane nodes", () => {
   before(async () => {
     bed = await Bed.up({ nodes: 3, name: "triggers" });
     await bed.policy("default", {
-      triggers: { nodeConditions: [{ type: "KernelDeadlock", status: "True", forSeconds: FOR_SECONDS }] },
+      triggers: { nodeConditions: [{ type: "KernelDeadlock", status: "True", forSeconds: FOR_SECONDS, trustedWriters: [WRITER] }] },
       guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 1 },
     });
     await bed.startOperator();
@@ -37,7 +39,10 @@ describe("e2e: condition triggers and control-plane nodes", () => {
     await bed?.down();
   });
 
-  /** What node-problem-detector does: a strategic-merge patch of the Node's status conditions (merged by type). */
+  /**
+   * What node-problem-detector does: a strategic-merge patch of the Node's status conditions (merged by type), as
+   * field manager node-problem-detector (recorded in the Node's managedFields).
+   */
   async function setCondition(status: "True" | "False"): Promise<void> {
     const now = new Date().toISOString().replace(/\.\d+Z$/, "Z");
     const condition = {
@@ -53,6 +58,7 @@ describe("e2e: condition triggers and control-plane nodes", () => {
       "node",
       node,
       "--subresource=status",
+      `--field-manager=${WRITER}`,
       "--type=strategic",
       "-p",
       JSON.stringify({ status: { conditions: [condition] } }),
@@ -142,7 +148,9 @@ describe("e2e: condition triggers and control-plane nodes", () => {
     // The apiserver's creationTimestamp has whole seconds: allow one.
     assert.ok(created >= t0 - 1_000 + FOR_SECONDS * 1000, `created ${created - t0} ms after the condition, not before ${FOR_SECONDS} s`);
     assert.equal(f.spec.origin, "Automatic");
-    assert.deepEqual(f.spec.trigger, { nodeCondition: { type: "KernelDeadlock", status: "True", forSeconds: FOR_SECONDS } });
+    assert.deepEqual(f.spec.trigger, {
+      nodeCondition: { type: "KernelDeadlock", status: "True", forSeconds: FOR_SECONDS, trustedWriters: [WRITER] },
+    });
     assert.equal(f.status?.evidence?.method, "PowerOffConfirmed");
     assert.equal(f.status?.evidence?.heartbeat?.silent, false, "confirmed while the node still heartbeat");
     assert.equal(bed.lab.machine(node).power, "off");

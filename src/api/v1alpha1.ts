@@ -543,6 +543,13 @@ export interface FencingPolicySpecTriggersNodeConditions {
   status: "True" | "False" | "Unknown";
   /** How long, 30-86400 seconds, the condition must have held, on the operator's clock. */
   forSeconds: number;
+  /**
+   * The field managers (metadata.managedFields) trusted to set this condition, e.g. kubelet for Ready=False,
+   * node-problem-detector for KernelDeadlock. The condition counts only while every manager that owns its status is
+   * listed here; one set by any other writer is ignored and reported (the policy's UntrustedConditions condition and
+   * an Event). Absent: nothing is trusted and the trigger never fences (reported the same way).
+   */
+  trustedWriters?: string[];
 }
 
 /** FencingPolicyStatus is what the operator last observed about this policy. */
@@ -672,6 +679,11 @@ export interface NodeFenceSpecTriggerNodeCondition {
   status: "True" | "False" | "Unknown";
   /** How long it had to hold. */
   forSeconds?: number;
+  /**
+   * The field managers the policy trusted to set the condition when the fence was made: the fence goes on only while
+   * every owner of the condition's status is one of them (or the node is silent).
+   */
+  trustedWriters?: string[];
 }
 
 /**

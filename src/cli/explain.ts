@@ -6,6 +6,7 @@ import type { FencingPolicy } from "../api/v1alpha1.ts";
 import { decideFleet, podsByNode, type FleetInput } from "../decide/fleet.ts";
 import { DEFAULT_FENCE_AFTER_SECONDS, isInjectedToleration, podWaitSeconds, unreachableToleration } from "../decide/forgiveness.ts";
 import { isFinished, isGuarded } from "../decide/guarded-pods.ts";
+import { conditionTrust } from "../decide/condition-writers.ts";
 import { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, partitionSignal, type NodeHealth } from "../decide/node-health.ts";
 import { describeScope } from "../decide/scope.ts";
 import { controlPlaneRole } from "../decide/quorum.ts";
@@ -33,7 +34,10 @@ function describePolicy(p: FencingPolicy): string {
   const flags = [p.spec.dryRun ? "dryRun" : "", p.spec.paused ? "paused" : "", p.spec.allowControlPlane ? "allowControlPlane" : ""]
     .filter(Boolean)
     .join(", ");
-  const triggers = (p.spec.triggers?.nodeConditions ?? []).map((t) => `${t.type}=${t.status} for ${t.forSeconds} s`);
+  const triggers = (p.spec.triggers?.nodeConditions ?? []).map(
+    (t) =>
+      `${t.type}=${t.status} for ${t.forSeconds} s set by ${t.trustedWriters?.length ? t.trustedWriters.join("/") : "(no trustedWriters: ignored)"}`,
+  );
   const off = (on: boolean | undefined, field: string) =>
     p.spec.dryRun ? "off (a dry run)" : on === false ? `off (${field}: false)` : "on";
   return [
@@ -86,9 +90,16 @@ export function renderExplain(i: FleetInput, nodeName: string): string {
         const s = x.triggers?.find((y) => y.trigger.type === t.type);
         const c = node.status?.conditions?.find((y) => y.type === t.type);
         const head = `  ${t.type}=${t.status} for ${t.forSeconds} s:`;
+        const trust = conditionTrust(node, t.type, t.trustedWriters);
         if (s)
           out.push(
             `${head} HELD since ${s.sighting.since} (${Math.floor(s.held)} s); ${s.left > 0 ? `${Math.ceil(s.left)} s left` : "due"}`,
+          );
+        else if (c?.status === t.status && !t.trustedWriters?.length)
+          out.push(`${head} held now, IGNORED: the trigger lists no trustedWriters (the field managers trusted to set it)`);
+        else if (c?.status === t.status && !trust.trusted)
+          out.push(
+            `${head} held now, IGNORED: ${trust.writers.length ? `set by ${trust.untrusted.join(", ")}` : "no writer recorded in managedFields"}, not in trustedWriters (${t.trustedWriters?.join(", ")})`,
           );
         else if (c?.status === t.status)
           out.push(

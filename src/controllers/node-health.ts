@@ -11,7 +11,7 @@ import { FleetMemo } from "../decide/fleet-memo.ts";
 import { nameList } from "../decide/name-list.ts";
 import { NODE_DOWN, nodeDownChange } from "../decide/node-down.ts";
 import { lagSecondsOf, nodeChangedBeyondHeartbeat } from "../decide/node-health.ts";
-import { stillHeld, type Sighting } from "../decide/node-conditions.ts";
+import { stillHeld, type Sighting, type UntrustedCondition } from "../decide/node-conditions.ts";
 import { quorumRefusal } from "../decide/quorum.ts";
 import type { Kube } from "../kube/api.ts";
 import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
@@ -553,7 +553,9 @@ export class NodeHealthController {
     // Silence, or the node condition that made it due, still holds on the fresh read.
     const t = intent.trigger;
     if (h.state !== "Partitioned" && !(t && stillHeld(node, t))) {
-      const why = t ? `its condition ${t.type}=${t.status} no longer holds and it is ${h.state}` : `it is ${h.state}`;
+      const why = t
+        ? `its condition ${t.type}=${t.status} no longer holds (or not from a trusted writer) and it is ${h.state}`
+        : `it is ${h.state}`;
       log.info({ node: intent.node, health: h.state, trigger: t }, `not fencing ${intent.node}: a fresh read shows ${why}`);
       return undefined;
     }
@@ -583,7 +585,13 @@ export class NodeHealthController {
         origin: "Automatic",
         policy: intent.policy,
         reason: intent.reason.slice(0, 1024),
-        ...(t ? { trigger: { nodeCondition: { type: t.type, status: t.status, forSeconds: t.forSeconds } } } : {}),
+        ...(t
+          ? {
+              trigger: {
+                nodeCondition: { type: t.type, status: t.status, forSeconds: t.forSeconds, trustedWriters: [...(t.trustedWriters ?? [])] },
+              },
+            }
+          : {}),
       },
     };
     try {
@@ -620,6 +628,7 @@ export class NodeHealthController {
       dryRunCondition(p, wouldFence, gen),
       readyCondition(p, s, missing, gen),
       quorumGuardCondition(p, s, gen),
+      untrustedConditionsCondition(s, gen),
     ])
       conditions = setCondition(conditions, c, now);
     const status = {
@@ -661,6 +670,28 @@ export class NodeHealthController {
         x.message,
       );
     }
+    // Each trigger condition newly seen from an untrusted writer, and each trigger newly found to list none: a Warning
+    // on the policy (and on the Node), never a fence.
+    const untrustedBefore = findCondition(p.status?.conditions as Condition[] | undefined, UNTRUSTED_CONDITIONS);
+    // Only those the condition names (a bounded list): a writer that sets a condition on every node must not make
+    // thousands of Events, nor new ones on every pass for those past the list.
+    for (const u of s.untrusted.slice(0, MAX_UNTRUSTED_LISTED)) {
+      const m = untrustedMessage(u);
+      if (untrustedBefore?.status === "True" && untrustedBefore.message.includes(m)) continue;
+      this.d.log.warn({ policy: p.metadata?.name, node: u.node, condition: u.type, writers: u.writers }, m);
+      await this.d.events.record(pref, "Warning", "UntrustedConditionWriter", m);
+      await this.d.events.record(
+        ref("Node", u.node, this.d.caches.nodes.get(u.node)?.metadata?.uid),
+        "Warning",
+        "UntrustedConditionWriter",
+        `FencingPolicy ${p.metadata?.name}: ${m}`,
+      );
+    }
+    for (const t of s.unlisted) {
+      const m = unlistedMessage(t);
+      if (untrustedBefore?.status === "True" && untrustedBefore.message.includes(m)) continue;
+      await this.d.events.record(pref, "Warning", "NoTrustedWriters", m);
+    }
     const ready = findCondition(updated.status?.conditions as Condition[] | undefined, "Ready");
     const readyBefore = findCondition(p.status?.conditions as Condition[] | undefined, "Ready");
     if (s.raisedTimeouts.length && ready?.message !== readyBefore?.message)
@@ -675,7 +706,8 @@ function canonical(v: unknown): string {
   );
 }
 
-// A FencingPolicy's conditions, from one pass's decision (set in this order: StormGuard, DryRun, Ready, QuorumGuard).
+// A FencingPolicy's conditions, from one pass's decision (set in this order: StormGuard, DryRun, Ready, QuorumGuard,
+// UntrustedConditions).
 type PolicyCondition = Omit<Condition, "lastTransitionTime">;
 
 /** The StormGuard condition of a policy's state (exported: the decision's tests replay it from pass to pass). */
@@ -747,6 +779,48 @@ function quorumGuardCondition(p: FencingPolicy, s: PolicyState, gen: number | un
         message: p.spec.allowControlPlane
           ? "spec.allowControlPlane: control-plane and etcd nodes are fenced like the others"
           : "no control-plane or etcd node is due for fencing",
+        observedGeneration: gen,
+      };
+}
+
+/** True while a condition trigger is ignored: a condition set by a writer it does not trust, or a trigger trusting none. */
+export const UNTRUSTED_CONDITIONS = "UntrustedConditions";
+
+const writersOf = (u: UntrustedCondition) =>
+  u.writers.length ? `set by ${u.untrusted.join(", ")}` : "no writer recorded in managedFields";
+
+/** What the policy says of one ignored condition: names the node, the condition and the writers. */
+export function untrustedMessage(u: UntrustedCondition): string {
+  return `${u.type}=${u.status} on node ${u.node} ignored: ${writersOf(u)}, not in the trigger's trustedWriters`;
+}
+
+export function unlistedMessage(trigger: string): string {
+  return `trigger ${trigger} ignored: it lists no trustedWriters (the field managers trusted to set the condition)`;
+}
+
+/** At most this many ignored conditions are named in the policy's condition (and get Events); the rest are counted. */
+export const MAX_UNTRUSTED_LISTED = 50;
+
+function untrustedConditionsCondition(s: PolicyState, gen: number | undefined): PolicyCondition {
+  const more = s.untrusted.length - MAX_UNTRUSTED_LISTED;
+  const messages = [
+    ...s.unlisted.map(unlistedMessage),
+    ...s.untrusted.slice(0, MAX_UNTRUSTED_LISTED).map(untrustedMessage),
+    ...(more > 0 ? [`and ${more} more condition(s) set by untrusted writers`] : []),
+  ];
+  return messages.length
+    ? {
+        type: UNTRUSTED_CONDITIONS,
+        status: "True",
+        reason: s.unlisted.length ? "NoTrustedWriters" : "UntrustedWriter",
+        message: messages.join("; ").slice(0, 32_000),
+        observedGeneration: gen,
+      }
+    : {
+        type: UNTRUSTED_CONDITIONS,
+        status: "False",
+        reason: "AllTrusted",
+        message: "every trigger condition held is set by a trusted writer",
         observedGeneration: gen,
       };
 }

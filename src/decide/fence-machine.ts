@@ -21,7 +21,7 @@
 // - before each release step on power or manual evidence the node's heartbeat must be exactly what it was right after
 //   the confirmation (StorageFenced proves the storage cut, which a heartbeat does not undo: docs/safety.md §3);
 // - an automatic fence needs the node partitioned at every step that could power it off — or, for a fence a node
-//   condition triggered (spec.trigger), that condition still held on the fresh read;
+//   condition triggered (spec.trigger), that condition still held on the fresh read, set by its trusted writers only;
 // - a control-plane or etcd node is never fenced unless its policy allows it (decide/quorum.ts).
 import type { V1Lease, V1Node, V1PersistentVolumeClaim, V1Pod, V1Taint, V1VolumeAttachment } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
@@ -40,7 +40,8 @@ import { heartbeatChanges, heartbeatOf } from "./heartbeat.ts";
 import { assessNode, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, toDateTime, type NodeHealth } from "./node-health.ts";
 import { claimNames, parseLock } from "./claim-lock.ts";
 import { orderPodsForRelease } from "./priority.ts";
-import { stillHeld } from "./node-conditions.ts";
+import { heldCondition, stillHeld } from "./node-conditions.ts";
+import { conditionTrust } from "./condition-writers.ts";
 import { quorumRefusal } from "./quorum.ts";
 import { matchesSelector, policyForNode } from "./selectors.ts";
 import { fencedStorageClasses, isStorageFence, networkFenceName } from "./storage-fence.ts";
@@ -292,6 +293,11 @@ function triggerGone(o: Fresh, h: NodeHealth | undefined): string | undefined {
   const c = o.fence.spec.trigger?.nodeCondition;
   if (!c) return `the node heartbeats again (${describeHealth(h)})`;
   if (stillHeld(o.node, c)) return undefined;
+  if (heldCondition(o.node, c)) {
+    const t = conditionTrust(o.node, c.type, c.trustedWriters);
+    const by = t.writers.length ? `set by ${t.untrusted.join(", ")}` : "no writer recorded";
+    return `its condition ${c.type}=${c.status} is not set by a trusted writer (${by}; trusted: ${c.trustedWriters?.join(", ") || "none"}) and the node heartbeats (${describeHealth(h)})`;
+  }
   return `its condition ${c.type}=${c.status} no longer holds and the node heartbeats (${describeHealth(h)})`;
 }
 

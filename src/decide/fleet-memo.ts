@@ -2,10 +2,11 @@
 // next pass: the fleet decision reuses it for a node whose inputs are those it was worked out from, instead of
 // assessing the node again. At 5,000 nodes a pass in a burst finds a few dozen nodes changed (their Lease renewed, a
 // Node written, a fence made): the others cost a lookup and a few comparisons. Only nodes found heartbeating (not
-// silent: their Lease's observed silence is not read), holding no trigger condition, without a fence in a holding
-// phase are kept, as they are decided "Healthy": every other node (silent, partitioned, fenced, holding a condition)
-// is assessed afresh on every pass, as before. The decision is the same with or without a memo
-// (test/unit/decide-fleet-memo.test.ts runs random sequences of changes and compares both after every step).
+// silent: their Lease's observed silence is not read), holding no trigger condition (nor one from an untrusted writer,
+// which each pass reports), without a fence in a holding phase are kept, as they are decided "Healthy": every other
+// node (silent, partitioned, fenced, holding a condition) is assessed afresh on every pass, as before. The decision is
+// the same with or without a memo (test/unit/decide-fleet-memo.test.ts runs random sequences of changes and compares
+// both after every step).
 //
 // What an entry is keyed by, all compared on every use:
 // - the Node object, its Ready condition's status and heartbeat time, its labels, and the Lease object with its

@@ -19,6 +19,7 @@ import {
   type HeldCondition,
   type Sighting,
   type TriggerState,
+  type UntrustedCondition,
 } from "./node-conditions.ts";
 import { quorumRefusal } from "./quorum.ts";
 import { governingPolicy, matchesSelector } from "./selectors.ts";
@@ -141,6 +142,10 @@ export interface PolicyState {
   held: HeldCondition[];
   /** Nodes due for fencing that are not fenced because they hold up the control plane, and why. */
   controlPlane: { node: string; message: string }[];
+  /** Trigger conditions held on its nodes but set by writers the trigger does not trust: ignored, and reported. */
+  untrusted: UntrustedCondition[];
+  /** Its triggers that list no trusted writer ("Type=Status"): they never hold. */
+  unlisted: string[];
 }
 
 export interface FleetDecision {
@@ -185,6 +190,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
   >();
   const sightings = new Map<string, Sighting>();
   const heldBy = new Map<string, Sighting[]>();
+  const untrustedBy = new Map<string, UntrustedCondition[]>();
   const persisted = new Map<string, Map<string, HeldCondition>>();
   const clocks = { now: i.now, mono: i.mono };
   const noSightings = { get: () => undefined };
@@ -248,10 +254,15 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const pname = policy?.metadata?.name ?? "";
     const triggers = policy?.spec.triggers?.nodeConditions;
     let held: readonly TriggerState[] = NONE_HELD;
+    let untrusted = false;
     if (triggers?.length && !holding) {
       let p = persisted.get(pname);
       if (!p) persisted.set(pname, (p = persistedSightings(policy?.status?.heldConditions)));
-      held = triggerStates(node, triggers, i.sightings ?? noSightings, p, clocks, sightings);
+      let u = untrustedBy.get(pname);
+      if (!u) untrustedBy.set(pname, (u = []));
+      const before = u.length;
+      held = triggerStates(node, triggers, i.sightings ?? noSightings, p, clocks, sightings, u);
+      untrusted = u.length > before;
       if (held.length) {
         conditionHeld[k] = true;
         const list = heldBy.get(pname);
@@ -280,7 +291,8 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const partitioned = h.state === "Partitioned";
     if (!partitioned && !held.length) {
       decide("Healthy", h.state === "Healthy" ? "heartbeats are current" : `not partitioned yet (Ready=${h.ready})`);
-      if (memo) {
+      // Not kept while it shows a trigger condition from an untrusted writer: each pass reports it.
+      if (memo && !untrusted) {
         const decision = decisions[decisions.length - 1] as NodeMemo["decision"];
         kept[k] = memo.keep({ node, lease, fence, policy, health: h, want, decision }, ready);
       }
@@ -336,7 +348,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
             : `${cond} held since ${t.sighting.since} (operator's clock, ${Math.floor(t.held)} s); fenced after ${c.forSeconds} s, at ${iso(at)} (${Math.ceil(c.forSeconds - counted)} s left)`,
         why: `${cond} held for ${Math.floor(t.held)} s (since ${t.sighting.since}, operator's clock), at least forSeconds ${c.forSeconds}; ${guarded.length} guarded pod(s)`,
         waited: counted,
-        trigger: { type: c.type, status: c.status, forSeconds: c.forSeconds },
+        trigger: { type: c.type, status: c.status, forSeconds: c.forSeconds, trustedWriters: [...(c.trustedWriters ?? [])] },
       });
     }
     if (!reasons.length) {
@@ -420,6 +432,8 @@ export function decideFleet(i: FleetInput): FleetDecision {
       queued: [],
       held: heldForStatus(heldBy.get(pname) ?? []),
       controlPlane: [],
+      untrusted: (untrustedBy.get(pname) ?? []).sort((a, b) => a.node.localeCompare(b.node) || a.type.localeCompare(b.type)),
+      unlisted: (policy.spec.triggers?.nodeConditions ?? []).filter((t) => !t.trustedWriters?.length).map((t) => `${t.type}=${t.status}`),
     };
     policies.set(pname, state);
     let slots = verdict.slots;

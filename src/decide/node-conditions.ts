@@ -9,8 +9,13 @@
 // operator resumes) and this process's monotonic clock. The time held is the smaller of the two, so a wall clock set
 // forward while the operator runs cannot shorten it; one set back only lengthens it. A successor seeds its monotonic
 // record from the persisted wall time once, when it first sees the condition (that one reading is trusted).
+//
+// Who wrote the condition matters too: a condition counts only when its status was set by writers the trigger lists
+// (trustedWriters; decide/condition-writers.ts). One set by another writer is not held — its wait starts again once a
+// trusted writer sets it — and is reported instead.
 import type { V1Node, V1NodeCondition } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
+import { conditionTrust } from "./condition-writers.ts";
 
 export type ConditionStatus = "True" | "False" | "Unknown";
 
@@ -18,6 +23,19 @@ export interface ConditionTrigger {
   type: string;
   status: ConditionStatus;
   forSeconds: number;
+  /** The field managers trusted to set this condition; none listed: the trigger never holds. */
+  trustedWriters?: readonly string[];
+}
+
+/** A trigger condition seen held on a node but not set by the trigger's trusted writers: reported, never acted on. */
+export interface UntrustedCondition {
+  node: string;
+  type: string;
+  status: string;
+  /** Every field manager that owns the condition's status (empty: none recorded). */
+  writers: string[];
+  /** Those of them the trigger does not list. */
+  untrusted: string[];
 }
 
 /** What the operator remembers of one node condition held: the policy's status form. */
@@ -46,7 +64,7 @@ export interface Clocks {
 
 export const sightingKey = (node: string, type: string): string => `${node}\u0000${type}`;
 
-/** The node's condition of this type, if it has that status. */
+/** The node's condition of this type, if it has that status (whoever wrote it). */
 export function heldCondition(node: V1Node | undefined, t: Pick<ConditionTrigger, "type" | "status">): V1NodeCondition | undefined {
   const c = node?.status?.conditions?.find((x) => x.type === t.type);
   return c && c.status === t.status ? c : undefined;
@@ -123,7 +141,8 @@ export interface TriggerState {
 
 /**
  * Every trigger of the policy that holds on the node now, with how long it has held and how long is left, the first
- * due (or nearest to due) first. Records each sighting in `next`.
+ * due (or nearest to due) first. Records each sighting in `next`. Only conditions set by the trigger's trusted writers
+ * hold; each other one the trigger finds is added to `untrusted`.
  */
 export function triggerStates(
   node: V1Node,
@@ -132,10 +151,19 @@ export function triggerStates(
   persisted: Pick<ReadonlyMap<string, HeldCondition>, "get">,
   clocks: Clocks,
   next: Map<string, Sighting>,
+  untrusted?: UntrustedCondition[],
 ): TriggerState[] {
   const name = node.metadata?.name ?? "";
   const out: TriggerState[] = [];
   for (const trigger of triggers) {
+    // A trigger that lists no writer trusts nothing: the policy reports it once, not on every node.
+    if (!trigger.trustedWriters?.length) continue;
+    if (!heldCondition(node, trigger)) continue;
+    const trust = conditionTrust(node, trigger.type, trigger.trustedWriters);
+    if (!trust.trusted) {
+      untrusted?.push({ node: name, type: trigger.type, status: trigger.status, writers: trust.writers, untrusted: trust.untrusted });
+      continue;
+    }
     const key = sightingKey(name, trigger.type);
     const s = sight(node, trigger, prev.get(key), persisted.get(key), clocks);
     if (!s) continue;
@@ -146,9 +174,12 @@ export function triggerStates(
   return out.sort((a, b) => a.left - b.left);
 }
 
-/** Whether a fence for this condition may go on: the condition still holds on a fresh read of the Node. */
-export function stillHeld(node: V1Node | undefined, t: Pick<ConditionTrigger, "type" | "status">): boolean {
-  return heldCondition(node, t) !== undefined;
+/**
+ * Whether a fence for this condition may go on: on a fresh read of the Node the condition still holds, set only by
+ * the trigger's trusted writers.
+ */
+export function stillHeld(node: V1Node | undefined, t: Pick<ConditionTrigger, "type" | "status" | "trustedWriters">): boolean {
+  return heldCondition(node, t) !== undefined && conditionTrust(node, t.type, t.trustedWriters).trusted;
 }
 
 /** The persisted records of a policy's status, by key. */

@@ -81,14 +81,15 @@ export const toDateTime = (v: Date | string | undefined | null): DateTime | unde
 
 /**
  * Whether a Node update changed anything but its conditions' heartbeat times (and resourceVersion): the kubelet's
- * routine status write. Labels, taints, annotations, a condition's status or reason, the boot ID, addresses: any
- * other change counts. Both must be shaped alike (a listed object is a class with Dates, a watched one plain JSON):
- * unlike shapes count as a change, which only costs a pass.
+ * routine status write. Labels, taints, annotations, a condition's status or reason, the boot ID, addresses, who owns
+ * a condition's status (the cache keeps only that of managedFields, without times): any other change counts. Both
+ * must be shaped alike (a listed object is a class with Dates, a watched one plain JSON): unlike shapes count as a
+ * change, which only costs a pass.
  */
 export function nodeChangedBeyondHeartbeat(n: V1Node, old: V1Node): boolean {
   const strip = (x: V1Node) => ({
     ...x,
-    metadata: { ...x.metadata, resourceVersion: undefined, managedFields: undefined },
+    metadata: { ...x.metadata, resourceVersion: undefined },
     status: x.status && { ...x.status, conditions: x.status.conditions?.map((c) => ({ ...c, lastHeartbeatTime: undefined })) },
   });
   return !isDeepStrictEqual(strip(n), strip(old));

@@ -3,7 +3,8 @@
 // pod keeps its whole metadata and only the spec and status fields that the decisions (src/decide) and the
 // controllers read; a controller that needs more reads the pod from the apiserver. No write ever sends a cached pod
 // back whole (status and gates change by patch), so nothing dropped here can be written away.
-import type { V1Node, V1Pod, V1PodSpec } from "@kubernetes/client-node";
+import type { V1ManagedFieldsEntry, V1Node, V1Pod, V1PodSpec } from "@kubernetes/client-node";
+import { conditionOwnership } from "../decide/condition-writers.ts";
 import { NODE_DOWN } from "../decide/node-down.ts";
 
 /**
@@ -93,4 +94,13 @@ export function slimPod(p: V1Pod, intern: Interner = shared): V1Pod {
 export function slimNode(n: V1Node): V1Node {
   if (n.status?.images) n.status.images = undefined;
   return n;
+}
+
+/**
+ * What a cached Node keeps of its managedFields: who owns each condition's status, which condition triggers must know
+ * (decide/condition-writers.ts); nothing else. Shared: most nodes' owners are the same few entries (their kubelet's,
+ * node-problem-detector's).
+ */
+export function slimNodeWriters(entries: V1ManagedFieldsEntry[], intern: Interner = shared): V1ManagedFieldsEntry[] | undefined {
+  return intern.value(conditionOwnership(entries));
 }

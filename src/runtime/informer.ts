@@ -23,7 +23,13 @@
 // 370 MiB, paged in 128 s / 448 MiB). A server that refuses it (400/422: the gate is off, as in 1.33) or ends the
 // stream without the bookmark (one that ignores the parameter) makes the informer list in pages from then on.
 import { performance } from "node:perf_hooks";
-import { Watch, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
+import {
+  Watch,
+  type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
+  type V1ManagedFieldsEntry,
+} from "@kubernetes/client-node";
 
 export interface InformerOptions<T extends KubernetesObject> {
   kc: KubeConfig;
@@ -44,6 +50,11 @@ export interface InformerOptions<T extends KubernetesObject> {
   onError?: (err: unknown, restartInMs: number) => void;
   /** What the cache keeps of each object (e.g. only the fields the decisions read); handlers see the result too. */
   transform?: (o: T) => T;
+  /**
+   * What the cache keeps of metadata.managedFields (who wrote which field), from the object as listed or watched;
+   * default nothing. Given before `transform` runs.
+   */
+  managedFields?: (entries: V1ManagedFieldsEntry[]) => V1ManagedFieldsEntry[] | undefined;
   /** Stream the first list (sendInitialEvents) instead of paging it; `list` stays the fallback. Default false. */
   streamingList?: boolean;
   /**
@@ -328,10 +339,11 @@ export class Informer<T extends KubernetesObject> {
 
   /** What the cache keeps of an object fresh from a list or a watch event (which the cache owns). */
   private keep(raw: T): T {
-    // Who wrote which field: nothing here reads it, and it is a large part of every object (issue 12: memory at
-    // 150,000 pods). Set to undefined, not deleted: a delete turns the metadata into a dictionary-mode object, 55 MiB
-    // more at 150,000 pods (`npm run bench:cache-heap`: 138 → 83 MiB live).
-    if (raw.metadata?.managedFields) raw.metadata.managedFields = undefined;
+    // Who wrote which field: a large part of every object (issue 12: memory at 150,000 pods), and only the writers of
+    // Node conditions are read (decide/condition-writers.ts). Set to undefined, not deleted: a delete turns the
+    // metadata into a dictionary-mode object, 55 MiB more at 150,000 pods (`npm run bench:cache-heap`: 138 → 83 MiB).
+    const mf = raw.metadata?.managedFields;
+    if (mf) raw.metadata!.managedFields = this.o.managedFields?.(mf);
     return this.o.transform ? this.o.transform(raw) : raw;
   }
 

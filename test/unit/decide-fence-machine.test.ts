@@ -62,6 +62,7 @@ import {
   stamp,
   stsPod,
   volumeAttachment,
+  writtenBy,
 } from "./decide-fixtures.ts";
 
 type Outcome = NodeFenceStatusAttempts["outcome"];
@@ -2202,12 +2203,17 @@ describe("issue 28: the agent monitor never blocks a fence", () => {
 });
 
 describe("issue 28 items 3 and 4: a fence a node condition triggered, and control-plane nodes", () => {
-  const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 };
-  /** node-1 heartbeating (Lease and Ready renewed at `t`), KernelDeadlock as given. */
-  function alive(t: DateTime, kd: "True" | "False" = "True", labels: Record<string, string> = {}): V1Node {
+  const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60, trustedWriters: ["node-problem-detector"] };
+  /** node-1 heartbeating (Lease and Ready renewed at `t`), KernelDeadlock as given, set by `writer`. */
+  function alive(
+    t: DateTime,
+    kd: "True" | "False" = "True",
+    labels: Record<string, string> = {},
+    writer = "node-problem-detector",
+  ): V1Node {
     const n = node("node-1", { ready: "True", heartbeat: t, bootID: "boot-1", labels });
     n.status!.conditions!.push({ type: "KernelDeadlock", status: kd, reason: "DockerHung", lastTransitionTime: T0.toJSDate() });
-    return n;
+    return writtenBy(n, "KernelDeadlock", writer);
   }
 
   test("a heartbeating node whose trigger condition holds is powered off, confirmed, and released only once silent", () => {
@@ -2257,6 +2263,33 @@ describe("issue 28 items 3 and 4: a fence a node condition triggered, and contro
     assert.equal(stepFor(fencing(), { node: silent, spec }).kind, "runAgent");
     // Without a trigger a heartbeating node is cancelled as before, whatever its conditions say.
     assert.equal(stepFor(fencing(), { node: alive(at(999)), lease: lease("node-1", at(999)) }).kind, "cancel");
+  });
+
+  test("issue 41 item 4: the condition set by a writer the fence's trigger does not trust, on the fresh read: cancelled, never powered off", () => {
+    const spec = { trigger: { nodeCondition: KD } };
+    const taken = { node: alive(at(999), "True", {}, "calico-node"), lease: lease("node-1", at(999)), spec };
+    for (const st of [
+      { ...fencing(), phase: "Pending" as const },
+      fencing(),
+      { ...fencing(), phase: "Failed" as const, nextRetryTime: stamp(at(2000)) },
+    ]) {
+      const step = stepFor(st, taken);
+      assert.equal(step.kind, "cancel");
+      assert.match(
+        step.kind === "cancel" ? step.message : "",
+        /KernelDeadlock=True is not set by a trusted writer \(set by calico-node; trusted: node-problem-detector\)/,
+      );
+    }
+    const now = at(1000);
+    assert.match(noLongerDue({ fence: fenceOf(fencing(), spec), ...taken, now }) ?? "", /not set by a trusted writer/);
+    // Co-owned by the trusted writer and another: the same.
+    const co = alive(at(999), "True", {}, "attacker");
+    writtenBy(co, "KernelDeadlock", "attacker", { operation: "Apply", subresource: "" });
+    writtenBy(co, "KernelDeadlock", "node-problem-detector", { operation: "Apply", subresource: "" });
+    assert.equal(stepFor(fencing(), { node: co, lease: lease("node-1", at(999)), spec }).kind, "cancel");
+    // A fence made before triggers listed writers (its trigger records none): trusts nothing, so a heartbeating node is not powered off.
+    const old = { trigger: { nodeCondition: { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 } } };
+    assert.equal(stepFor(fencing(), { node: alive(at(999)), lease: lease("node-1", at(999)), spec: old }).kind, "cancel");
   });
 
   test("noLongerDue, the check right before each power-off try", () => {

@@ -267,3 +267,53 @@ export function agentRecord(
     spec: { holderIdentity: o.holder ?? `stockade-node-agent-${node}`, renewTime: o.renewTime ?? new Date(T0.toMillis()) },
   };
 }
+
+/** How a writer set a node condition: an Update of nodes/status (the kubelet's, node-problem-detector's) or an Apply. */
+export interface WriteOpts {
+  operation?: "Update" | "Apply";
+  /** Default "status". */
+  subresource?: string;
+}
+
+/**
+ * Records in the Node's metadata.managedFields that `manager` set its condition `type`, shaped as the apiserver writes
+ * it (fieldsType FieldsV1; one entry per manager, operation and subresource; the condition keyed `k:{"type":…}`). An
+ * Update takes the status from every other owner (it changed the value); an Apply shares it with other appliers.
+ */
+export function writtenBy(n: V1Node, type: string, manager: string, o: WriteOpts = {}): V1Node {
+  const operation = o.operation ?? "Update";
+  const subresource = o.subresource ?? "status";
+  const key = `k:${JSON.stringify({ type })}`;
+  const entries = (n.metadata!.managedFields ??= []);
+  if (operation === "Update")
+    for (const e of entries) {
+      const item = (e.fieldsV1 as { "f:status"?: { "f:conditions"?: Record<string, Record<string, unknown>> } } | undefined)?.[
+        "f:status"
+      ]?.["f:conditions"]?.[key];
+      if (item && (e.manager !== manager || e.operation !== operation)) delete item["f:status"];
+    }
+  let e = entries.find((x) => x.manager === manager && x.operation === operation && (x.subresource ?? "") === subresource);
+  if (!e) {
+    e = {
+      manager,
+      operation,
+      apiVersion: "v1",
+      time: T0.toJSDate(),
+      fieldsType: "FieldsV1",
+      fieldsV1: { "f:status": { "f:conditions": { ".": {} } } },
+      ...(subresource ? { subresource } : {}),
+    };
+    entries.push(e);
+  }
+  const conditions = (e.fieldsV1 as { "f:status": { "f:conditions": Record<string, unknown> } })["f:status"]["f:conditions"];
+  conditions[key] = {
+    ".": {},
+    "f:lastHeartbeatTime": {},
+    "f:lastTransitionTime": {},
+    "f:message": {},
+    "f:reason": {},
+    "f:status": {},
+    "f:type": {},
+  };
+  return n;
+}

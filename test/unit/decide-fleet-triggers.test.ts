@@ -6,11 +6,27 @@ import type { V1Lease, V1Node, V1Pod } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import type { FencingPolicy, FencingPolicySpec, NodeFence } from "../../src/api/v1alpha1.ts";
 import { decideFleet, podsByNode, type FleetDecision } from "../../src/decide/fleet.ts";
+import { FleetMemo } from "../../src/decide/fleet-memo.ts";
 import type { Sighting } from "../../src/decide/node-conditions.ts";
 import { MIRROR_POD_ANNOTATION } from "../../src/decide/quorum.ts";
-import { T0, at, fence, fenceMap, lease, leases, node, pod, policy as basePolicy, pvcMap, stamp, stsPod } from "./decide-fixtures.ts";
+import {
+  T0,
+  at,
+  fence,
+  fenceMap,
+  lease,
+  leases,
+  node,
+  pod,
+  policy as basePolicy,
+  pvcMap,
+  stamp,
+  stsPod,
+  writtenBy,
+} from "./decide-fixtures.ts";
 
-const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 };
+const NPD = "node-problem-detector";
+const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60, trustedWriters: [NPD] };
 // A 40 s heartbeat timeout (the default until issue 31) keeps the round numbers below.
 const policy = (spec: Partial<FencingPolicySpec> = {}) =>
   basePolicy("default", { triggers: { nodeConditions: [KD] }, ...spec, detection: { heartbeatTimeoutSeconds: 40, ...spec.detection } });
@@ -20,15 +36,20 @@ interface N {
   node: V1Node;
   lease: V1Lease;
 }
-/** A node that heartbeats (5 s ago), Ready as given, with extra conditions set at T0 by its own clock. */
+/**
+ * A node that heartbeats (5 s ago), Ready as given (set by its kubelet), with extra conditions set at T0 by its own
+ * clock, by node-problem-detector unless another writer is named.
+ */
 function up(
   name: string,
   now: DateTime,
-  o: { ready?: "True" | "False"; conditions?: [string, string][]; labels?: Record<string, string> } = {},
+  o: { ready?: "True" | "False"; conditions?: [string, string, string?][]; labels?: Record<string, string> } = {},
 ): N {
-  const n = node(name, { ready: o.ready ?? "True", heartbeat: now.minus({ seconds: 5 }), labels: o.labels });
-  for (const [type, status] of o.conditions ?? [])
+  const n = writtenBy(node(name, { ready: o.ready ?? "True", heartbeat: now.minus({ seconds: 5 }), labels: o.labels }), "Ready", "kubelet");
+  for (const [type, status, writer] of o.conditions ?? []) {
     n.status!.conditions!.push({ type, status, reason: "NPD", lastTransitionTime: T0.toJSDate() });
+    writtenBy(n, type, writer ?? NPD);
+  }
   return { node: n, lease: lease(name, now.minus({ seconds: 5 })) };
 }
 /** Silent since T0, Ready=Unknown: partitioned from T0+40. */
@@ -114,12 +135,12 @@ describe("condition triggers in the fleet decision", () => {
   });
 
   test("Ready=False (the kubelet says NotReady, heartbeating) for 300 s", () => {
-    const p = policy({ triggers: { nodeConditions: [{ type: "Ready", status: "False", forSeconds: 300 }] } });
+    const p = policy({ triggers: { nodeConditions: [{ type: "Ready", status: "False", forSeconds: 300, trustedWriters: ["kubelet"] }] } });
     const d0 = decide(at(0), [up("node-1", at(0), { ready: "False" })], { policies: [p] });
     assert.equal(of(d0).verdict, "Waiting");
     const d = decide(at(300), [up("node-1", at(300), { ready: "False" })], { policies: [p], sightings: d0.sightings });
     assert.equal(of(d).verdict, "Fence");
-    assert.deepEqual(d.create[0]!.trigger, { type: "Ready", status: "False", forSeconds: 300 });
+    assert.deepEqual(d.create[0]!.trigger, { type: "Ready", status: "False", forSeconds: 300, trustedWriters: ["kubelet"] });
   });
 
   test("no guarded pod: nothing to protect, whatever the condition", () => {
@@ -179,6 +200,89 @@ describe("condition triggers in the fleet decision", () => {
     const d = decide(at(0), ns, { fences: [fence("node-1", { phase: "Fencing" })] });
     assert.equal(of(d).verdict, "HasFence");
     assert.equal(d.sightings.size, 0);
+  });
+});
+
+describe("condition triggers trust only the writers a trigger lists (issue 41 item 4)", () => {
+  /** KernelDeadlock=True on node-1, seen at 0 and again at `t`, with the conditions given each time. */
+  const twice = (t: number, conditions: [string, string, string?][], w: World = {}) => {
+    const d0 = decide(at(0), [up("node-1", at(0), { conditions })], w);
+    return decide(at(t), [up("node-1", at(t), { conditions })], { ...w, sightings: d0.sightings });
+  };
+
+  test("set by an untrusted writer (a CNI agent's token) and held 10 min: never fenced, the policy names node, condition and writer", () => {
+    const d = twice(600, [["KernelDeadlock", "True", "calico-node"]]);
+    assert.equal(of(d).verdict, "Healthy");
+    assert.equal(d.create.length, 0);
+    assert.equal(d.sightings.size, 0);
+    const s = d.policies.get("default")!;
+    assert.deepEqual(s.held, []);
+    assert.deepEqual(s.untrusted, [
+      { node: "node-1", type: "KernelDeadlock", status: "True", writers: ["calico-node"], untrusted: ["calico-node"] },
+    ]);
+  });
+
+  test("set by the listed writer: fenced after forSeconds, as before; nothing reported", () => {
+    const d = twice(60, [["KernelDeadlock", "True"]]);
+    assert.equal(of(d).verdict, "Fence");
+    assert.deepEqual(d.create[0]!.trigger, KD);
+    assert.deepEqual(d.policies.get("default")!.untrusted, []);
+  });
+
+  test("co-owned by the listed writer and another: not fenced", () => {
+    const coOwned = (t: number): N => {
+      const n = up("node-1", at(t), { conditions: [["KernelDeadlock", "True", "attacker"]] });
+      writtenBy(n.node, "KernelDeadlock", "attacker", { operation: "Apply", subresource: "" });
+      writtenBy(n.node, "KernelDeadlock", NPD, { operation: "Apply", subresource: "" });
+      return n;
+    };
+    const d0 = decide(at(0), [coOwned(0)]);
+    const d = decide(at(60), [coOwned(60)], { sightings: d0.sightings });
+    assert.equal(d.create.length, 0);
+    assert.deepEqual(d.policies.get("default")!.untrusted[0]!.untrusted, ["attacker"]);
+  });
+
+  test("a trigger that lists no writer fences nothing; the policy says which trigger", () => {
+    const bare = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 };
+    const d = twice(600, [["KernelDeadlock", "True"]], { policies: [policy({ triggers: { nodeConditions: [bare] } })] });
+    assert.equal(d.create.length, 0);
+    assert.equal(of(d).verdict, "Healthy");
+    assert.deepEqual(d.policies.get("default")!.unlisted, ["KernelDeadlock=True"]);
+  });
+
+  test("untrusted conditions do not count towards the storm guard (they are not triggers)", () => {
+    const bad: [string, string, string?][] = [["KernelDeadlock", "True", "calico-node"]];
+    const good: [string, string, string?][] = [["KernelDeadlock", "True"]];
+    const p = policy({ guards: { maxUnhealthyNodes: 1 } });
+    const at0 = [up("node-1", at(0), { conditions: good }), up("node-2", at(0), { conditions: bad }), up("node-3", at(0))];
+    const d0 = decide(at(0), at0, { policies: [p] });
+    const at60 = [up("node-1", at(60), { conditions: good }), up("node-2", at(60), { conditions: bad }), up("node-3", at(60))];
+    const d = decide(at(60), at60, { policies: [p], sightings: d0.sightings });
+    assert.equal(of(d).verdict, "Fence");
+    assert.deepEqual(
+      d.policies.get("default")!.untrusted.map((u) => u.node),
+      ["node-2"],
+    );
+  });
+
+  test("with the memo, a node showing an untrusted condition is reported on every pass", () => {
+    const memo = new FleetMemo();
+    const ns = [up("node-1", at(0), { conditions: [["KernelDeadlock", "True", "calico-node"]] })];
+    const input = (t: number) => ({
+      now: at(t),
+      nodes: ns.map((x) => x.node),
+      leases: leases(...ns.map((x) => x.lease)),
+      pods: podsByNode(ns.map((x) => stsPod(`db-${x.node.metadata?.name}`, { node: x.node.metadata?.name }))),
+      pvcs: pvcMap(),
+      pdbs: [],
+      policies: [policy()],
+      fences: fenceMap(),
+      watchStalenessSeconds: 0,
+      mono: t * 1000,
+      memo,
+    });
+    decideFleet(input(0));
+    assert.equal(decideFleet(input(1)).policies.get("default")!.untrusted.length, 1);
   });
 });
 

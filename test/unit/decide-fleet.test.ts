@@ -122,6 +122,8 @@ describe("decideFleet: healthy fleet", () => {
       queued: [],
       held: [],
       controlPlane: [],
+      untrusted: [],
+      unlisted: [],
     });
   });
 

@@ -11,14 +11,20 @@ import {
   sightingKey,
   stillHeld,
   triggerStates,
+  type ConditionTrigger,
   type Sighting,
+  type UntrustedCondition,
 } from "../../src/decide/node-conditions.ts";
-import { at, node, stamp, T0 } from "./decide-fixtures.ts";
+import { at, node, stamp, T0, writtenBy } from "./decide-fixtures.ts";
 
-const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 };
+const NPD = "node-problem-detector";
+const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60, trustedWriters: [NPD] };
 
-/** node-1 with KernelDeadlock at `status`, its lastTransitionTime as the node wrote it (its own clock). */
-function withCondition(status: string, transition: DateTime | string | undefined = T0, name = "node-1"): V1Node {
+/**
+ * node-1 with KernelDeadlock at `status`, its lastTransitionTime as the node wrote it (its own clock), set by
+ * node-problem-detector (as recorded in managedFields).
+ */
+function withCondition(status: string, transition: DateTime | string | undefined = T0, name = "node-1", writer = NPD): V1Node {
   const n = node(name, { heartbeat: at(0) });
   n.status!.conditions!.push({
     type: "KernelDeadlock",
@@ -26,7 +32,7 @@ function withCondition(status: string, transition: DateTime | string | undefined
     reason: "DockerHung",
     lastTransitionTime: (typeof transition === "string" ? transition : transition?.toJSDate()) as Date,
   });
-  return n;
+  return writtenBy(n, "KernelDeadlock", writer);
 }
 
 describe("condition triggers: how long a node condition has held, on the operator's clocks", () => {
@@ -107,10 +113,10 @@ describe("condition triggers: how long a node condition has held, on the operato
   });
 
   test("triggerStates: every trigger held, nearest to due first, each recorded for the next pass", () => {
-    const n = withCondition("True");
+    const n = writtenBy(withCondition("True"), "Ready", "kubelet");
     n.status!.conditions![0] = { type: "Ready", status: "False", reason: "KubeletNotReady", lastTransitionTime: T0.toJSDate() };
-    const ready = { type: "Ready", status: "False" as const, forSeconds: 300 };
-    const disk = { type: "ReadonlyFilesystem", status: "True" as const, forSeconds: 30 };
+    const ready = { type: "Ready", status: "False" as const, forSeconds: 300, trustedWriters: ["kubelet"] };
+    const disk = { type: "ReadonlyFilesystem", status: "True" as const, forSeconds: 30, trustedWriters: [NPD] };
     const next = new Map<string, Sighting>();
     const states = triggerStates(n, [ready, KD, disk], new Map(), new Map(), { now: at(0), mono: 0 }, next);
     assert.deepEqual(
@@ -135,5 +141,97 @@ describe("condition triggers: how long a node condition has held, on the operato
     assert.equal(out.length, MAX_HELD_CONDITIONS);
     assert.equal(out[0]!.node, `n-${MAX_HELD_CONDITIONS + 4}`);
     assert.ok(out.every((h) => !("sinceMono" in h)));
+  });
+});
+
+describe("condition triggers: only a condition set by the trigger's trusted writers counts (issue 41 item 4)", () => {
+  const c0 = { now: at(0), mono: 0 };
+  const states = (n: V1Node, triggers: ConditionTrigger[] = [KD], prev = new Map<string, Sighting>(), clocks = c0) => {
+    const untrusted: UntrustedCondition[] = [];
+    const next = new Map<string, Sighting>();
+    const held = triggerStates(n, triggers, prev, new Map(), clocks, next, untrusted);
+    return { held, untrusted, next };
+  };
+
+  test("set by a writer the trigger does not list (a CNI agent's token): not held, not still held, reported", () => {
+    const n = withCondition("True", T0, "node-1", "calico-node");
+    const r = states(n);
+    assert.deepEqual(r.held, []);
+    assert.equal(r.next.size, 0, "no sighting: its wait has not started");
+    assert.deepEqual(r.untrusted, [
+      { node: "node-1", type: "KernelDeadlock", status: "True", writers: ["calico-node"], untrusted: ["calico-node"] },
+    ]);
+    assert.equal(stillHeld(n, KD), false, "a fresh read of it does not let a fence go on");
+  });
+
+  test("set by the listed writer: held as before", () => {
+    const r = states(withCondition("True"));
+    assert.equal(r.held.length, 1);
+    assert.deepEqual(r.untrusted, []);
+    assert.equal(stillHeld(withCondition("True"), KD), true);
+  });
+
+  test("co-owned by the trusted writer and another (both applied the value): not trusted, the other named", () => {
+    const n = withCondition("True", T0, "node-1", "attacker");
+    n.metadata!.managedFields = [];
+    writtenBy(n, "KernelDeadlock", "attacker", { operation: "Apply" });
+    writtenBy(n, "KernelDeadlock", NPD, { operation: "Apply" });
+    const r = states(n);
+    assert.deepEqual(r.held, []);
+    assert.deepEqual(r.untrusted[0]!.writers, ["attacker", NPD]);
+    assert.deepEqual(r.untrusted[0]!.untrusted, ["attacker"]);
+    assert.equal(stillHeld(n, KD), false);
+  });
+
+  test("the trusted writer's other fields (its heartbeat) do not make another's status trusted", () => {
+    // The attacker set the status; node-problem-detector only renews lastHeartbeatTime, which leaves the status
+    // with the attacker (an Update owns what it changed).
+    const n = withCondition("True", T0, "node-1", "attacker");
+    n.metadata!.managedFields!.push({
+      manager: NPD,
+      operation: "Update",
+      subresource: "status",
+      apiVersion: "v1",
+      fieldsType: "FieldsV1",
+      fieldsV1: { "f:status": { "f:conditions": { 'k:{"type":"KernelDeadlock"}': { "f:lastHeartbeatTime": {} } } } },
+    });
+    assert.equal(stillHeld(n, KD), false);
+    assert.deepEqual(states(n).untrusted[0]!.writers, ["attacker"]);
+  });
+
+  test("no writer recorded (managedFields stripped): not trusted", () => {
+    const n = withCondition("True");
+    n.metadata!.managedFields = undefined;
+    const r = states(n);
+    assert.deepEqual(r.held, []);
+    assert.deepEqual(r.untrusted[0]!.writers, []);
+    assert.equal(stillHeld(n, KD), false);
+  });
+
+  test("an entry whose fields cannot be read (not FieldsV1) may own the status: not trusted", () => {
+    const n = withCondition("True");
+    n.metadata!.managedFields!.push({ manager: "future", operation: "Update", fieldsType: "FieldsV2" });
+    assert.equal(stillHeld(n, KD), false);
+    assert.deepEqual(states(n).untrusted[0]!.untrusted, ["future"]);
+  });
+
+  test("a trigger that lists no writer trusts nothing, not even the kubelet (reported by the policy, not per node)", () => {
+    const n = writtenBy(withCondition("True"), "KernelDeadlock", "kubelet");
+    const bare = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 };
+    const r = states(n, [bare]);
+    assert.deepEqual(r.held, []);
+    assert.deepEqual(r.untrusted, []);
+    assert.equal(stillHeld(n, bare), false);
+    assert.equal(stillHeld(n, { ...bare, trustedWriters: [] }), false);
+  });
+
+  test("taken over by an untrusted writer, the wait is dropped; set by the trusted one again, it starts again", () => {
+    const first = states(withCondition("True"));
+    assert.equal(first.held.length, 1);
+    // 50 s later another writer took the status (flipping it in between, so the same value and transition time).
+    const taken = states(withCondition("True", T0, "node-1", "attacker"), [KD], first.next, { now: at(50), mono: 50_000 });
+    assert.deepEqual(taken.held, []);
+    const back = states(withCondition("True"), [KD], taken.next, { now: at(55), mono: 55_000 });
+    assert.equal(back.held[0]!.held, 0, "not 55 s: the time under another writer does not count");
   });
 });

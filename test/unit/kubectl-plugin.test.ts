@@ -22,7 +22,7 @@ import { podsByNode, type FleetInput } from "../../src/decide/fleet.ts";
 import type { V1Lease, V1Pod } from "@kubernetes/client-node";
 import type { DateTime } from "luxon";
 import { ApiException } from "@kubernetes/client-node";
-import { T0, at, fence, fenceMap, lease, leases, node, pod, policy, pvcMap, stsPod } from "./decide-fixtures.ts";
+import { T0, at, fence, fenceMap, lease, leases, node, pod, policy, pvcMap, stsPod, writtenBy } from "./decide-fixtures.ts";
 
 describe("format", () => {
   test("table aligns columns with three spaces and does not pad the last one", () => {
@@ -196,16 +196,17 @@ describe("explain", () => {
 
 describe("explain: condition triggers and control-plane nodes (issue 28 items 3 and 4)", () => {
   /** node-1 heartbeats with KernelDeadlock=True, recorded by the operator as held since T0+2; a guarded pod on it. */
-  function sickWorld(now: DateTime, labels: Record<string, string> = {}): FleetInput {
+  function sickWorld(now: DateTime, labels: Record<string, string> = {}, writer = "node-problem-detector"): FleetInput {
     const w = world(now);
     const n = node("node-1", { heartbeat: now.minus({ seconds: 1 }), labels });
     n.status!.conditions!.push({ type: "KernelDeadlock", status: "True", reason: "DockerHung", lastTransitionTime: T0.toJSDate() });
+    writtenBy(n, "KernelDeadlock", writer);
     const p = policy("default", {
       detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 4, honorPodTolerations: false },
       triggers: {
         nodeConditions: [
-          { type: "Ready", status: "False", forSeconds: 300 },
-          { type: "KernelDeadlock", status: "True", forSeconds: 60 },
+          { type: "Ready", status: "False", forSeconds: 300, trustedWriters: ["kubelet"] },
+          { type: "KernelDeadlock", status: "True", forSeconds: 60, trustedWriters: ["node-problem-detector"] },
         ],
       },
     });
@@ -221,7 +222,10 @@ describe("explain: condition triggers and control-plane nodes (issue 28 items 3 
   test("each trigger: held since when (the operator's record), how long, how long left — or not held", () => {
     const out = renderExplain(sickWorld(at(42)), "node-1");
     assert.match(out, /^Verdict:\s+Waiting$/m);
-    assert.match(out, /condition triggers: Ready=False for 300 s, KernelDeadlock=True for 60 s/);
+    assert.match(
+      out,
+      /condition triggers: Ready=False for 300 s set by kubelet, KernelDeadlock=True for 60 s set by node-problem-detector/,
+    );
     assert.match(out, /^ {2}Ready=False for 300 s: not held \(Ready=True\)$/m);
     assert.match(out, /^ {2}KernelDeadlock=True for 60 s: HELD since 2026-01-01T00:00:02\.000Z \(40 s\); 20 s left$/m);
     assert.match(out, /^Control plane: no /m);
@@ -230,6 +234,15 @@ describe("explain: condition triggers and control-plane nodes (issue 28 items 3 
       { type: "KernelDeadlock", status: "True", forSeconds: 60, heldSince: "2026-01-01T00:00:02.000Z", heldSeconds: 40, secondsLeft: 20 },
     ]);
     assert.match(renderExplain(sickWorld(at(62)), "node-1"), /^Verdict:\s+Fence$/m);
+  });
+
+  test("issue 41 item 4: a condition set by a writer the trigger does not list is shown ignored, and never due", () => {
+    const out = renderExplain(sickWorld(at(600), {}, "calico-node"), "node-1");
+    assert.match(out, /^Verdict:\s+Healthy$/m);
+    assert.match(
+      out,
+      /^ {2}KernelDeadlock=True for 60 s: held now, IGNORED: set by calico-node, not in trustedWriters \(node-problem-detector\)$/m,
+    );
   });
 
   test("a control-plane node due for fencing: verdict ControlPlane, and why", () => {

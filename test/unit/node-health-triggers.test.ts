@@ -5,23 +5,25 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { V1Node, V1Pod } from "@kubernetes/client-node";
 import type { FencingPolicy, NodeFence } from "../../src/api/v1alpha1.ts";
-import { NodeHealthController } from "../../src/controllers/node-health.ts";
+import { MAX_UNTRUSTED_LISTED, NodeHealthController } from "../../src/controllers/node-health.ts";
 import { podsByNode } from "../../src/decide/fleet.ts";
 import { assessNode } from "../../src/decide/node-health.ts";
-import { at, lease, node, policy, stamp, stsPod, T0 } from "./decide-fixtures.ts";
+import { at, lease, node, policy, stamp, stsPod, T0, writtenBy } from "./decide-fixtures.ts";
 
-const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60 };
+const NPD = "node-problem-detector";
+const KD = { type: "KernelDeadlock", status: "True" as const, forSeconds: 60, trustedWriters: [NPD] };
 const CP = "node-role.kubernetes.io/control-plane";
 
-function sick(o: { kd?: "True" | "False"; labels?: Record<string, string> } = {}): V1Node {
+/** node-1 heartbeating, KernelDeadlock set by `writer` (node-problem-detector unless named). */
+function sick(o: { kd?: "True" | "False"; labels?: Record<string, string>; writer?: string } = {}): V1Node {
   const n = node("node-1", { heartbeat: at(99), labels: o.labels });
   n.status!.conditions!.push({ type: "KernelDeadlock", status: o.kd ?? "True", reason: "DockerHung", lastTransitionTime: T0.toJSDate() });
-  return n;
+  return writtenBy(n, "KernelDeadlock", o.writer ?? NPD);
 }
 
-function setup(o: { cached?: V1Node; fresh?: V1Node; persisted?: boolean } = {}) {
+function setup(o: { cached?: V1Node; fresh?: V1Node; persisted?: boolean; trigger?: typeof KD | Omit<typeof KD, "trustedWriters"> } = {}) {
   const now = at(100);
-  const p: FencingPolicy = policy("default", { triggers: { nodeConditions: [KD] } });
+  const p: FencingPolicy = policy("default", { triggers: { nodeConditions: [o.trigger ?? KD] } });
   // Held since T0 as recorded by an earlier leader: due now (100 s ≥ 60 s).
   if (o.persisted ?? true)
     p.status = {
@@ -129,4 +131,76 @@ test("labelled control-plane since the cache saw it: the fresh read before the c
   const { created, pass } = setup({ fresh: sick({ labels: { [CP]: "" } }) });
   await pass();
   assert.equal(created.length, 0);
+});
+
+test("issue 41 item 4: the fresh read before the create shows the condition set by an untrusted writer: no create", async () => {
+  const { created, pass } = setup({ fresh: sick({ writer: "calico-node" }) });
+  await pass();
+  assert.equal(created.length, 0);
+});
+
+test("issue 41 item 4: a condition set by an untrusted writer is never fenced; the policy and the Node say which writer", async () => {
+  const { created, statuses, events, pass } = setup({ cached: sick({ writer: "calico-node" }) });
+  await pass();
+  assert.equal(created.length, 0);
+  assert.deepEqual(statuses.at(-1)?.heldConditions, [], "its wait has not started");
+  const u = statuses.at(-1)?.conditions?.find((c) => c.type === "UntrustedConditions");
+  assert.equal(u?.status, "True");
+  assert.equal(u?.reason, "UntrustedWriter");
+  assert.match(u?.message ?? "", /KernelDeadlock=True on node node-1 ignored: set by calico-node, not in the trigger's trustedWriters/);
+  const warned = events.filter((e) => e.reason === "UntrustedConditionWriter");
+  assert.deepEqual(
+    warned.map((e) => e.kind),
+    ["FencingPolicy", "Node"],
+  );
+  assert.ok(warned.every((e) => /node-1/.test(e.message) && /calico-node/.test(e.message) && /KernelDeadlock/.test(e.message)));
+});
+
+test("issue 41 item 4: a trigger listing no trusted writer fences nothing; the policy says so, with an Event", async () => {
+  const { type, status, forSeconds } = KD;
+  const { created, statuses, events, pass } = setup({ trigger: { type, status, forSeconds } });
+  await pass();
+  assert.equal(created.length, 0);
+  const u = statuses.at(-1)?.conditions?.find((c) => c.type === "UntrustedConditions");
+  assert.equal(u?.status, "True");
+  assert.equal(u?.reason, "NoTrustedWriters");
+  assert.match(u?.message ?? "", /trigger KernelDeadlock=True ignored: it lists no trustedWriters/);
+  assert.deepEqual(
+    events.filter((e) => e.reason === "NoTrustedWriters").map((e) => e.kind),
+    ["FencingPolicy"],
+  );
+});
+
+test("all triggers trusted: UntrustedConditions is False", async () => {
+  const { statuses, pass } = setup();
+  await pass();
+  assert.equal(statuses.at(-1)?.conditions?.find((c) => c.type === "UntrustedConditions")?.status, "False");
+});
+
+test("issue 41 item 4: an untrusted writer on many nodes: the condition names a bounded list, and Events only for it", async () => {
+  const untrusted = Array.from({ length: MAX_UNTRUSTED_LISTED + 5 }, (_, k) => ({
+    node: `node-${String(k).padStart(3, "0")}`,
+    type: "KernelDeadlock",
+    status: "True",
+    writers: ["calico-node"],
+    untrusted: ["calico-node"],
+  }));
+  const state = {
+    holds: [],
+    raisedTimeouts: [],
+    partitioned: [],
+    activeFences: 0,
+    wouldFence: [],
+    queued: [],
+    held: [],
+    controlPlane: [],
+    untrusted,
+    unlisted: [],
+  };
+  const { ctl, statuses, events } = setup();
+  const update = (ctl as unknown as { updatePolicyStatus(p: FencingPolicy, s: unknown): Promise<void> }).updatePolicyStatus.bind(ctl);
+  await update(policy("default", { triggers: { nodeConditions: [KD] } }), state);
+  const u = statuses.at(-1)?.conditions?.find((c) => c.type === "UntrustedConditions");
+  assert.match(u?.message ?? "", /and 5 more condition\(s\) set by untrusted writers$/);
+  assert.equal(events.filter((e) => e.reason === "UntrustedConditionWriter").length, 2 * MAX_UNTRUSTED_LISTED);
 });

@@ -2,8 +2,10 @@
 // nothing else (containers are most of a pod and no decision reads them); a cached node without its image list.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
-import { Interner, slimNode, slimPod } from "../../src/kube/slim.ts";
+import { KubeConfig, type V1Node, type V1PersistentVolumeClaim, type V1Pod } from "@kubernetes/client-node";
+import { Interner, slimNode, slimNodeWriters, slimPod } from "../../src/kube/slim.ts";
+import { conditionWriters } from "../../src/decide/condition-writers.ts";
+import { Informer } from "../../src/runtime/informer.ts";
 import { isGuarded, isFinished } from "../../src/decide/guarded-pods.ts";
 import { podWaitSeconds } from "../../src/decide/forgiveness.ts";
 import { claimNames } from "../../src/decide/claim-lock.ts";
@@ -131,4 +133,120 @@ test("a cached node drops only the kubelet's image list: targets, evidence and h
   const slim = slimNode(structuredClone(node));
   assert.equal(slim.status?.images, undefined);
   assert.deepEqual(JSON.parse(JSON.stringify(slim)), JSON.parse(JSON.stringify({ ...node, status: statusWithout })));
+});
+
+// managedFields of a Node as the apiserver returns them: the kubelet's status updates, node-problem-detector's,
+// kube-controller-manager's and a label set with kubectl.
+const managedFields = () => [
+  {
+    manager: "kubelet",
+    operation: "Update",
+    apiVersion: "v1",
+    time: new Date("2026-11-23T10:00:00Z"),
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:metadata": { "f:annotations": { ".": {}, "f:node.alpha.kubernetes.io/ttl": {} } } },
+  },
+  {
+    manager: "kubelet",
+    operation: "Update",
+    subresource: "status",
+    apiVersion: "v1",
+    time: new Date("2026-11-23T10:05:00Z"),
+    fieldsType: "FieldsV1",
+    fieldsV1: {
+      "f:status": {
+        "f:conditions": {
+          'k:{"type":"DiskPressure"}': { "f:lastHeartbeatTime": {} },
+          'k:{"type":"MemoryPressure"}': { "f:lastHeartbeatTime": {} },
+          'k:{"type":"Ready"}': { "f:lastHeartbeatTime": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:reason": {}, "f:status": {} },
+        },
+        "f:images": {},
+        "f:nodeInfo": { "f:bootID": {} },
+      },
+    },
+  },
+  {
+    manager: "node-problem-detector",
+    operation: "Update",
+    subresource: "status",
+    apiVersion: "v1",
+    time: new Date("2026-11-23T10:04:00Z"),
+    fieldsType: "FieldsV1",
+    fieldsV1: {
+      "f:status": {
+        "f:conditions": {
+          'k:{"type":"KernelDeadlock"}': {
+            ".": {},
+            "f:lastHeartbeatTime": {},
+            "f:lastTransitionTime": {},
+            "f:message": {},
+            "f:reason": {},
+            "f:status": {},
+            "f:type": {},
+          },
+        },
+      },
+    },
+  },
+  {
+    manager: "kube-controller-manager",
+    operation: "Update",
+    apiVersion: "v1",
+    time: new Date("2026-11-23T09:00:00Z"),
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:spec": { "f:podCIDR": {}, "f:podCIDRs": { ".": {}, 'v:"10.244.1.0/24"': {} } } },
+  },
+  {
+    manager: "kubectl-label",
+    operation: "Update",
+    apiVersion: "v1",
+    time: new Date("2026-11-23T09:30:00Z"),
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:metadata": { "f:labels": { "f:role": {} } } },
+  },
+];
+
+test("a cached node keeps, of managedFields, who owns each condition's status (no times), read like the whole (issue 41 item 4)", () => {
+  const intern = new Interner();
+  const whole = { metadata: { name: "node-1", managedFields: managedFields() } } as V1Node;
+  const kept = slimNodeWriters(managedFields(), intern);
+  assert.deepEqual(kept, [
+    {
+      manager: "kubelet",
+      operation: "Update",
+      subresource: "status",
+      fieldsType: "FieldsV1",
+      fieldsV1: { "f:status": { "f:conditions": { 'k:{"type":"Ready"}': { "f:status": {} } } } },
+    },
+    {
+      manager: "node-problem-detector",
+      operation: "Update",
+      subresource: "status",
+      fieldsType: "FieldsV1",
+      fieldsV1: { "f:status": { "f:conditions": { 'k:{"type":"KernelDeadlock"}': { "f:status": {} } } } },
+    },
+  ]);
+  const cached = { metadata: { name: "node-1", managedFields: kept } } as V1Node;
+  for (const type of ["Ready", "KernelDeadlock", "DiskPressure", "Other"])
+    assert.deepEqual(conditionWriters(cached, type), conditionWriters(whole, type), type);
+  assert.deepEqual(conditionWriters(whole, "KernelDeadlock"), ["node-problem-detector"]);
+  assert.deepEqual(conditionWriters(whole, "DiskPressure"), [], "a heartbeat alone is not the status");
+  // The next heartbeat (only times change) keeps the same shared value: no change for the cache to see.
+  const later = managedFields().map((e) => ({ ...e, time: new Date("2026-11-23T10:06:00Z") }));
+  assert.equal(slimNodeWriters(later, intern), kept);
+  assert.equal(slimNodeWriters([managedFields()[0]!], intern), undefined);
+  // An entry in a format that cannot be read is kept (it may own any condition's status).
+  const unknown = slimNodeWriters([{ manager: "future", operation: "Update", fieldsType: "FieldsV2", time: new Date() }], intern);
+  assert.deepEqual(conditionWriters({ metadata: { managedFields: unknown } }, "Ready"), ["future"]);
+});
+
+test("the Node informer keeps condition writers; other informers keep no managedFields", () => {
+  const make = (o: Partial<ConstructorParameters<typeof Informer<V1Node>>[0]>) =>
+    new Informer<V1Node>({ kc: new KubeConfig(), path: "/api/v1/nodes", list: () => Promise.reject(new Error("unused")), ...o });
+  const keep = (inf: Informer<V1Node>) =>
+    (inf as unknown as { keep(o: V1Node): V1Node }).keep({ metadata: { name: "node-1", managedFields: managedFields() } });
+  assert.equal(keep(make({ transform: slimNode })).metadata?.managedFields, undefined);
+  const nodes = keep(make({ transform: slimNode, managedFields: slimNodeWriters }));
+  assert.deepEqual(conditionWriters(nodes, "KernelDeadlock"), ["node-problem-detector"]);
+  assert.deepEqual(conditionWriters(nodes, "Ready"), ["kubelet"]);
 });
