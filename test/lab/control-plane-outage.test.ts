@@ -1,7 +1,7 @@
 // Issue 41 item 1 on a real control plane: silence counts only over time in which the operator could see.
 // etcd is cut off from kube-apiserver (connections left open: the watches stay up and silent) for longer than the
 // operator's renew deadline, so the leader exits inside the outage and the standby leads once etcd is back. "db"'s
-// test-double kubelet cannot renew during the outage and is a moment slow to re-renew after it (6 s: within its 8 s
+// test-double kubelet cannot renew during the outage and is a moment slow to re-renew after it (7 s: within its 8 s
 // Lease). Before the fix the standby counted the outage as db's silence (its observations from before it) and fenced
 // a node that was Ready and renewing. "dead" beside it never renews: it is still fenced after the outage, once the
 // new leader has seen it silent for its Lease. The cluster-wide storm guard is set out of the way (100 %): it would
@@ -17,7 +17,19 @@ import { LEADER_LEASE } from "../../src/operator/leadership.ts";
 const LEASE_SECONDS = 8;
 const OUTAGE_MS = 25_000;
 /** How long db's kubelet takes to renew once etcd is back: a real kubelet retries with backoff. */
-const SLOW_MS = 6_000;
+const SLOW_MS = 7_000;
+/**
+ * The operator's leader election, short (Lease 4 s, renew deadline 3 s, retry 1 s) so that the standby leads within
+ * a few seconds of etcd's return, before db's kubelet has re-renewed: the issue's "the standby leads at once".
+ */
+const ELECTION = [
+  "--leader-elect-lease-duration-seconds",
+  "4",
+  "--leader-elect-renew-deadline-seconds",
+  "3",
+  "--leader-elect-retry-period-seconds",
+  "1",
+];
 const LABEL = "lab.stockade.io/outage";
 /** The node controller's grace, far beyond the test: Ready stays True, only the Leases speak. */
 const GRACE_SECONDS = 300;
@@ -91,7 +103,7 @@ describe("lab: a control-plane outage with a change of leader fences no healthy 
       escalation: [{ agents: [{ name: "by-hand" }] }],
       guards: { maxUnhealthyNodes: 2, maxConcurrentFences: 2 },
     });
-    const args = ["--cluster-max-unhealthy-nodes", "100%"];
+    const args = [...ELECTION, "--cluster-max-unhealthy-nodes", "100%"];
     const first = await bed.startOperator({ leaderElect: true, extraArgs: args });
     const leaderLease = () => leases.readNamespacedLease({ name: LEADER_LEASE, namespace: SECRETS_NS });
     for (let i = 0; i < 60 && !(await leaderLease().catch(() => undefined))?.spec?.holderIdentity?.startsWith("e2e-operator-1"); i++)
