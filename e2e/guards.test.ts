@@ -135,4 +135,45 @@ describe("e2e: NodeDown and the storm guard", () => {
     );
     assert.deepEqual(await fences(), []);
   });
+
+  test("issue 41 item 2: a one-node policy holds while nodes of another policy go silent with it; fenced once they are back", async () => {
+    // The per-policy guard cannot see it: "db" selects node-1 alone, "rest" the three others with its own guard off.
+    await bed.kubectl("delete", "fencingpolicy", "default", "--wait=true");
+    const hosts = (names: string[]) => ({ matchExpressions: [{ key: "kubernetes.io/hostname", operator: "In" as const, values: names }] });
+    await bed.policy("db", {
+      nodeSelector: hosts(["node-1"]),
+      detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 2, honorPodTolerations: false },
+    });
+    await bed.policy("rest", {
+      nodeSelector: hosts(["node-2", "node-3", "node-4"]),
+      detection: { heartbeatTimeoutSeconds: 6, fenceAfterSeconds: 120, honorPodTolerations: false },
+      guards: { maxUnhealthyNodes: "100%", maxConcurrentFences: 2 },
+    });
+    const victims = ["node-1", "node-2", "node-3"];
+    await bed.lab.waitForSteadyHeartbeats(bed.lab.nodes());
+    const t0 = Date.now();
+    await Promise.all(victims.map((n) => bed.lab.partition(n)));
+    const held = await waitFor(
+      "db's StormGuard=True (ClusterStorm)",
+      async () => {
+        const c = (await bed.getPolicy("db")).status?.conditions?.find((x) => x.type === "StormGuard" && x.status === "True");
+        return c?.reason === "ClusterStorm" ? c : undefined;
+      },
+      { timeoutMs: 60_000 },
+    );
+    assert.match(held.message, /3 of the cluster's 4 nodes are silent/);
+    // Well past the point where node-1 alone would have been fenced (6 s + 2 s).
+    await sleep(Math.max(0, t0 + 25_000 - Date.now()));
+    assert.deepEqual(await fences(), [], "no NodeFence while three of four nodes are silent, across policies");
+    assert.equal(bed.lab.machine("node-1").power, "on");
+    // node-2 and node-3 come back: node-1 alone is silent, the storm is over, and its wait starts again from then.
+    await Promise.all(["node-2", "node-3"].map((n) => bed.lab.heal(n)));
+    const tHeal = Date.now();
+    const fence = await bed.waitForFence("node-1", (f) => (f.status?.phase ?? "") !== "", "started", 90_000);
+    assert.equal(fence.spec.policy ?? fence.status?.policy, "db");
+    const after = (Date.parse(String(fence.metadata?.creationTimestamp)) - tHeal) / 1000;
+    console.log(
+      `# node-1 held by the cluster-wide storm guard for ${((tHeal - t0) / 1000).toFixed(0)} s; fenced ${after.toFixed(1)} s after the others came back`,
+    );
+  });
 });
