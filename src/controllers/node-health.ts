@@ -13,6 +13,7 @@ import { NODE_DOWN, nodeDownChange } from "../decide/node-down.ts";
 import { lagSecondsOf, nodeChangedBeyondHeartbeat } from "../decide/node-health.ts";
 import { stillHeld, type Sighting } from "../decide/node-conditions.ts";
 import { quorumRefusal } from "../decide/quorum.ts";
+import { goneLeaseRenewed } from "../decide/gone-nodes.ts";
 import type { Kube } from "../kube/api.ts";
 import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -171,6 +172,7 @@ export class NodeHealthController {
       clusterMaxUnhealthyNodes: this.d.clusterMaxUnhealthyNodes,
       memo: this.memo,
       nodeDownFirstOnly: true,
+      goneNodes: c.goneNodes(),
     });
     this.sightings = d.sightings;
     return d;
@@ -548,11 +550,29 @@ export class NodeHealthController {
     const policy = this.d.caches.policies.get(intent.policy);
     if (!policy) return undefined;
     const observed = (lease: V1Lease) => this.d.caches.leaseSilentForMs(intent.node, lease);
-    const { node, health: h } = await kube.freshHealth(intent.node, policy.spec.detection, this.d.clock(), observed);
-    if (!node || !h) return undefined;
+    const fresh = await kube.freshHealth(intent.node, policy.spec.detection, this.d.clock(), observed);
+    const { health: h } = fresh;
+    // A fence decided on a Node that is gone (decided on it as last seen): still due while the Node is still absent and
+    // its Lease, if any, not renewed; a Node registered again, or a Lease renewed, is a live kubelet.
+    const lastSeen = intent.gone ? this.d.caches.lastSeenNodes.get(intent.node) : undefined;
+    if (intent.gone) {
+      const why = fresh.node
+        ? "its Node exists again"
+        : !lastSeen
+          ? "this operator no longer remembers its Node"
+          : goneLeaseRenewed(fresh.lease, fresh.leaseSilentMs)
+            ? `its Lease is renewed (renewTime ${String(fresh.lease?.spec?.renewTime ?? "")}): a live kubelet`
+            : undefined;
+      if (why) {
+        log.info({ node: intent.node, policy: intent.policy }, `not fencing ${intent.node}: a fresh read shows ${why}`);
+        return undefined;
+      }
+    }
+    const node = fresh.node ?? lastSeen;
+    if (!node || (!h && !intent.gone)) return undefined;
     // Silence, or the node condition that made it due, still holds on the fresh read.
     const t = intent.trigger;
-    if (h.state !== "Partitioned" && !(t && stillHeld(node, t))) {
+    if (h && h.state !== "Partitioned" && !(t && stillHeld(node, t))) {
       const why = t ? `its condition ${t.type}=${t.status} no longer holds and it is ${h.state}` : `it is ${h.state}`;
       log.info({ node: intent.node, health: h.state, trigger: t }, `not fencing ${intent.node}: a fresh read shows ${why}`);
       return undefined;
@@ -620,6 +640,7 @@ export class NodeHealthController {
       dryRunCondition(p, wouldFence, gen),
       readyCondition(p, s, missing, gen),
       quorumGuardCondition(p, s, gen),
+      missingNodesCondition(s, gen),
     ])
       conditions = setCondition(conditions, c, now);
     const status = {
@@ -661,6 +682,12 @@ export class NodeHealthController {
         x.message,
       );
     }
+    const missing = findCondition(updated.status?.conditions as Condition[] | undefined, "MissingNodes");
+    const missingBefore = findCondition(p.status?.conditions as Condition[] | undefined, "MissingNodes");
+    if (missing?.status === "True" && (missingBefore?.status !== "True" || missingBefore.message !== missing.message)) {
+      this.d.log.warn({ policy: p.metadata?.name, nodes: s.missing?.map((m) => m.node) }, missing.message);
+      await this.d.events.record(pref, "Warning", "GuardedPodsOnMissingNode", missing.message);
+    }
     const ready = findCondition(updated.status?.conditions as Condition[] | undefined, "Ready");
     const readyBefore = findCondition(p.status?.conditions as Condition[] | undefined, "Ready");
     if (s.raisedTimeouts.length && ready?.message !== readyBefore?.message)
@@ -675,7 +702,8 @@ function canonical(v: unknown): string {
   );
 }
 
-// A FencingPolicy's conditions, from one pass's decision (set in this order: StormGuard, DryRun, Ready, QuorumGuard).
+// A FencingPolicy's conditions, from one pass's decision (set in this order: StormGuard, DryRun, Ready, QuorumGuard,
+// MissingNodes).
 type PolicyCondition = Omit<Condition, "lastTransitionTime">;
 
 /** The StormGuard condition of a policy's state (exported: the decision's tests replay it from pass to pass). */
@@ -749,4 +777,37 @@ function quorumGuardCondition(p: FencingPolicy, s: PolicyState, gen: number | un
           : "no control-plane or etcd node is due for fencing",
         observedGeneration: gen,
       };
+}
+
+/**
+ * MissingNodes: True while guarded pods under the policy wait on a Node that no longer exists and that this operator
+ * never saw (it was deleted before this replica started): nothing says which machine it was, so no fence starts on its
+ * own, and the message gives the command that fences it once a person has checked the machine.
+ */
+export function missingNodesCondition(s: PolicyState, gen: number | undefined): PolicyCondition {
+  const m = s.missing ?? [];
+  if (!m.length)
+    return {
+      type: "MissingNodes",
+      status: "False",
+      reason: "NoneMissing",
+      message: "no guarded pods wait on a Node this operator never saw",
+      observedGeneration: gen,
+    };
+  const each = m.map(
+    (x) =>
+      `Node ${x.node} (${x.pods} guarded pod(s)): once its machine is checked off, or to fence it through agents that need only its name (spec.nodes, {{ name }}): ${x.command}`,
+  );
+  return {
+    type: "MissingNodes",
+    status: "True",
+    reason: "NodeNotRemembered",
+    message:
+      `guarded pods wait on ${m.length} Node(s) that no longer exist and that this operator never saw (deleted before it started): ` +
+      `a deleted Node proves nothing and nothing says which machine it was, so they stay until a person fences it; ${each.join("; ")}`.slice(
+        0,
+        32_000,
+      ),
+    observedGeneration: gen,
+  };
 }
