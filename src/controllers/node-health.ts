@@ -555,18 +555,10 @@ export class NodeHealthController {
     // A fence decided on a Node that is gone (decided on it as last seen): still due while the Node is still absent and
     // its Lease, if any, not renewed; a Node registered again, or a Lease renewed, is a live kubelet.
     const lastSeen = intent.gone ? this.d.caches.lastSeenNodes.get(intent.node) : undefined;
-    if (intent.gone) {
-      const why = fresh.node
-        ? "its Node exists again"
-        : !lastSeen
-          ? "this operator no longer remembers its Node"
-          : goneLeaseRenewed(fresh.lease, fresh.leaseSilentMs)
-            ? `its Lease is renewed (renewTime ${String(fresh.lease?.spec?.renewTime ?? "")}): a live kubelet`
-            : undefined;
-      if (why) {
-        log.info({ node: intent.node, policy: intent.policy }, `not fencing ${intent.node}: a fresh read shows ${why}`);
-        return undefined;
-      }
+    const notDue = intent.gone ? goneNoLongerDue(fresh, lastSeen) : undefined;
+    if (notDue) {
+      log.info({ node: intent.node, policy: intent.policy }, `not fencing ${intent.node}: a fresh read shows ${notDue}`);
+      return undefined;
     }
     const node = fresh.node ?? lastSeen;
     if (!node || (!h && !intent.gone)) return undefined;
@@ -693,6 +685,21 @@ export class NodeHealthController {
     if (s.raisedTimeouts.length && ready?.message !== readyBefore?.message)
       await this.d.events.record(pref, "Warning", "HeartbeatTimeoutRaised", ready?.message ?? "");
   }
+}
+
+/**
+ * Why a fence decided for a Node that is gone is no longer due on the fresh read right before its create, or undefined
+ * while it is: the Node still absent, remembered, and its Lease gone or not renewed (decide/gone-nodes.ts).
+ */
+function goneNoLongerDue(
+  fresh: { node: V1Node | undefined; lease: V1Lease | undefined; leaseSilentMs: number | undefined },
+  lastSeen: V1Node | undefined,
+): string | undefined {
+  if (fresh.node) return "its Node exists again";
+  if (!lastSeen) return "this operator no longer remembers its Node";
+  if (goneLeaseRenewed(fresh.lease, fresh.leaseSilentMs))
+    return `its Lease is renewed (renewTime ${String(fresh.lease?.spec?.renewTime ?? "")}): a live kubelet`;
+  return undefined;
 }
 
 /** Key-order-independent form of a status, so an unchanged status is never rewritten (each write wakes us again). */

@@ -22,6 +22,7 @@ import {
 } from "./node-conditions.ts";
 import { quorumRefusal } from "./quorum.ts";
 import { governingPolicy, matchesSelector } from "./selectors.ts";
+import { ACTIVE_PHASES, FENCED_PHASES, HOLDING_PHASES } from "./fence-phases.ts";
 import { coveringPolicies, goneHealth, goneNodePolicy, goneNodeStep, manualFenceCommand, type GoneNode } from "./gone-nodes.ts";
 import { clusterStorm, evaluateGuards, type Hold } from "./storm-guard.ts";
 
@@ -170,12 +171,7 @@ export interface FleetDecision {
   sightings: Map<string, Sighting>;
 }
 
-export const ACTIVE_PHASES = new Set(["", "Pending", "Fencing"]);
-/** Phases in which the node is fenced or being fenced: its pods keep NodeDown and it is not re-assessed. */
-export const HOLDING_PHASES = new Set(["", "Pending", "Fencing", "Fenced", "Releasing", "Released", "Failed", "Unfencing"]);
-
-/** Phases in which the node is confirmed fenced. */
-export const FENCED_PHASES = new Set(["Fenced", "Releasing", "Released", "Unfencing"]);
+export { ACTIVE_PHASES, FENCED_PHASES, HOLDING_PHASES };
 
 const phaseOf = (f: NodeFence) => f.status?.phase ?? "";
 const iso = (d: DateTime | undefined) => d?.toUTC().toISO({ suppressMilliseconds: true }) ?? undefined;
