@@ -103,6 +103,7 @@ const caches = {
   pvcsByKey: () => new Map(),
   podsByNode: byNode,
   leaseSilentForMs: () => 0,
+  goneNodes: () => [], // no pods bound to a Node that is gone
   leaseOf: (n: string) => leases.get(n),
   pdbs: inf(new Map()),
   policies: inf(new Map([["default", policy]])),

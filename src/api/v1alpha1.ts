@@ -559,7 +559,8 @@ export interface FencingPolicyStatus {
   /**
    * Ready: the policy is usable. StormGuard: True while a guard holds fencing back, with the reason. DryRun: True
    * while the policy would have fenced. QuorumGuard: True while a node due for fencing is not fenced because it is a
-   * control-plane node or runs an etcd member (spec.allowControlPlane).
+   * control-plane node or runs an etcd member (spec.allowControlPlane). MissingNodes: True while guarded pods wait on
+   * a Node that no longer exists and that the operator never saw, with the command that fences it by hand.
    */
   conditions?: FencingPolicyStatusConditions[];
   /** Names of the selected nodes that are partitioned now. */

@@ -13,6 +13,7 @@ import { NODE_DOWN, nodeDownChange } from "../decide/node-down.ts";
 import { lagSecondsOf, nodeChangedBeyondHeartbeat } from "../decide/node-health.ts";
 import { stillHeld, type Sighting, type UntrustedCondition } from "../decide/node-conditions.ts";
 import { quorumRefusal } from "../decide/quorum.ts";
+import { goneLeaseRenewed } from "../decide/gone-nodes.ts";
 import type { Kube } from "../kube/api.ts";
 import { errorMessage, isConflict, isNotFound } from "../kube/api.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -171,6 +172,7 @@ export class NodeHealthController {
       clusterMaxUnhealthyNodes: this.d.clusterMaxUnhealthyNodes,
       memo: this.memo,
       nodeDownFirstOnly: true,
+      goneNodes: c.goneNodes(),
     });
     this.sightings = d.sightings;
     return d;
@@ -548,11 +550,21 @@ export class NodeHealthController {
     const policy = this.d.caches.policies.get(intent.policy);
     if (!policy) return undefined;
     const observed = (lease: V1Lease) => this.d.caches.leaseSilentForMs(intent.node, lease);
-    const { node, health: h } = await kube.freshHealth(intent.node, policy.spec.detection, this.d.clock(), observed);
-    if (!node || !h) return undefined;
+    const fresh = await kube.freshHealth(intent.node, policy.spec.detection, this.d.clock(), observed);
+    const { health: h } = fresh;
+    // A fence decided on a Node that is gone (decided on it as last seen): still due while the Node is still absent and
+    // its Lease, if any, not renewed; a Node registered again, or a Lease renewed, is a live kubelet.
+    const lastSeen = intent.gone ? this.d.caches.lastSeenNodes.get(intent.node) : undefined;
+    const notDue = intent.gone ? goneNoLongerDue(fresh, lastSeen) : undefined;
+    if (notDue) {
+      log.info({ node: intent.node, policy: intent.policy }, `not fencing ${intent.node}: a fresh read shows ${notDue}`);
+      return undefined;
+    }
+    const node = fresh.node ?? lastSeen;
+    if (!node || (!h && !intent.gone)) return undefined;
     // Silence, or the node condition that made it due, still holds on the fresh read.
     const t = intent.trigger;
-    if (h.state !== "Partitioned" && !(t && stillHeld(node, t))) {
+    if (h && h.state !== "Partitioned" && !(t && stillHeld(node, t))) {
       const why = t
         ? `its condition ${t.type}=${t.status} no longer holds (or not from a trusted writer) and it is ${h.state}`
         : `it is ${h.state}`;
@@ -629,6 +641,7 @@ export class NodeHealthController {
       readyCondition(p, s, missing, gen),
       quorumGuardCondition(p, s, gen),
       untrustedConditionsCondition(s, gen),
+      missingNodesCondition(s, gen),
     ])
       conditions = setCondition(conditions, c, now);
     const status = {
@@ -692,11 +705,32 @@ export class NodeHealthController {
       if (untrustedBefore?.status === "True" && untrustedBefore.message.includes(m)) continue;
       await this.d.events.record(pref, "Warning", "NoTrustedWriters", m);
     }
+    const missing = findCondition(updated.status?.conditions as Condition[] | undefined, "MissingNodes");
+    const missingBefore = findCondition(p.status?.conditions as Condition[] | undefined, "MissingNodes");
+    if (missing?.status === "True" && (missingBefore?.status !== "True" || missingBefore.message !== missing.message)) {
+      this.d.log.warn({ policy: p.metadata?.name, nodes: s.missing?.map((m) => m.node) }, missing.message);
+      await this.d.events.record(pref, "Warning", "GuardedPodsOnMissingNode", missing.message);
+    }
     const ready = findCondition(updated.status?.conditions as Condition[] | undefined, "Ready");
     const readyBefore = findCondition(p.status?.conditions as Condition[] | undefined, "Ready");
     if (s.raisedTimeouts.length && ready?.message !== readyBefore?.message)
       await this.d.events.record(pref, "Warning", "HeartbeatTimeoutRaised", ready?.message ?? "");
   }
+}
+
+/**
+ * Why a fence decided for a Node that is gone is no longer due on the fresh read right before its create, or undefined
+ * while it is: the Node still absent, remembered, and its Lease gone or not renewed (decide/gone-nodes.ts).
+ */
+function goneNoLongerDue(
+  fresh: { node: V1Node | undefined; lease: V1Lease | undefined; leaseSilentMs: number | undefined },
+  lastSeen: V1Node | undefined,
+): string | undefined {
+  if (fresh.node) return "its Node exists again";
+  if (!lastSeen) return "this operator no longer remembers its Node";
+  if (goneLeaseRenewed(fresh.lease, fresh.leaseSilentMs))
+    return `its Lease is renewed (renewTime ${String(fresh.lease?.spec?.renewTime ?? "")}): a live kubelet`;
+  return undefined;
 }
 
 /** Key-order-independent form of a status, so an unchanged status is never rewritten (each write wakes us again). */
@@ -707,7 +741,7 @@ function canonical(v: unknown): string {
 }
 
 // A FencingPolicy's conditions, from one pass's decision (set in this order: StormGuard, DryRun, Ready, QuorumGuard,
-// UntrustedConditions).
+// UntrustedConditions, MissingNodes).
 type PolicyCondition = Omit<Condition, "lastTransitionTime">;
 
 /** The StormGuard condition of a policy's state (exported: the decision's tests replay it from pass to pass). */
@@ -823,4 +857,37 @@ function untrustedConditionsCondition(s: PolicyState, gen: number | undefined): 
         message: "every trigger condition held is set by a trusted writer",
         observedGeneration: gen,
       };
+}
+
+/**
+ * MissingNodes: True while guarded pods under the policy wait on a Node that no longer exists and that this operator
+ * never saw (it was deleted before this replica started): nothing says which machine it was, so no fence starts on its
+ * own, and the message gives the command that fences it once a person has checked the machine.
+ */
+export function missingNodesCondition(s: PolicyState, gen: number | undefined): PolicyCondition {
+  const m = s.missing ?? [];
+  if (!m.length)
+    return {
+      type: "MissingNodes",
+      status: "False",
+      reason: "NoneMissing",
+      message: "no guarded pods wait on a Node this operator never saw",
+      observedGeneration: gen,
+    };
+  const each = m.map(
+    (x) =>
+      `Node ${x.node} (${x.pods} guarded pod(s)): once its machine is checked off, or to fence it through agents that need only its name (spec.nodes, {{ name }}): ${x.command}`,
+  );
+  return {
+    type: "MissingNodes",
+    status: "True",
+    reason: "NodeNotRemembered",
+    message:
+      `guarded pods wait on ${m.length} Node(s) that no longer exist and that this operator never saw (deleted before it started): ` +
+      `a deleted Node proves nothing and nothing says which machine it was, so they stay until a person fences it; ${each.join("; ")}`.slice(
+        0,
+        32_000,
+      ),
+    observedGeneration: gen,
+  };
 }

@@ -43,6 +43,7 @@ import { orderPodsForRelease } from "./priority.ts";
 import { heldCondition, stillHeld } from "./node-conditions.ts";
 import { conditionTrust } from "./condition-writers.ts";
 import { quorumRefusal } from "./quorum.ts";
+import { goneLeaseRenewed } from "./gone-nodes.ts";
 import { matchesSelector, policyForNode } from "./selectors.ts";
 import { fencedStorageClasses, isStorageFence, networkFenceName } from "./storage-fence.ts";
 import { agentRecordChanges, agentRecordFingerprint, describeArithmetic, watchdogStatus, watchdogWaitMessage } from "./watchdog-fence.ts";
@@ -265,9 +266,7 @@ function heartbeats(h: NodeHealth | undefined): boolean {
  * unchanged for a whole lease duration; a Lease present but not yet observed counts as renewed (docs/safety.md §3).
  */
 export function goneNodeLeaseAlive(o: Pick<Fresh, "lease" | "leaseObservedSilentMs">): boolean {
-  if (!o.lease) return false;
-  const durationMs = (o.lease.spec?.leaseDurationSeconds ?? DEFAULT_LEASE_SECONDS) * 1000;
-  return o.leaseObservedSilentMs === undefined || o.leaseObservedSilentMs < durationMs;
+  return goneLeaseRenewed(o.lease, o.leaseObservedSilentMs);
 }
 
 /** Whether the node is silent on this read: partitioned, or its Node gone and its Lease gone or expired. */

@@ -23,9 +23,12 @@ import {
 } from "./node-conditions.ts";
 import { quorumRefusal } from "./quorum.ts";
 import { governingPolicy, matchesSelector } from "./selectors.ts";
+import { ACTIVE_PHASES, FENCED_PHASES, HOLDING_PHASES } from "./fence-phases.ts";
+import { coveringPolicies, goneHealth, goneNodePolicy, goneNodeStep, manualFenceCommand, type GoneNode } from "./gone-nodes.ts";
 import { clusterStorm, evaluateGuards, type Hold } from "./storm-guard.ts";
 
 export { DEFAULT_HEARTBEAT_TIMEOUT_SECONDS };
+export type { GoneNode };
 
 export interface FleetInput {
   now: DateTime;
@@ -65,6 +68,11 @@ export interface FleetInput {
    * made 110,000 changes, every pass, for a queue that keeps one per node.
    */
   nodeDownFirstOnly?: boolean;
+  /**
+   * Nodes that pods are bound to and whose Node does not exist (decide/gone-nodes.ts): fenced as last seen when this
+   * process saw them, reported on the policies otherwise. Absent: none.
+   */
+  goneNodes?: readonly GoneNode[];
 }
 
 /**
@@ -107,7 +115,9 @@ export type Verdict =
   | "DryRun"
   | "Fence"
   | "HasFence"
-  | "ControlPlane";
+  | "ControlPlane"
+  /** The node's Node is gone and this process never saw it: a person must fence it. */
+  | "NotRemembered";
 
 export interface NodeDecision {
   node: string;
@@ -128,6 +138,8 @@ export interface FenceIntent {
   replaces: NodeFence | undefined;
   /** The node condition that made it due; undefined: the node's silence. */
   trigger?: ConditionTrigger;
+  /** The Node was gone: decided on the Node as last seen; the fresh read before the create must find it still gone. */
+  gone?: true;
 }
 
 export interface PolicyState {
@@ -146,6 +158,11 @@ export interface PolicyState {
   untrusted: UntrustedCondition[];
   /** Its triggers that list no trusted writer ("Type=Status"): they never hold. */
   unlisted: string[];
+  /**
+   * Gone Nodes this process never saw, with guarded pods under this policy's pod scope bound to them: they wait for a
+   * person (the MissingNodes condition). Present only when there are some.
+   */
+  missing?: { node: string; pods: number; command: string }[];
 }
 
 export interface FleetDecision {
@@ -159,12 +176,7 @@ export interface FleetDecision {
   sightings: Map<string, Sighting>;
 }
 
-export const ACTIVE_PHASES = new Set(["", "Pending", "Fencing"]);
-/** Phases in which the node is fenced or being fenced: its pods keep NodeDown and it is not re-assessed. */
-export const HOLDING_PHASES = new Set(["", "Pending", "Fencing", "Fenced", "Releasing", "Released", "Failed", "Unfencing"]);
-
-/** Phases in which the node is confirmed fenced. */
-export const FENCED_PHASES = new Set(["Fenced", "Releasing", "Released", "Unfencing"]);
+export { ACTIVE_PHASES, FENCED_PHASES, HOLDING_PHASES };
 
 const phaseOf = (f: NodeFence) => f.status?.phase ?? "";
 const iso = (d: DateTime | undefined) => d?.toUTC().toISO({ suppressMilliseconds: true }) ?? undefined;
@@ -186,6 +198,8 @@ export function decideFleet(i: FleetInput): FleetDecision {
       why: string;
       trigger?: ConditionTrigger;
       triggers?: readonly TriggerState[];
+      /** A gone node: its Node as last seen. */
+      lastSeen?: V1Node;
     })[]
   >();
   const sightings = new Map<string, Sighting>();
@@ -379,11 +393,63 @@ export function decideFleet(i: FleetInput): FleetDecision {
     candidates.set(pname, list);
   }
 
+  // Nodes that are gone while pods are still bound to them: each counts as a node for the storm guards (silent unless
+  // its Lease is renewed), and is decided as last seen (decide/gone-nodes.ts).
+  const gone = (i.goneNodes ?? []).map((g) => {
+    const policy = goneNodePolicy(g, i.policies);
+    return { g, policy, health: goneHealth(g, policy, i.now) };
+  });
+  const missingBy = new Map<string, { node: string; pods: number; command: string }[]>();
+  for (const { g, policy, health: h } of gone) {
+    const name = g.name;
+    const fence = i.fences.get(name);
+    const decide = (verdict: Verdict, message: string) =>
+      decisions.push({ node: name, verdict, message, ...(policy ? { policy: policy.metadata?.name } : {}), health: h });
+    if (fence !== undefined && HOLDING_PHASES.has(phaseOf(fence))) {
+      decide("HasFence", `NodeFence ${name} is ${phaseOf(fence) || "new"}`);
+      continue;
+    }
+    wake(h.nextCheckMs);
+    const pods = i.pods.on(name);
+    const step = goneNodeStep({ g, now: i.now, policy, pods, pvcs: i.pvcs, stormEnd: policy && stormEndedAt(policy) }, h);
+    if (step.kind === "decision") {
+      if (step.verdict === "NotRemembered") {
+        const covering = coveringPolicies(pods, i.policies, i.pvcs);
+        if (!covering.length) {
+          decide("NothingToProtect", `Node ${name} does not exist; no live FencingPolicy guards the pods bound to it`);
+          continue;
+        }
+        for (const c of covering) {
+          const pname = c.policy.metadata?.name ?? "";
+          const list = missingBy.get(pname) ?? [];
+          list.push({ node: name, pods: c.pods, command: manualFenceCommand(name, pname) });
+          missingBy.set(pname, list);
+        }
+      }
+      if (step.at) wake(step.at.toMillis());
+      decide(step.verdict, step.message);
+      continue;
+    }
+    const pname = policy!.metadata?.name ?? "";
+    const list = candidates.get(pname) ?? [];
+    list.push({
+      node: name,
+      policy: policy!,
+      health: h,
+      priority: Math.max(...step.guarded.map(podPriority)),
+      atDisruptionLimit: step.guarded.filter((p) => atDisruptionLimit(p, i.pdbs)).length,
+      waitedSeconds: step.waitedSeconds,
+      why: step.why,
+      lastSeen: g.lastSeen,
+    });
+    candidates.set(pname, list);
+  }
+
   const create: FenceIntent[] = [];
   const policies = new Map<string, PolicyState>();
   // Over every node seen, whatever policy selects it: held by every policy (its StormGuard condition, so that a node
-  // still silent when the storm ends waits again from its end, as after a policy's own storm).
-  const storm = clusterStorm(healths, i.clusterMaxUnhealthyNodes);
+  // still silent when the storm ends waits again from its end, as after a policy's own storm). A gone node counts too.
+  const storm = clusterStorm(gone.length ? [...healths, ...gone.map((x) => x.health)] : healths, i.clusterMaxUnhealthyNodes);
   for (let pk = 0; pk < i.policies.length; pk++) {
     const policy = i.policies[pk]!;
     const pname = policy.metadata?.name ?? "";
@@ -399,20 +465,24 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const active = [...i.fences.values()].filter(
       (f) => (f.status?.policy ?? f.spec.policy) === pname && ACTIVE_PHASES.has(phaseOf(f)),
     ).length;
+    // The gone nodes whose last-seen labels it selects: each unhealthy (its Ready is Missing).
+    const goneSelected = gone.filter((x) => x.g.lastSeen && matchesSelector(x.g.lastSeen.metadata?.labels, policy.spec.nodeSelector));
+    const guardNodes = selected.map((k) => {
+      const e = kept[k];
+      if (e?.guard) return e.guard;
+      const h = healths[k]!;
+      const g = {
+        name: nameAt(k),
+        labels: i.nodes[k]!.metadata?.labels ?? {},
+        unhealthy: h.silent || h.lagging || h.ready !== "True" || conditionHeld[k]!,
+      };
+      if (e) e.guard = g;
+      return g;
+    });
+    for (const x of goneSelected) guardNodes.push({ name: x.g.name, labels: x.g.lastSeen?.metadata?.labels ?? {}, unhealthy: true });
     const verdict = evaluateGuards({
       guards: policy.spec.guards,
-      nodes: selected.map((k) => {
-        const e = kept[k];
-        if (e?.guard) return e.guard;
-        const h = healths[k]!;
-        const g = {
-          name: nameAt(k),
-          labels: i.nodes[k]!.metadata?.labels ?? {},
-          unhealthy: h.silent || h.lagging || h.ready !== "True" || conditionHeld[k]!,
-        };
-        if (e) e.guard = g;
-        return g;
-      }),
+      nodes: guardNodes,
       activeFences: active,
       watchStalenessSeconds: i.watchStalenessSeconds,
     });
@@ -421,7 +491,10 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const state: PolicyState = {
       // A copy: zone holds are added below for reporting, and must not turn into holds on every later candidate.
       holds: [...holds],
-      partitioned: selected.filter((k) => healths[k]!.state === "Partitioned").map(nameAt),
+      partitioned: [
+        ...selected.filter((k) => healths[k]!.state === "Partitioned").map(nameAt),
+        ...goneSelected.filter((x) => x.health.state === "Partitioned").map((x) => x.g.name),
+      ],
       raisedTimeouts: selected.flatMap((k) => {
         const h = healths[k]!;
         const asked = policy.spec.detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
@@ -434,6 +507,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
       controlPlane: [],
       untrusted: (untrustedBy.get(pname) ?? []).sort((a, b) => a.node.localeCompare(b.node) || a.type.localeCompare(b.type)),
       unlisted: (policy.spec.triggers?.nodeConditions ?? []).filter((t) => !t.trustedWriters?.length).map((t) => `${t.type}=${t.status}`),
+      ...(missingBy.has(pname) ? { missing: missingBy.get(pname) } : {}),
     };
     policies.set(pname, state);
     let slots = verdict.slots;
@@ -451,11 +525,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
         });
       const blocked = verdict.blocked.get(c.node);
       // Never the node whose loss may break the control plane's quorum, whatever else holds (dry run included).
-      const refused = quorumRefusal(
-        i.nodes.find((n) => n.metadata?.name === c.node),
-        i.pods.on(c.node),
-        policy,
-      );
+      const refused = quorumRefusal(c.lastSeen ?? i.nodes.find((n) => n.metadata?.name === c.node), i.pods.on(c.node), policy);
       if (refused) {
         d("ControlPlane", `${refused}; would fence: ${c.why}`);
         state.controlPlane.push({ node: c.node, message: refused });
@@ -486,6 +556,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
           lastHeartbeat: iso(c.health.lastHeartbeat),
           replaces: old,
           ...(c.trigger ? { trigger: c.trigger } : {}),
+          ...(c.lastSeen ? { gone: true as const } : {}),
         });
       }
     }

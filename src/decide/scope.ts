@@ -13,7 +13,7 @@
 import type { V1Node, V1PersistentVolumeClaim, V1Pod } from "@kubernetes/client-node";
 import type { FencingPolicy, FencingPolicySpecGuardedPods, NodeFence } from "../api/v1alpha1.ts";
 import { claimGuard, claimNames, podOptedOut, type ClaimPolicy } from "./claim-lock.ts";
-import { HOLDING_PHASES } from "./fleet.ts";
+import { HOLDING_PHASES } from "./fence-phases.ts";
 import { GUARDED_LABEL, inPodScope, isGuarded, type GuardedPodsPolicy } from "./guarded-pods.ts";
 import { governingPolicy } from "./selectors.ts";
 

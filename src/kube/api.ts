@@ -344,11 +344,17 @@ export class Kube {
     detection: { heartbeatTimeoutSeconds?: number; waitForNodeController?: boolean } | undefined,
     now: DateTime,
     leaseSilentMs?: (lease: V1Lease) => number,
-  ): Promise<{ node: V1Node | undefined; health: NodeHealth | undefined }> {
+  ): Promise<{ node: V1Node | undefined; health: NodeHealth | undefined; lease: V1Lease | undefined; leaseSilentMs: number | undefined }> {
     const [n, lease] = await Promise.all([this.readNode(node), this.readLease(node)]);
     const timeout = detection?.heartbeatTimeoutSeconds ?? DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
     const observed = lease && leaseSilentMs?.(lease);
-    return { node: n, health: n ? assessNode(n, lease, now, timeout, detection?.waitForNodeController ?? false, observed) : undefined };
+    return {
+      node: n,
+      health: n ? assessNode(n, lease, now, timeout, detection?.waitForNodeController ?? false, observed) : undefined,
+      // For a Node that is gone, whose kubelet heartbeats through its Lease alone (decide/gone-nodes.ts).
+      lease,
+      leaseSilentMs: observed,
+    };
   }
 
   async readSecret(namespace: string, name: string): Promise<Record<string, string>> {

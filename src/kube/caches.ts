@@ -21,7 +21,7 @@ import {
 } from "@kubernetes/client-node";
 import { GROUP, VERSION, type FenceAgent, type FencingPolicy, type NodeFence } from "../api/v1alpha1.ts";
 import { Informer } from "../runtime/informer.ts";
-import type { PodsByNode } from "../decide/fleet.ts";
+import type { GoneNode, PodsByNode } from "../decide/fleet.ts";
 import { hasNodeDown } from "../decide/node-down.ts";
 import { LeaseObserver } from "./lease-observer.ts";
 import { Sight } from "./sight.ts";
@@ -117,7 +117,11 @@ export class Caches {
     this.leases.addIndex(LEASE_NAME, (l) => l.metadata?.name);
     this.leaseObserver = new LeaseObserver(undefined, sight);
     for (const verb of ["add", "update"] as const) this.leases.on(verb, (l) => this.leaseObserver.observe(l));
-    this.leases.on("delete", (l) => this.leaseObserver.forget(l));
+    this.leases.on("delete", (l) => {
+      this.leaseObserver.forget(l);
+      // Collected with its Node, or deleted later: either way the last sign of the machine is no earlier than this.
+      if (l.metadata?.name) this.lastSeenNodes.leaseDeleted(l.metadata.name);
+    });
     this.agentRecords = mk(`/apis/coordination.k8s.io/v1/namespaces/${NODE_AGENT_NAMESPACE}/leases`, (page) =>
       coordination.listNamespacedLease({ namespace: NODE_AGENT_NAMESPACE, ...page }),
     );
@@ -151,6 +155,35 @@ export class Caches {
   /** The names of the nodes that cached pods are bound to (some may no longer exist). */
   podNodeNames(): string[] {
     return this.pods.indexValues(POD_NODE);
+  }
+
+  /**
+   * The nodes cached pods are bound to whose Node does not exist, with what this process knows of each: the Node as
+   * it last saw it, its Lease, and how long it has had no sign of the machine (decide/gone-nodes.ts GoneNode).
+   */
+  goneNodes(): GoneNode[] {
+    const out: GoneNode[] = [];
+    const now = performance.now();
+    for (const name of this.podNodeNames()) {
+      if (!name || this.nodes.get(name)) continue;
+      const lastSeen = this.lastSeenNodes.get(name);
+      const lease = this.leaseOf(name);
+      const leaseSilentMs = lease && this.leaseSilentForMs(name, lease);
+      const seeing = this.sight.seeingSince();
+      const sign = this.lastSeenNodes.lastSignAt(name);
+      // The latest sign: the Node's (or its Lease's) deletion, the Lease's last renewal seen, the end of the last gap.
+      const since =
+        sign === undefined || seeing === undefined
+          ? undefined
+          : Math.max(sign, seeing, leaseSilentMs === undefined ? sign : now - leaseSilentMs);
+      out.push({
+        name,
+        ...(lastSeen ? { lastSeen } : {}),
+        ...(lease ? { lease, leaseSilentMs } : {}),
+        ...(since === undefined ? {} : { quietMs: Math.max(0, now - since) }),
+      });
+    }
+    return out;
   }
 
   /** The cached pods bound to this node. */

@@ -35,6 +35,7 @@ test("a storm-guard hold over 54,000 pods of 900 silent nodes retains less than 
     pvcsByKey: () => new Map(),
     podsByNode: podsByNode(pods),
     leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
+    goneNodes: () => [], // no pods bound to a Node that is gone
     leaseOf: (n: string) => ls.get(n),
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),

@@ -28,6 +28,7 @@ function setup() {
     },
     // This process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
     leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
+    goneNodes: () => [], // no pods bound to a Node that is gone
     leaseOf(n: string) {
       return this.leases.get(n);
     },

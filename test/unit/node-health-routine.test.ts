@@ -24,6 +24,7 @@ function world(observed: (node: string, l: V1Lease) => number = () => 0) {
     },
     // By default this process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
     leaseSilentForMs: observed,
+    goneNodes: () => [], // no pods bound to a Node that is gone
     leaseOf(n: string) {
       return this.leases.get(n);
     },

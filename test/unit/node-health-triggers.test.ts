@@ -42,6 +42,7 @@ function setup(o: { cached?: V1Node; fresh?: V1Node; persisted?: boolean; trigge
     },
     // This process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
     leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
+    goneNodes: () => [], // no pods bound to a Node that is gone
     leaseOf(n: string) {
       return this.leases.get(n);
     },

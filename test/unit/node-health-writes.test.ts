@@ -38,6 +38,7 @@ function setup(o: { nodes?: number; holdCreates?: boolean; leading?: () => boole
     },
     // This process saw no Lease go unrenewed for long: only Ready=Unknown makes a node partitioned.
     leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
+    goneNodes: () => [], // no pods bound to a Node that is gone
     leaseOf(n: string) {
       return this.leases.get(n);
     },
@@ -224,6 +225,7 @@ test("queued NodeDown writes are held one entry per node, not per pod: a storm-g
     pvcsByKey: () => new Map(),
     podsByNode: byNode,
     leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
+    goneNodes: () => [], // no pods bound to a Node that is gone
     leaseOf: (n: string) => ls.get(n),
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),
@@ -284,6 +286,7 @@ test("nodes a pass queues while a drain's last write hangs are written 8 at a ti
     pvcsByKey: () => new Map(),
     podsByNode: podsByNode(pods),
     leaseSilentForMs: () => Infinity, // no Lease observation: only the node controller's Ready=Unknown counts
+    goneNodes: () => [], // no pods bound to a Node that is gone
     leaseOf: (n: string) => ls.get(n),
     pdbs: inf(new Map()),
     policies: inf(new Map([["default", policy("default")]])),
