@@ -661,6 +661,10 @@ export function nextStep(o: FenceObservation): Step {
 function failedStep(o: FenceObservation, health: NodeHealth | undefined): Step {
   const st = o.fence.status ?? {};
   const retryAt = toDateTime(st.nextRetryTime) ?? o.now;
+  // Not yet seen silent again after this replica's own gap is no heartbeat: the failed fence neither ends (its claim
+  // gates and force-delete guard would end with it) nor retries until the silence is seen again.
+  const recount = silenceRecounted(o, health);
+  if (recount) return recount;
   const gone = o.fence.spec.origin === "Automatic" ? triggerGone(o, health) : undefined;
   if (gone) return holdStorage(o, health) ?? { kind: "cancel", message: `${gone}: the failed fence is not retried` };
   if (o.now < retryAt)

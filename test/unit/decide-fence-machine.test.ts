@@ -2379,6 +2379,15 @@ describe("issue 41 item 1: silence counted again after this replica's own gap ne
     assert.match(noLongerDue(o) ?? "", /not yet seen it silent/);
     assert.equal(noLongerDue({ ...o, leaseObservedSilentMs: 40_000 }), undefined, "seen silent for the Lease's 40 s: it may");
   });
+  test("Failed, dead for long but seen silent 5 s since the gap: wait, not cancel (the fence's gates and guard stay)", () => {
+    const failed = { ...fencing(recorded), phase: "Failed" as const, nextRetryTime: stamp(at(990)) };
+    const unknown = () => node("node-1", { ready: "Unknown", bootID: "boot-1", heartbeat: T0 });
+    const step = stepFor(failed, { node: unknown(), lease: lease("node-1", T0), leaseObservedSilentMs: 5_000 });
+    assert.equal(step.kind, "wait");
+    assert.equal((step as { reason: string }).reason, "SilenceRecounted");
+    const seen = stepFor(failed, { node: unknown(), lease: lease("node-1", T0), leaseObservedSilentMs: 40_000 });
+    assert.equal(seen.kind, "retry", "seen silent for the timeout again: retried as before");
+  });
   test("a renewal since the decision still cancels", () => {
     const step = stepFor(fencing(recorded), {
       node: node("node-1", { ready: "True", bootID: "boot-1", heartbeat: T0 }),
