@@ -43,7 +43,6 @@ export function resourceMatches(pattern: string, resource: string): boolean {
   return (pr === "*" || pr === rr) && (ps === "*" ? rs !== "" : ps === rs);
 }
 
-const squash = (s: string | undefined) => (s ?? "").replace(/\s+/g, "");
 
 /**
  * What keeps the installed record policy and its binding from limiting each node agent to its own node's record, one
@@ -101,17 +100,16 @@ export function recordPolicyProblems(
     const m = spec.matchConstraints;
     if (m?.objectSelector?.matchLabels || m?.objectSelector?.matchExpressions?.length || m?.excludeResourceRules?.length)
       out.push(`ValidatingAdmissionPolicy ${RECORD_POLICY} narrows what it applies to (matchConstraints): ${INSTALL}`);
-    // A matchCondition decides whom the policy judges at all: only the bundle's (the agent's ServiceAccount) is known.
-    const conditions = spec.matchConditions ?? [];
-    const expected = squash(`request.userInfo.username == "${NODE_AGENT_USER}"`);
-    if (conditions.some((c) => squash(c.expression) !== expected))
+    // A matchCondition decides whom the policy judges at all: any would leave some writer unjudged (an older bundle's
+    // judged the agent's ServiceAccount alone, and let every other holder of Lease rights in the namespace forge).
+    if ((spec.matchConditions ?? []).length)
       out.push(
-        `ValidatingAdmissionPolicy ${RECORD_POLICY} has matchConditions other than the bundle's (the node agent's ServiceAccount): ${INSTALL}`,
+        `ValidatingAdmissionPolicy ${RECORD_POLICY} has matchConditions: writers they leave out are not judged at all (another DaemonSet's token with rights on Leases could write any node's record): ${INSTALL}`,
       );
     const expressions = (spec.validations ?? []).map((v) => v.expression ?? "");
-    if (!expressions.some((e) => e.includes(NODE_NAME_EXTRA) && e.includes("object.metadata.name")))
+    if (!expressions.some((e) => e.includes(NODE_NAME_EXTRA) && e.includes("object.metadata.name") && e.includes(NODE_AGENT_USER)))
       out.push(
-        `ValidatingAdmissionPolicy ${RECORD_POLICY} does not compare the token's node (${NODE_NAME_EXTRA}) with the record's name: it is not the bundle's policy: ${INSTALL}`,
+        `ValidatingAdmissionPolicy ${RECORD_POLICY} does not require the writer to be the node agent's ServiceAccount bound to the record's node (${NODE_NAME_EXTRA}): it is not the bundle's policy: ${INSTALL}`,
       );
     for (const w of policy.status?.typeChecking?.expressionWarnings ?? [])
       out.push(`ValidatingAdmissionPolicy ${RECORD_POLICY}: the apiserver's type check warns at ${w.fieldRef}: ${w.warning}`);

@@ -166,6 +166,14 @@ describe("node agent: its record on a real apiserver, bound to its node", () => 
     own.spec!.renewTime = new V1MicroTime(Date.now());
     own.spec!.acquireTime = new V1MicroTime(new Date(own.spec!.acquireTime!).getTime());
     await asAgent.replaceNamespacedLease({ name: nodeX, namespace: NS, body: own });
+    // Any other writer is refused too, whatever its RBAC: here the lab's admin (system:masters), as another DaemonSet's
+    // token with rights on Leases would be.
+    const byAdmin = await admin.createNamespacedLease({ namespace: NS, body: body(nodeY) }).then(
+      () => undefined,
+      (e: { code?: number; body?: string }) => e,
+    );
+    assert.ok(byAdmin, "the lab's admin created a node agent record");
+    assert.match(String(byAdmin.body), /only the node agent's ServiceAccount may write node agent records/);
     // Without the policy's binding, RBAC alone lets the same token write another node's record: the policy is what refuses.
     await kubectl("delete", "validatingadmissionpolicybinding", "stockade-node-agent-record");
     await waitFor(

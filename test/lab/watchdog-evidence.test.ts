@@ -24,6 +24,7 @@ import {
 import { repoRoot } from "../../lab/bins.ts";
 import { Bed, NS } from "../../lab/bed.ts";
 import { GUARDED_LABEL } from "../../src/decide/guarded-pods.ts";
+import { NODE_AGENT_USER } from "../../src/decide/record-authority.ts";
 import { NODE_AGENT_NAMESPACE, RECORD_ANNOTATIONS as A } from "../../src/decide/node-agent-record.ts";
 
 const LABEL = "lab.stockade.io/watchdog";
@@ -127,7 +128,16 @@ describe("lab: WatchdogExpired from the operator's own observation (issue 30)", 
       await new Promise((r) => setTimeout(r, 500));
     }
     const agents = ["wd-silent", "wd-alive", "peer-a", "peer-b", "peer-c"];
-    for (const n of agents) await leases.createNamespacedLease({ namespace: NODE_AGENT_NAMESPACE, body: record(n, holders.get(n)) });
+    // The shipped policy lets only the agent's ServiceAccount, bound to the record's node, write: each record is written
+    // as that node's agent (the lab's admin impersonating it, with the node claim a pod-bound token carries).
+    const asAgentOf = (n: string) =>
+      setHeaderOptions(
+        "Impersonate-User",
+        NODE_AGENT_USER,
+        setHeaderOptions(`Impersonate-Extra-${encodeURIComponent("authentication.kubernetes.io/node-name")}`, n),
+      );
+    for (const n of agents)
+      await leases.createNamespacedLease({ namespace: NODE_AGENT_NAMESPACE, body: record(n, holders.get(n)) }, asAgentOf(n));
     // Every agent but wd-silent's renews its record every 2 s.
     let renewals = 0;
     renewer = setInterval(() => {
@@ -135,7 +145,7 @@ describe("lab: WatchdogExpired from the operator's own observation (issue 30)", 
         void leases
           .patchNamespacedLease(
             { name: n, namespace: NODE_AGENT_NAMESPACE, body: { spec: { renewTime: micro() } } },
-            setHeaderOptions("Content-Type", PatchStrategy.MergePatch),
+            setHeaderOptions("Content-Type", PatchStrategy.MergePatch, asAgentOf(n)),
           )
           .then(() => renewals++);
     }, 2_000);

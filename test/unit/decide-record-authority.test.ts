@@ -68,11 +68,31 @@ describe("decide/record-authority: the records' admission policy", () => {
         /does not match CREATE of leases/,
       ],
       [
-        "matchCondition changed",
-        (x) => (x.policy.spec!.matchConditions![0]!.expression = "false"),
-        /matchConditions other than the bundle's/,
+        // The older bundle's: it judged the agent's ServiceAccount alone, so any other holder of Lease rights in the
+        // namespace (another DaemonSet's token) could write any node's record (fresh review of issue 41).
+        "only the agent judged",
+        (x) =>
+          (x.policy.spec!.matchConditions = [
+            {
+              name: "the-node-agent",
+              expression: 'request.userInfo.username == "system:serviceaccount:stockade-node-agent:stockade-node-agent"',
+            },
+          ]),
+        /matchConditions: writers they leave out are not judged/,
       ],
-      ["node check dropped", (x) => (x.policy.spec!.validations = [{ expression: "true" }]), /does not compare the token's node/],
+      [
+        "node check dropped",
+        (x) => (x.policy.spec!.validations = [{ expression: "true" }]),
+        /does not require the writer to be the node agent/,
+      ],
+      [
+        "writer not checked",
+        (x) =>
+          (x.policy.spec!.validations = [
+            { expression: 'request.userInfo.extra["authentication.kubernetes.io/node-name"][0] == object.metadata.name' },
+          ]),
+        /does not require the writer to be the node agent/,
+      ],
       [
         "another namespace",
         (x) => (x.binding.spec!.matchResources!.namespaceSelector = { matchLabels: { "kubernetes.io/metadata.name": "elsewhere" } }),
