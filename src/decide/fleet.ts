@@ -235,7 +235,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
       healths[k] = e.health;
       wake(e.health.nextCheckMs);
       for (const p of e.want ? i.pods.on(name) : i.pods.markedOn(name)) {
-        const c = nodeDownChange(p, e.want);
+        const c = nodeDownChange(p, e.want, e.health);
         if (!c) continue;
         nodeDown.push(c);
         if (i.nodeDownFirstOnly) break;
@@ -259,7 +259,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
     // Where no pod should carry NodeDown, only those that carry it can change: at 5,000 nodes this is what keeps a
     // pass from walking 150,000 pods.
     for (const p of want ? i.pods.on(name) : i.pods.markedOn(name)) {
-      const c = nodeDownChange(p, want);
+      const c = nodeDownChange(p, want, h);
       if (!c) continue;
       nodeDown.push(c);
       if (i.nodeDownFirstOnly) break;

@@ -29,8 +29,19 @@ export function desiredNodeDown(health: NodeHealth, fenced: boolean): NodeDownCh
 
 export const hasNodeDown = (pod: V1Pod): boolean => pod.status?.conditions?.some((c) => c.type === NODE_DOWN) ?? false;
 
-export function nodeDownChange(pod: V1Pod, want: NodeDownChange["condition"]): NodeDownChange | undefined {
+/**
+ * The change that gives the pod the wanted NodeDown, or undefined when it has it. `health` (the node's): a pod keeps
+ * the NodeDown it has while its node is still silent and has not heartbeat since the condition was set — not yet
+ * partitioned again only because this replica counts the silence again after a gap of its own or a change of leader
+ * (kube/sight.ts), which is no sign of the node. Lost when the node heartbeats, as before.
+ */
+export function nodeDownChange(
+  pod: V1Pod,
+  want: NodeDownChange["condition"],
+  health?: Pick<NodeHealth, "state" | "silent" | "lastHeartbeatMs">,
+): NodeDownChange | undefined {
   const have: V1PodCondition | undefined = pod.status?.conditions?.find((c) => c.type === NODE_DOWN);
+  if (want === null && have?.status === "True" && health && heldThroughRecount(have, health)) return undefined;
   const same =
     want === null ? have === undefined : have?.status === want.status && have.reason === want.reason && have.message === want.message;
   if (same) return undefined;
@@ -41,4 +52,10 @@ export function nodeDownChange(pod: V1Pod, want: NodeDownChange["condition"]): N
     uid: pod.metadata?.uid ?? "",
     condition: want,
   };
+}
+
+function heldThroughRecount(have: V1PodCondition, h: Pick<NodeHealth, "state" | "silent" | "lastHeartbeatMs">): boolean {
+  if (h.state === "Partitioned" || !h.silent || h.lastHeartbeatMs === undefined) return false;
+  const set = have.lastTransitionTime ? new Date(have.lastTransitionTime as Date | string).getTime() : NaN;
+  return Number.isFinite(set) && set >= h.lastHeartbeatMs;
 }

@@ -3,12 +3,13 @@
 // again from the end of the gap (issue 41 item 1).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { V1Lease, V1Node } from "@kubernetes/client-node";
+import type { V1Lease, V1Node, V1Pod } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import { LeaseObserver } from "../../src/kube/lease-observer.ts";
 import { Sight, type SightEvent } from "../../src/kube/sight.ts";
 import { WatchdogObserver } from "../../src/kube/watchdog-observer.ts";
 import { assessNode } from "../../src/decide/node-health.ts";
+import { NODE_DOWN, nodeDownChange } from "../../src/decide/node-down.ts";
 
 const RENEW = "2026-12-02T10:00:00.000000Z";
 const lease = (name: string, renewTime: string): V1Lease => ({
@@ -156,5 +157,28 @@ describe("Sight: a node's silence counts only while this replica could see", () 
     const after = w.look("uid-1", "db", record, 1_000);
     assert.equal(after?.t0Ms, 52_000, "t0 starts again after the gap");
     assert.equal(after?.recordSilentMs, 1_000, "the record's silence counts from the end of the gap");
+  });
+});
+
+describe("NodeDown through a recount (fresh review of issue 41 item 1)", () => {
+  const pod = (setAt: string): V1Pod => ({
+    metadata: { name: "db-0", namespace: "app", uid: "u" },
+    spec: { nodeName: "db", containers: [] },
+    status: {
+      conditions: [{ type: NODE_DOWN, status: "True", reason: "NodePartitioned", message: "m", lastTransitionTime: setAt as never }],
+    },
+  });
+  const beat = Date.parse("2026-12-02T10:00:00Z");
+  test("a pod keeps NodeDown while its node is silent and has not heartbeat since it was set, though not partitioned again yet", () => {
+    const recount = { state: "Suspect" as const, silent: true, lastHeartbeatMs: beat };
+    assert.equal(nodeDownChange(pod("2026-12-02T10:00:45Z"), null, recount), undefined);
+  });
+  test("it loses it once the node heartbeats (not silent), or heartbeat after it was set", () => {
+    assert.equal(
+      nodeDownChange(pod("2026-12-02T10:00:45Z"), null, { state: "Healthy", silent: false, lastHeartbeatMs: beat })?.condition,
+      null,
+    );
+    const later = { state: "Suspect" as const, silent: true, lastHeartbeatMs: Date.parse("2026-12-02T10:01:00Z") };
+    assert.equal(nodeDownChange(pod("2026-12-02T10:00:45Z"), null, later)?.condition, null);
   });
 });
