@@ -449,7 +449,10 @@ export function decideFleet(i: FleetInput): FleetDecision {
   const policies = new Map<string, PolicyState>();
   // Over every node seen, whatever policy selects it: held by every policy (its StormGuard condition, so that a node
   // still silent when the storm ends waits again from its end, as after a policy's own storm). A gone node counts too.
-  const storm = clusterStorm(gone.length ? [...healths, ...gone.map((x) => x.health)] : healths, i.clusterMaxUnhealthyNodes);
+  // Not counted at all: a node whose silence is explained — confirmed fenced (Stockade keeps it off), or shut down by
+  // its cloud (the cloud controller's shutdown taint: a stopped pool must not hold every policy's fences).
+  const counted = healths.filter((_, k) => !stormExplained(i.nodes[k]!, i.fences.get(i.nodes[k]!.metadata?.name ?? "")));
+  const storm = clusterStorm(gone.length ? [...counted, ...gone.map((x) => x.health)] : counted, i.clusterMaxUnhealthyNodes);
   for (let pk = 0; pk < i.policies.length; pk++) {
     const policy = i.policies[pk]!;
     const pname = policy.metadata?.name ?? "";
@@ -564,6 +567,18 @@ export function decideFleet(i: FleetInput): FleetDecision {
   memo?.end(i.nodes.length);
   const nextCheck = nextCheckMs === undefined ? undefined : DateTime.fromMillis(nextCheckMs, { zone: "utc" });
   return { decisions, nodeDown, create, policies, nextCheck, sightings };
+}
+
+/** The taint a cloud's node lifecycle controller puts on a Node whose instance is shut down. */
+export const CLOUD_SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown";
+
+/**
+ * Whether a node's silence is explained, so the cluster-wide storm guard does not count it: confirmed fenced (its
+ * NodeFence in a fenced phase), or tainted shut down by its cloud. Neither says anything of the network or the observer.
+ */
+function stormExplained(node: V1Node, fence: NodeFence | undefined): boolean {
+  if (fence && FENCED_PHASES.has(phaseOf(fence))) return true;
+  return node.spec?.taints?.some((t) => t.key === CLOUD_SHUTDOWN_TAINT) ?? false;
 }
 
 /** The policy's status says a storm guard holds (written by an earlier pass). */

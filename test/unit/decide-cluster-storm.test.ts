@@ -224,6 +224,26 @@ describe("clusterStorm", () => {
     assert.equal(clusterStorm(nodes, "60%"), undefined);
     assert.equal(clusterStorm(nodes, undefined)?.reason, "ClusterStorm", "50% of 5 = 2");
   });
+  test("explained silence is not counted (fresh review): nodes confirmed fenced, and nodes their cloud shut down", () => {
+    const now = at(100);
+    const db = rolePolicy("db");
+    const pods = [stsPod("db-0", { node: "db-1" })];
+    // 4 nodes: db-1 newly silent, two others long fenced by Stockade, one up.
+    const ns = [down("db-1", "db"), down("f-1"), down("f-2"), up("u-1", now)];
+    const fenced = [fence("f-1", { phase: "Released" }), fence("f-2", { phase: "Fenced" })];
+    const d = decide(now, ns, { pods, policies: [db], fences: fenced });
+    assert.equal(decisionOf(d, "db-1").verdict, "Fence", decisionOf(d, "db-1").message);
+    // The same two silent nodes, but with no fence: three of four silent, a storm.
+    assert.equal(decisionOf(decide(now, ns, { pods, policies: [db] }), "db-1").verdict, "Held");
+    // A stopped pool: its nodes carry the cloud's shutdown taint.
+    const stopped = ns.map((x) =>
+      x.node.metadata?.name?.startsWith("f-")
+        ? { ...x, node: { ...x.node, spec: { taints: [{ key: "node.cloudprovider.kubernetes.io/shutdown", effect: "NoSchedule" }] } } }
+        : x,
+    );
+    assert.equal(decisionOf(decide(now, stopped, { pods, policies: [db] }), "db-1").verdict, "Fence");
+  });
+
   test("at least one node may be silent, however small the cluster", () => {
     assert.equal(clusterStorm([h("a", { silent: true })], undefined), undefined);
     assert.equal(clusterStorm([h("a", { silent: true }), h("b")], "10%"), undefined);
