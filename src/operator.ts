@@ -6,7 +6,7 @@
 // enqueues what), http.ts.
 import { guardedPodsOnMissingNodes } from "./decide/missing-nodes.ts";
 import type { Server } from "node:http";
-import type { KubeConfig } from "@kubernetes/client-node";
+import { CoordinationV1Api, type KubeConfig } from "@kubernetes/client-node";
 import { DateTime } from "luxon";
 import type { Logger } from "pino";
 import type { Config } from "./config.ts";
@@ -16,7 +16,7 @@ import type { FenceHistory } from "./controllers/fence-history.ts";
 import { FLEET_KEY, type NodeHealthController } from "./controllers/node-health.ts";
 import { isGuarded } from "./decide/guarded-pods.ts";
 import { ADMISSION_POLICY, checkAdmissionPolicy } from "./kube/admission-check.ts";
-import { Kube } from "./kube/api.ts";
+import { Kube, isNotFound } from "./kube/api.ts";
 import { Caches } from "./kube/caches.ts";
 import { Sight } from "./kube/sight.ts";
 import { Metrics, nodeFencePhases } from "./metrics.ts";
@@ -28,7 +28,7 @@ import type { LeaderElector, SoleLeadership } from "./runtime/leader.ts";
 import { webhooksFor, type Webhooks } from "./operator/admission.ts";
 import { buildControllers } from "./operator/controllers.ts";
 import { listenAddress, serve, type Reply } from "./operator/http.ts";
-import { leadershipFor } from "./operator/leadership.ts";
+import { LEADER_LEASE, leadershipFor } from "./operator/leadership.ts";
 import { wireEnqueues } from "./operator/wiring.ts";
 
 export { LEADER_LEASE } from "./operator/leadership.ts";
@@ -58,6 +58,9 @@ export class Operator {
   private servers: Server[] = [];
   private admissionTimer: NodeJS.Timeout | undefined;
   private historyTimer: NodeJS.Timeout | undefined;
+  private sightTimer: NodeJS.Timeout | undefined;
+  /** Without leader election: what asks the apiserver every retry period in the elector's stead (kube/sight.ts). */
+  private readonly sightProbe: CoordinationV1Api | undefined;
   /** Fence history: each NodeFence's FenceRecord (controllers/fence-history.ts). */
   readonly history: FenceHistory;
   /** Says when the event loop was held long enough to delay a fence (with the last fleet pass's length beside it). */
@@ -107,6 +110,7 @@ export class Operator {
     });
     this.elector = lead.elector;
     this.sole = lead.sole;
+    if (!lead.elector) this.sightProbe = lead.reads.makeApiClient(CoordinationV1Api);
     const { reads, writes } = lead;
     this.kube = new Kube(writes);
     this.caches = new Caches(reads, {
@@ -187,7 +191,10 @@ export class Operator {
     this.admissionTimer = setInterval(() => void this.checkAdmission(), ADMISSION_CHECK_MS);
     this.admissionTimer.unref();
     if (this.elector) this.elector.start();
-    else this.runControllers();
+    else {
+      this.probeSight();
+      this.runControllers();
+    }
   }
 
   /**
@@ -208,6 +215,30 @@ export class Operator {
         `the admission policy ${ADMISSION_POLICY} is not in force: anyone with update on nodefences/status can forge a fence's evidence and anyone with patch on nodefences can confirm a manual fence (manifests/06-admission-policy.yaml): ${text}`,
       );
     else this.log.info(`the admission policy ${ADMISSION_POLICY} is in force`);
+  }
+
+  /**
+   * Without leader election nothing reads from etcd every few seconds, and etcd down leaves the watches open and
+   * silent: a read of the leader Lease every retry period (a quorum read; 404 is an answer too) stands in for the
+   * elector's, so that such an outage is a gap in what this replica saw (kube/sight.ts).
+   */
+  private probeSight(): void {
+    const probe = this.sightProbe;
+    if (!probe || this.sightTimer) return;
+    let asking = false;
+    this.sightTimer = setInterval(() => {
+      if (asking) return;
+      asking = true;
+      probe
+        .readNamespacedLease({ name: LEADER_LEASE, namespace: this.cfg.leaderElectionNamespace })
+        .then(
+          () => this.caches.sight.answered(true),
+          (err: unknown) =>
+            isNotFound(err) ? this.caches.sight.answered(true) : this.caches.sight.answered(false, `apiserver: ${errorText(err)}`),
+        )
+        .finally(() => (asking = false));
+    }, this.cfg.retryPeriodSeconds * 1000);
+    this.sightTimer.unref();
   }
 
   private runControllers(): void {
@@ -240,6 +271,7 @@ export class Operator {
   private async shutDown(): Promise<boolean> {
     clearInterval(this.admissionTimer);
     clearInterval(this.historyTimer);
+    clearInterval(this.sightTimer);
     this.stalls.stop();
     this.webhooks?.stop();
     const graceMs = this.cfg.shutdownGraceSeconds * 1000;
