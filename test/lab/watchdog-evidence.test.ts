@@ -17,6 +17,7 @@ import {
   loadAllYaml,
   PatchStrategy,
   setHeaderOptions,
+  V1MicroTime,
   type V1Lease,
   type V1ValidatingAdmissionPolicy,
   type V1ValidatingAdmissionPolicyBinding,
@@ -136,6 +137,8 @@ describe("lab: WatchdogExpired from the operator's own observation (issue 30)", 
         NODE_AGENT_USER,
         setHeaderOptions(`Impersonate-Extra-${encodeURIComponent("authentication.kubernetes.io/node-name")}`, n),
       );
+    // The agent's own RBAC, as shipped (create and update of its namespace's Leases: it renews by replace).
+    await bed.kubectl("apply", "-f", join(repoRoot, "manifests/node-agent/01-rbac.yaml"));
     for (const n of agents)
       await leases.createNamespacedLease({ namespace: NODE_AGENT_NAMESPACE, body: record(n, holders.get(n)) }, asAgentOf(n));
     // Every agent but wd-silent's renews its record every 2 s.
@@ -143,10 +146,11 @@ describe("lab: WatchdogExpired from the operator's own observation (issue 30)", 
     renewer = setInterval(() => {
       for (const n of agents.slice(1))
         void leases
-          .patchNamespacedLease(
-            { name: n, namespace: NODE_AGENT_NAMESPACE, body: { spec: { renewTime: micro() } } },
-            setHeaderOptions("Content-Type", PatchStrategy.MergePatch, asAgentOf(n)),
-          )
+          .readNamespacedLease({ name: n, namespace: NODE_AGENT_NAMESPACE })
+          .then((l) => {
+            l.spec!.renewTime = new V1MicroTime(Date.now());
+            return leases.replaceNamespacedLease({ name: n, namespace: NODE_AGENT_NAMESPACE, body: l }, asAgentOf(n));
+          })
           .then(() => renewals++);
     }, 2_000);
     await bed.create("fenceagents", { metadata: { name: "wd" }, spec: { type: "watchdog" } });
