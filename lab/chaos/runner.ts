@@ -41,7 +41,7 @@ import {
   type Schedule,
 } from "./schedule.ts";
 import { watchdogViolations, type FenceSeen } from "./watchdog-checks.ts";
-import { renewalsFrom, silenceViolations } from "./silence-checks.ts";
+import { outagesFrom, renewalsFrom, silenceViolations } from "./silence-checks.ts";
 
 export interface ChaosOptions {
   seed: number;
@@ -440,7 +440,10 @@ async function recover(
   for (let k = alive; k < 2; k++) await bed.startOperator({ leaderElect: true });
   // The node a schedule took away from the control plane: first let the fault take effect (the node goes
   // Unknown), then wait for its fence to release it and unfence it; a node Stockade rightly leaves alone
-  // (nothing to protect on it) is healed once no NodeFence appeared 25 s after it went Unknown.
+  // (nothing to protect on it) is healed once no NodeFence appeared 25 s after it went Unknown. After a control-plane
+  // outage the clock starts when the outage ended, and runs 60 s: a new leader takes over (up to the 15 s election
+  // Lease), relists, and counts every node's silence again from when it could see (the smoke run's first try healed a
+  // hung node 25 s after the outage, while the new leader was still counting).
   // Every NodeFence the schedule left, by uid: read before any unfence too, because the operator deletes an automatic
   // NodeFence once it is unfenced (the smoke run's first watchdog-disabled fence was gone by the final list).
   const fences = new Map<string, NodeFence>();
@@ -453,7 +456,15 @@ async function recover(
   const lost = lostFault?.node;
   let unfenceAfterHeal = false;
   if (lostFault && lost) {
-    const unknownAt = await lostSince(bed, lostFault, t0);
+    const seenDown = await lostSince(bed, lostFault, t0);
+    const outageEnds =
+      mode === "outages"
+        ? outagesFrom(readEvents(lab.dir))
+            .filter((x) => x.startMs >= t0)
+            .map((x) => x.endMs ?? Date.now())
+        : [];
+    const unknownAt = Math.max(seenDown, ...outageEnds);
+    const grace = outageEnds.length ? 60_000 : 25_000;
     // A node whose watchdog is disabled is never released on watchdog evidence: wait past the arithmetic's wait (28 s at
     // the lab's D and T) plus a margin, not the 120 s a fence that should end gets.
     const disabled = lostFault.kind === "watchdog-disabled";
@@ -462,7 +473,7 @@ async function recover(
       async () => {
         const f = await bed.getFence(lost);
         if (f?.status?.phase === "Released") return "released";
-        if (!f && Date.now() - unknownAt > 25_000) return "not fenced";
+        if (!f && Date.now() - unknownAt > grace) return "not fenced";
         return undefined;
       },
       { timeoutMs: disabled ? 60_000 : 120_000, intervalMs: 250 },
