@@ -714,6 +714,29 @@ export class Lab implements FaultDriver {
     appendEvent(this.dir, { kind: "fault", detail: { fault: "component-killed", component: c } });
   }
 
+  /** Stops a control-plane component as a service manager does (SIGTERM, then SIGKILL), e.g. kube-apiserver for an outage. */
+  async stopComponent(c: Component): Promise<void> {
+    appendEvent(this.dir, { kind: "fault", detail: { fault: "component-stopped", component: c } }); // it stops serving from here
+    await stopComponent(this.state, c);
+  }
+
+  /**
+   * Deletes the node's Node object while its machine runs (a cloud controller or an administrator's `kubectl delete
+   * node`); a real kubelet does not re-create it until it restarts.
+   */
+  async deleteNode(node: string): Promise<void> {
+    await this.core.deleteNode({ name: nodeSpec(this.state, node).name });
+    appendEvent(this.dir, { kind: "fault", node, detail: { fault: "node-deleted" } });
+  }
+
+  /** Sets the labels the lab gives a node after it registers (where its BMC answers): again after a Node re-created. */
+  async labelNode(node: string, extra: Record<string, string> = {}): Promise<void> {
+    await this.core.patchNode(
+      { name: node, body: { metadata: { labels: { ...bmcLabels(nodeSpec(this.state, node)), ...extra } } } },
+      setHeaderOptions("Content-Type", "application/merge-patch+json"),
+    );
+  }
+
   /** Starts a component that was killed or stopped; resolves once it is healthy. */
   async startComponent(c: Component): Promise<void> {
     if (componentAlive(this.state, c)) return;

@@ -9,6 +9,12 @@
 // manifests/node-agent/), all armed before schedule 0, and the policy's escalation a FenceAgent of type watchdog alone
 // with allowWatchdogEvidence: the only way to release is WatchdogExpired. The faults add the agent's (kill-agent,
 // watchdog-disabled, control-plane-down) and drop bmc-unreachable; the checks add lab/chaos/watchdog-checks.ts.
+//
+// The outages mode (--outages, issue 41 item 7): every schedule has a control-plane outage of 20–60 s (kube-apiserver
+// stopped, or cut from etcd) that every kubelet misses renewals in and the leader replica exits inside (at its renew
+// deadline; the runner starts replicas again once it is over), beside normal faults and Node objects deleted while their
+// machines run; a one-node FencingPolicy beside the many-node one. The check added (in the normal mode too) is
+// lab/chaos/silence-checks.ts: no power-off of a node that was not silent while the operator could see.
 import { CoordinationV1Api, CustomObjectsApi } from "@kubernetes/client-node";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Bed, NS, SECRETS_NS } from "../bed.ts";
@@ -18,7 +24,8 @@ import { GROUP, VERSION, type NodeFence } from "../../src/api/v1alpha1.ts";
 import { createEtcdWorkload, etcdPodEndpoints, etcdWorkload, type EtcdWorkload } from "../etcd-workload.ts";
 import { EtcdWriter, etcdBaseline, verifyEtcd, type EtcdMember } from "../etcd-checker.ts";
 import { installNodeAgent, nodeAgentRecords, waitForArmedAgents } from "../node-agent-install.ts";
-import { readEvents } from "../state.ts";
+import { appendEvent, readEvents } from "../state.ts";
+import { auditEvents, type AuditEvent } from "../audit.ts";
 import { watchdogResets } from "../watchdog.ts";
 import { NODE_AGENT_NAMESPACE } from "../../src/decide/node-agent-record.ts";
 import {
@@ -26,6 +33,7 @@ import {
   drawSchedule,
   FAULT_KINDS,
   NODE_LOSS,
+  OUTAGES_FAULT_KINDS,
   WATCHDOG_FAULT_KINDS,
   type ChaosMode,
   type Fault,
@@ -33,6 +41,7 @@ import {
   type Schedule,
 } from "./schedule.ts";
 import { watchdogViolations, type FenceSeen } from "./watchdog-checks.ts";
+import { outagesFrom, renewalsFrom, silenceViolations } from "./silence-checks.ts";
 
 export interface ChaosOptions {
   seed: number;
@@ -41,7 +50,8 @@ export interface ChaosOptions {
   first?: number;
   nodes?: number;
   etcd?: boolean;
-  /** "normal" (default): IPMI BMCs fence; "watchdog": node agents, a watchdog FenceAgent alone, WatchdogExpired. */
+  /** "normal" (default): IPMI BMCs fence; "watchdog": node agents, a watchdog FenceAgent alone, WatchdogExpired;
+   * "outages": the normal bed with a one-node policy beside, and a long control-plane outage in every schedule. */
   mode?: ChaosMode;
   log?: (msg: string) => void;
 }
@@ -68,12 +78,27 @@ export interface ChaosSummary {
 
 const LEDGER_REPLICAS = 2;
 
+/** The outages mode's one-node policy selects the node with this label (the lab's last node); the default one the rest. */
+export const DEDICATED_LABEL = "chaos.stockade.io/dedicated";
+
+/** The labels the runner gives a node beyond the lab's own (set again when its Node is re-created). */
+function runnerLabels(bed: Bed, mode: ChaosMode, node: string): Record<string, string> {
+  return mode === "outages" && node === bed.lab.nodes().at(-1) ? { [DEDICATED_LABEL]: "true" } : {};
+}
+
+/** Every Lease renewal the kubelets got committed, from the apiserver's audit log (the silence check's input). */
+async function kubeletRenewals(bed: Bed) {
+  const audit: AuditEvent[] = [];
+  for await (const a of auditEvents(bed.lab.dir, (l) => l.includes("kube-node-lease") && l.includes("system:node:"))) audit.push(a);
+  return renewalsFrom(audit);
+}
+
 export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
   const log = o.log ?? (() => {});
   const mode = o.mode ?? "normal";
-  const bed = await Bed.up({ nodes: o.nodes ?? 4, name: mode === "watchdog" ? "chaos-watchdog" : "chaos", runtime: "real", log });
+  const bed = await Bed.up({ nodes: o.nodes ?? 4, name: mode === "normal" ? "chaos" : `chaos-${mode}`, runtime: "real", log });
   const results: ScheduleResult[] = [];
-  const kinds = mode === "watchdog" ? WATCHDOG_FAULT_KINDS : FAULT_KINDS;
+  const kinds = mode === "watchdog" ? WATCHDOG_FAULT_KINDS : mode === "outages" ? OUTAGES_FAULT_KINDS : FAULT_KINDS;
   const faults = Object.fromEntries(kinds.map((k) => [k, 0])) as Record<FaultKind, number>;
   let writer: EtcdWriter | undefined;
   let etcd: { w: EtcdWorkload; members: EtcdMember[] } | undefined;
@@ -85,6 +110,13 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
       await installNodeAgent(bed.lab, { log });
       await bed.create("fenceagents", { metadata: { name: "node-watchdog" }, spec: { type: "watchdog" } });
       await bed.policy("default", { escalation: [{ agents: [{ name: "node-watchdog" }] }], allowWatchdogEvidence: true, guards });
+    } else if (mode === "outages") {
+      // A one-node policy (a dedicated database node) beside the many-node one, which must not select that node too.
+      const dedicated = bed.lab.nodes().at(-1)!;
+      await bed.lab.labelNode(dedicated, runnerLabels(bed, mode, dedicated));
+      await bed.policy("default", { guards, nodeSelector: { matchExpressions: [{ key: DEDICATED_LABEL, operator: "DoesNotExist" }] } });
+      await bed.policy("dedicated", { guards, nodeSelector: { matchLabels: { [DEDICATED_LABEL]: "true" } } });
+      log(`policies: default selects every node but ${dedicated}; dedicated selects ${dedicated} alone`);
     } else await bed.policy("default", { guards });
     await bed.startOperator({ leaderElect: true });
     await bed.startOperator({ leaderElect: true });
@@ -103,7 +135,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
       log(`schedule ${i} (seed ${o.seed}): ${schedule.faults.map(describeFault).join(", ")}`);
       const t0 = Date.now();
       const before = (await bed.invariant()).violations.length;
-      await runSchedule(bed, schedule, log);
+      await runSchedule(bed, schedule, mode, log);
       // A bed that cannot be brought back is reported (it is not a safety violation, but it is not fine
       // either); one more try, then the run stops rather than blame the next schedule for this one's mess.
       let counts: Recovered = { fences: 0, releases: 0, seen: [] };
@@ -124,6 +156,11 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
       }
       const violations = (await bed.invariant()).violations.slice(before);
       if (mode === "watchdog") violations.push(...watchdogViolations(counts.seen, readEvents(bed.lab.dir), t0));
+      // The operator's power-offs go through the BMCs in the other modes (the watchdog mode's resets are its checks').
+      else
+        violations.push(
+          ...silenceViolations(readEvents(bed.lab.dir), await kubeletRenewals(bed), bed.lab.state.nodeLeaseSeconds * 1000, t0),
+        );
       results.push({
         schedule,
         fences: counts.fences,
@@ -155,17 +192,82 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosSummary> {
 }
 
 /** Starts every fault at its moment; bounded faults are undone after their duration. */
-async function runSchedule(bed: Bed, s: Schedule, log: (m: string) => void): Promise<void> {
+async function runSchedule(bed: Bed, s: Schedule, mode: ChaosMode, log: (m: string) => void): Promise<void> {
   const t0 = Date.now();
   await Promise.all(
     s.faults.map(async (f) => {
       await sleep(Math.max(0, t0 + f.at - Date.now()));
-      await inject(bed, f, log).catch((e: Error) => log(`  fault ${describeFault(f)} could not be injected: ${e.message}`));
+      await inject(bed, f, mode, log).catch((e: Error) => log(`  fault ${describeFault(f)} could not be injected: ${e.message}`));
     }),
   );
 }
 
-async function inject(bed: Bed, f: Fault, log: (m: string) => void): Promise<void> {
+/** Replica restarts of one bed, one at a time (two outages' ends, or an outage's end and the recovery, may overlap). */
+const restarting = new WeakMap<Bed, Promise<void>>();
+
+/**
+ * After a control-plane outage: the replicas that exited in it (the leader at its renew deadline) started again, so the
+ * rest of the schedule has a standby, as a Deployment's restart would give.
+ */
+function restoreReplicas(bed: Bed, log: (m: string) => void): Promise<void> {
+  const next = (restarting.get(bed) ?? Promise.resolve()).then(async () => {
+    const exited = bed.operators.filter((c) => c.exitCode !== null || c.signalCode !== null).length;
+    const alive = bed.operators.length - exited;
+    for (let k = alive; k < 2; k++) await bed.startOperator({ leaderElect: true });
+    if (alive < 2) log(`  ${2 - alive} operator replica(s) had exited in the outage; started again`);
+  });
+  restarting.set(
+    bed,
+    next.catch((e: Error) => log(`  operator replicas could not be started again: ${e.message.split("\n")[0]}`)),
+  );
+  return restarting.get(bed)!;
+}
+
+/** Cuts in force on a bed's apiserver↔etcd link: a short cut inside a long one must not mend the long one early. */
+const etcdCuts = new WeakMap<Bed, number>();
+
+async function cutEtcd(bed: Bed, ms: number): Promise<void> {
+  etcdCuts.set(bed, (etcdCuts.get(bed) ?? 0) + 1);
+  await bed.lab.partitionEtcd(true);
+  await sleep(ms);
+  const left = etcdCuts.get(bed)! - 1;
+  etcdCuts.set(bed, left);
+  if (left === 0) await bed.lab.partitionEtcd(false);
+}
+
+/** The node-deleted fault: the Node deleted; the kubelet restarted if it has not re-created it in f.durationMs. */
+async function deleteNode(bed: Bed, f: Fault, mode: ChaosMode, log: (m: string) => void): Promise<void> {
+  const lab = bed.lab;
+  const node = f.node!;
+  // The API may be down (an outage at the same time): retried until it answers.
+  const api = { timeoutMs: 120_000, intervalMs: 500 };
+  const old = await waitFor(`${node}'s Node`, async () => (await lab.node(node)).metadata?.uid, api);
+  await waitFor(
+    `${node}'s Node deleted`,
+    () =>
+      lab.deleteNode(node).then(
+        () => true,
+        (e: { code?: number }) => (e.code === 404 ? true : Promise.reject(e)), // an earlier try's delete went through
+      ),
+    api,
+  );
+  const recreated = async () => {
+    const n = await lab.node(node).catch(() => undefined);
+    return (n && n.metadata?.uid !== old && !n.metadata?.deletionTimestamp) || undefined;
+  };
+  const byItself = await waitFor(`${node}'s Node re-created`, recreated, { timeoutMs: f.durationMs, intervalMs: 500 }).catch(() => false);
+  if (byItself) log(`  ${node}: its kubelet re-created its Node by itself`);
+  else {
+    // A real kubelet registers its Node once per start: a deleted one stays gone until the kubelet restarts.
+    log(`  ${node}: Node still gone after ${(f.durationMs / 1000).toFixed(1)} s; restarting its kubelet`);
+    if (lab.machine(node).kubelet === "running") await lab.killKubelet(node);
+    await lab.heal(node);
+    await waitFor(`${node}'s Node re-created by its restarted kubelet`, recreated, api);
+  }
+  await waitFor(`${node}'s labels`, () => lab.labelNode(node, runnerLabels(bed, mode, node)).then(() => true), api);
+}
+
+async function inject(bed: Bed, f: Fault, mode: ChaosMode, log: (m: string) => void): Promise<void> {
   const lab = bed.lab;
   const node = f.node!;
   switch (f.kind) {
@@ -190,14 +292,14 @@ async function inject(bed: Bed, f: Fault, log: (m: string) => void): Promise<voi
       return lab.reconnect(node);
     case "power-cycle":
       if (lab.machine(node).power === "off") return;
+      // Recorded, so that the silence check tells this power-off (someone at the BMC) from the operator's.
+      appendEvent(lab.dir, { kind: "fault", node, detail: { fault: "power-cycle" } });
       await lab.bmc(node, "off");
       await sleep(f.durationMs);
       await lab.bmc(node, "on");
       return;
     case "etcd-partition":
-      await lab.partitionEtcd(true);
-      await sleep(f.durationMs);
-      return lab.partitionEtcd(false);
+      return cutEtcd(bed, f.durationMs);
     case "kill-controller-manager":
       await lab.killComponent("kube-controller-manager");
       await sleep(f.durationMs);
@@ -212,6 +314,16 @@ async function inject(bed: Bed, f: Fault, log: (m: string) => void): Promise<voi
       await lab.killComponent("kube-apiserver");
       await sleep(f.durationMs);
       return lab.startComponent("kube-apiserver");
+    case "apiserver-down":
+      await lab.stopComponent("kube-apiserver");
+      await sleep(f.durationMs);
+      await lab.startComponent("kube-apiserver");
+      return restoreReplicas(bed, log);
+    case "etcd-down":
+      await cutEtcd(bed, f.durationMs);
+      return restoreReplicas(bed, log);
+    case "node-deleted":
+      return deleteNode(bed, f, mode, log);
     case "kill-operator": {
       const holder = (
         await lab.kc.makeApiClient(CoordinationV1Api).readNamespacedLease({ name: "stockade-operator", namespace: SECRETS_NS })
@@ -323,11 +435,15 @@ async function recover(
   await lab.partitionEtcd(false);
   await lab.startComponent("kube-controller-manager");
   for (const n of lab.nodes()) await lab.setBmcReachable(n, true);
+  await restarting.get(bed);
   const alive = bed.operators.filter((c) => c.exitCode === null && c.signalCode === null).length;
   for (let k = alive; k < 2; k++) await bed.startOperator({ leaderElect: true });
   // The node a schedule took away from the control plane: first let the fault take effect (the node goes
   // Unknown), then wait for its fence to release it and unfence it; a node Stockade rightly leaves alone
-  // (nothing to protect on it) is healed once no NodeFence appeared 25 s after it went Unknown.
+  // (nothing to protect on it) is healed once no NodeFence appeared 25 s after it went Unknown. After a control-plane
+  // outage the clock starts when the outage ended, and runs 60 s: a new leader takes over (up to the 15 s election
+  // Lease), relists, and counts every node's silence again from when it could see (the smoke run's first try healed a
+  // hung node 25 s after the outage, while the new leader was still counting).
   // Every NodeFence the schedule left, by uid: read before any unfence too, because the operator deletes an automatic
   // NodeFence once it is unfenced (the smoke run's first watchdog-disabled fence was gone by the final list).
   const fences = new Map<string, NodeFence>();
@@ -340,7 +456,15 @@ async function recover(
   const lost = lostFault?.node;
   let unfenceAfterHeal = false;
   if (lostFault && lost) {
-    const unknownAt = await lostSince(bed, lostFault, t0);
+    const seenDown = await lostSince(bed, lostFault, t0);
+    const outageEnds =
+      mode === "outages"
+        ? outagesFrom(readEvents(lab.dir))
+            .filter((x) => x.startMs >= t0)
+            .map((x) => x.endMs ?? Date.now())
+        : [];
+    const unknownAt = Math.max(seenDown, ...outageEnds);
+    const grace = outageEnds.length ? 60_000 : 25_000;
     // A node whose watchdog is disabled is never released on watchdog evidence: wait past the arithmetic's wait (28 s at
     // the lab's D and T) plus a margin, not the 120 s a fence that should end gets.
     const disabled = lostFault.kind === "watchdog-disabled";
@@ -349,7 +473,7 @@ async function recover(
       async () => {
         const f = await bed.getFence(lost);
         if (f?.status?.phase === "Released") return "released";
-        if (!f && Date.now() - unknownAt > 25_000) return "not fenced";
+        if (!f && Date.now() - unknownAt > grace) return "not fenced";
         return undefined;
       },
       { timeoutMs: disabled ? 60_000 : 120_000, intervalMs: 250 },
@@ -378,7 +502,21 @@ async function recover(
     await bed.waitForFence(lost, (f) => f.status?.phase === "Unfenced", "Unfenced");
     log(`  ${lost} unfenced`);
   }
+  // A Node still deleted (the fault could not finish): its kubelet restarted, as an administrator would.
+  if (mode === "outages")
+    for (const n of lab.nodes()) {
+      const gone = await lab.node(n).then(
+        () => false,
+        (e: { code?: number }) => e.code === 404,
+      );
+      if (!gone || lab.machine(n).power === "off") continue;
+      if (lab.machine(n).kubelet === "running") await lab.killKubelet(n);
+      await lab.heal(n);
+      log(`  ${n}: its Node was still gone; kubelet restarted`);
+    }
   await Promise.all(lab.nodes().map((n) => lab.waitForNodeReadyStatus(n, "True", 120_000)));
+  // A Node re-created by its kubelet lost the labels only an administrator sets (where its BMC answers, the policies').
+  if (mode === "outages") for (const n of lab.nodes()) await lab.labelNode(n, runnerLabels(bed, mode, n));
   // Unfenced NodeFences are done with: delete them so the next schedule starts from none.
   const list = { items: await listFences() };
   const all = [...fences.values()];

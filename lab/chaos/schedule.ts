@@ -22,10 +22,15 @@ export type FaultKind =
   // The watchdog mode's own (a node agent on every node, a watchdog FenceAgent alone in the escalation):
   | "kill-agent" // the node agent's processes SIGKILLed (and again whenever they restart): the armed watchdog resets the node
   | "watchdog-disabled" // the node's watchdog gone (its agent restarted unarmed), then the node partitioned: never released on WatchdogExpired
-  | "control-plane-down"; // kube-apiserver stopped for 20–60 s: the agents keep each other fed, no node may be reset
+  | "control-plane-down" // kube-apiserver stopped for 20–60 s: the agents keep each other fed, no node may be reset
+  // The outages mode's own (issue 41): the control plane blind long enough that every kubelet misses renewals for more
+  // than a Lease duration, and the leader replica exits at its renew deadline inside it; Node objects deleted.
+  | "apiserver-down" // kube-apiserver stopped (SIGTERM, not restarted) for 20–60 s
+  | "etcd-down" // kube-apiserver cut from etcd for 20–60 s
+  | "node-deleted"; // the Node object deleted while its machine and kubelet run; the kubelet restarted if it does not re-create it
 
 /** Which bed a schedule is for: the normal one (IPMI BMCs) or the watchdog one (node agents, watchdog-only policy). */
-export type ChaosMode = "normal" | "watchdog";
+export type ChaosMode = "normal" | "watchdog" | "outages";
 
 export const FAULT_KINDS: readonly FaultKind[] = [
   "crash",
@@ -50,6 +55,12 @@ export const WATCHDOG_FAULT_KINDS: readonly FaultKind[] = [
   "watchdog-disabled",
   "control-plane-down",
 ];
+
+/** The outages mode's control-plane outages: exactly one per schedule, 20–60 s. */
+export const OUTAGE_KINDS: readonly FaultKind[] = ["apiserver-down", "etcd-down"];
+
+/** The outages mode's faults: one outage per schedule, beside up to two of the normal ones or a deleted Node. */
+export const OUTAGES_FAULT_KINDS: readonly FaultKind[] = [...OUTAGE_KINDS, ...FAULT_KINDS, "node-deleted"];
 
 /** Faults that take a node away from the control plane (a fence is expected if it lasts). */
 export const NODE_LOSS: ReadonlySet<FaultKind> = new Set([
@@ -99,12 +110,14 @@ export interface ScheduleOptions {
   windowMs?: number;
   /** A partition shorter than this must not lead to a fence (the policy's fence-after minus a margin). */
   shortPartitionMs?: number;
-  /** "normal" (default) draws exactly what it always drew for a seed; "watchdog" draws from WATCHDOG_FAULT_KINDS. */
+  /** "normal" (default) draws exactly what it always drew for a seed; "watchdog" draws from WATCHDOG_FAULT_KINDS;
+   * "outages" one control-plane outage and up to two more faults (drawOutagesSchedule). */
   mode?: ChaosMode;
 }
 
 export function drawSchedule(seed: number, index: number, o: ScheduleOptions): Schedule {
   if (o.nodes.length < 3) throw new Error("a chaos schedule needs at least 3 nodes");
+  if (o.mode === "outages") return drawOutagesSchedule(seed, index, o);
   const rnd = prng((seed * 1_000_003 + index) >>> 0);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
   const between = (lo: number, hi: number) => Math.round(lo + rnd() * (hi - lo));
@@ -163,6 +176,69 @@ export function drawSchedule(seed: number, index: number, o: ScheduleOptions): S
       }
       case "control-plane-down":
         faults.push({ kind, at, durationMs: between(20_000, 60_000) });
+        break;
+    }
+  }
+  faults.sort((x, y) => x.at - y.at);
+  const lengthMs = Math.max(0, ...faults.map((f) => f.at + f.durationMs));
+  return { seed, index, faults, lengthMs };
+}
+
+/**
+ * The outages mode (issue 41 item 7): every schedule has one control-plane outage of 20–60 s (kube-apiserver stopped, or
+ * cut from etcd), longer than a node Lease (8 s in the lab) and than the operator leader's renew deadline (10 s), so every
+ * kubelet misses renewals and the leader exits inside it; beside it up to `maxFaults - 1` faults (default 2) of the
+ * normal mode or a Node deleted while its machine runs, starting in the same window, so they overlap the outage or
+ * follow it. The constraints of the normal mode hold: at most one node lost per schedule, and the node lost is never the
+ * one a short partition, a power cycle or a Node deletion hits. A separate draw, so the other modes' seeds are untouched.
+ */
+function drawOutagesSchedule(seed: number, index: number, o: ScheduleOptions): Schedule {
+  const rnd = prng((seed * 1_000_003 + index) >>> 0);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
+  const between = (lo: number, hi: number) => Math.round(lo + rnd() * (hi - lo));
+  const window = o.windowMs ?? 20_000;
+  const victim = pick(o.nodes);
+  const others = o.nodes.filter((n) => n !== victim);
+  const faults: Fault[] = [{ kind: pick(OUTAGE_KINDS), at: between(0, window), durationMs: between(20_000, 60_000) }];
+  const count = between(0, (o.maxFaults ?? 3) - 1);
+  const rest = [...FAULT_KINDS, "node-deleted"] as const;
+  let lost = false;
+  for (let i = 0; i < count; i++) {
+    let kind: FaultKind = pick(rest);
+    if (NODE_LOSS.has(kind) && lost) kind = pick(["node-partition", "kill-operator", "node-deleted"] as const);
+    const at = between(0, window);
+    switch (kind) {
+      case "crash":
+      case "partition":
+      case "kill-kubelet":
+      case "bmc-unreachable":
+        lost = true;
+        faults.push({ kind, at, durationMs: 0, node: victim });
+        break;
+      case "short-partition":
+        faults.push({ kind, at, durationMs: between(1_000, o.shortPartitionMs ?? 4_000), node: pick(others) });
+        break;
+      case "node-partition": {
+        const a = pick(o.nodes);
+        faults.push({ kind, at, durationMs: between(2_000, 20_000), node: a, peer: pick(o.nodes.filter((n) => n !== a)) });
+        break;
+      }
+      case "power-cycle":
+        faults.push({ kind, at, durationMs: between(0, 5_000), node: pick(others) });
+        break;
+      case "etcd-partition":
+        faults.push({ kind, at, durationMs: between(1_000, 8_000) });
+        break;
+      case "kill-controller-manager":
+        faults.push({ kind, at, durationMs: between(1_000, 15_000) });
+        break;
+      case "kill-operator":
+        faults.push({ kind, at, durationMs: 0 });
+        break;
+      case "node-deleted":
+        // durationMs: how long the runner waits for the kubelet to re-create its Node before it restarts the kubelet
+        // (well under pod GC's 40 s quarantine of pods bound to a missing Node).
+        faults.push({ kind, at, durationMs: between(2_000, 15_000), node: pick(others) });
         break;
     }
   }

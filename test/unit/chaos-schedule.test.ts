@@ -1,6 +1,14 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { drawSchedule, FAULT_KINDS, NODE_LOSS, prng, WATCHDOG_FAULT_KINDS } from "../../lab/chaos/schedule.ts";
+import {
+  drawSchedule,
+  FAULT_KINDS,
+  NODE_LOSS,
+  OUTAGE_KINDS,
+  OUTAGES_FAULT_KINDS,
+  prng,
+  WATCHDOG_FAULT_KINDS,
+} from "../../lab/chaos/schedule.ts";
 
 const nodes = ["node-1", "node-2", "node-3", "node-4"];
 
@@ -71,4 +79,32 @@ test("the watchdog mode: its fault kinds only (no bmc-unreachable), every agent 
   }
   assert.deepEqual([...seen].sort(), [...WATCHDOG_FAULT_KINDS].sort());
   assert.ok(!WATCHDOG_FAULT_KINDS.includes("bmc-unreachable"));
+});
+
+test("the outages mode: one 20–60 s control-plane outage in every schedule, its kinds only, every kind reached, one node loss at most", () => {
+  const seen = new Set<string>();
+  for (let i = 0; i < 500; i++) {
+    const s = drawSchedule(2026, i, { nodes, mode: "outages" });
+    assert.deepEqual(s, drawSchedule(2026, i, { nodes, mode: "outages" }), "reproducible");
+    const outages = s.faults.filter((f) => OUTAGE_KINDS.includes(f.kind));
+    assert.equal(outages.length, 1, `schedule ${i}: ${JSON.stringify(s.faults)}`);
+    assert.ok(outages[0]!.durationMs >= 20_000 && outages[0]!.durationMs <= 60_000 && !outages[0]!.node, JSON.stringify(outages[0]));
+    assert.ok(s.faults.length <= 3);
+    const losses = s.faults.filter((f) => NODE_LOSS.has(f.kind));
+    assert.ok(losses.length <= 1, `schedule ${i}: ${JSON.stringify(s.faults)}`);
+    for (const f of s.faults) {
+      seen.add(f.kind);
+      assert.ok(OUTAGES_FAULT_KINDS.includes(f.kind), `schedule ${i} drew ${f.kind}`);
+      if (["short-partition", "power-cycle", "node-deleted"].includes(f.kind))
+        assert.notEqual(f.node, losses[0]?.node, `schedule ${i}: ${f.kind} of the lost node`);
+      if (f.kind === "node-deleted") assert.ok(f.node && nodes.includes(f.node) && f.durationMs >= 2_000 && f.durationMs <= 15_000);
+    }
+    assert.ok(
+      s.faults.every((f, k) => k === 0 || s.faults[k - 1]!.at <= f.at),
+      "sorted by start",
+    );
+  }
+  assert.deepEqual([...seen].sort(), [...OUTAGES_FAULT_KINDS].sort());
+  // The watchdog mode's own faults stay out of it.
+  for (const k of ["kill-agent", "watchdog-disabled", "control-plane-down"] as const) assert.ok(!OUTAGES_FAULT_KINDS.includes(k));
 });
