@@ -40,6 +40,11 @@ export interface RunOptions {
   beforeTry?: (op: "off" | "on") => Promise<void>;
   /** Aborts the run from outside (the fence was withdrawn): it ends Cancelled, its child processes killed. */
   signal?: AbortSignal;
+  /**
+   * fenceOff: one status query before any power command; "off" already confirms it, and no command is sent (a machine
+   * that may not be powered off automatically, e.g. one whose Node is gone, can still be found off).
+   */
+  queryFirst?: boolean;
 }
 
 export interface OperationResult {
@@ -203,6 +208,19 @@ export function fenceOff(driver: AgentDriver, ctx: RunContext, opts: RunOptions)
     ctx,
     opts,
     async (run) => {
+      if (!manual && opts.queryFirst) {
+        try {
+          if ((await run.call("status")) === "off")
+            return {
+              outcome: "Succeeded",
+              message: `${ctx.node} found off by status query before any power command`,
+              power: "off",
+              tries: run.tries,
+            };
+        } catch (e) {
+          if (run.ctx.signal.aborted || isPermanent(e)) throw e;
+        }
+      }
       if (!manual) await run.retrying("off");
       while (true) {
         try {

@@ -329,6 +329,11 @@ const policyOf = (o: Pick<FenceObservation, "fence" | "policies">): FencingPolic
  * does not allow it (any fence), or what made an automatic fence due gone (see triggerGone); undefined while it may.
  */
 export function powerOffRefused(o: Fresh & Pick<FenceObservation, "policies" | "pods">): string | undefined {
+  // A kubelet whose Node was deleted goes on running its pods and never says so: it registers again only when it
+  // restarts, and its Lease goes with the Node. No silence can be seen of such a machine, so automation never powers
+  // it off; it only confirms one already off (queryFirst: a status query, or its cloud saying the instance is gone).
+  if (!o.node && o.fence.spec.origin === "Automatic")
+    return `the Node ${o.fence.spec.nodeName} was deleted and a machine whose Node is gone may still run its pods (its kubelet does not register again until it restarts): Stockade powers it off only on a person's word. It is fenced as soon as a status query finds it off (its cloud saying the instance is terminated or gone counts); otherwise check the machine, then delete this NodeFence and create a Manual one (origin Manual, spec.policy)`;
   const refused = quorumRefusal(o.node, nodePods(o), policyOf(o));
   if (refused) return refused;
   return o.fence.spec.origin === "Automatic" ? noLongerDue(o) : undefined;

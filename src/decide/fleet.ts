@@ -452,7 +452,8 @@ export function decideFleet(i: FleetInput): FleetDecision {
   // Not counted at all: a node whose silence is explained — confirmed fenced (Stockade keeps it off), or shut down by
   // its cloud (the cloud controller's shutdown taint: a stopped pool must not hold every policy's fences).
   const counted = healths.filter((_, k) => !stormExplained(i.nodes[k]!, i.fences.get(i.nodes[k]!.metadata?.name ?? "")));
-  const storm = clusterStorm(gone.length ? [...counted, ...gone.map((x) => x.health)] : counted, i.clusterMaxUnhealthyNodes);
+  const goneCounted = gone.filter((x) => !(i.fences.get(x.g.name) && FENCED_PHASES.has(phaseOf(i.fences.get(x.g.name)!))));
+  const storm = clusterStorm(gone.length ? [...counted, ...goneCounted.map((x) => x.health)] : counted, i.clusterMaxUnhealthyNodes);
   for (let pk = 0; pk < i.policies.length; pk++) {
     const policy = i.policies[pk]!;
     const pname = policy.metadata?.name ?? "";
@@ -482,7 +483,8 @@ export function decideFleet(i: FleetInput): FleetDecision {
       if (e) e.guard = g;
       return g;
     });
-    for (const x of goneSelected) guardNodes.push({ name: x.g.name, labels: x.g.lastSeen?.metadata?.labels ?? {}, unhealthy: true });
+    for (const x of goneSelected)
+      guardNodes.push({ name: x.g.name, labels: x.g.lastSeen?.metadata?.labels ?? {}, unhealthy: x.health.silent });
     const verdict = evaluateGuards({
       guards: policy.spec.guards,
       nodes: guardNodes,

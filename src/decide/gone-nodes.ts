@@ -89,7 +89,7 @@ export function goneSilenceSeconds(g: GoneNode, policy: FencingPolicy | undefine
   return Math.max(timeout, g.lease?.spec?.leaseDurationSeconds || DEFAULT_LEASE_SECONDS);
 }
 
-/** A gone node's health, for the decision's record and the storm guards: it counts as unhealthy unless its Lease is renewed. */
+/** A gone node's health, for the decision's record and the storm guards: unhealthy once quiet for its silence time. */
 export function goneHealth(g: GoneNode, policy: FencingPolicy | undefined, now: DateTime): NodeHealth {
   const renewed = goneLeaseRenewed(g.lease, g.leaseSilentMs);
   const timeoutSeconds = goneSilenceSeconds(g, policy);
@@ -106,9 +106,10 @@ export function goneHealth(g: GoneNode, policy: FencingPolicy | undefined, now: 
     lastHeartbeatMs: lastMs,
     partitionedSince: partitioned ? DateTime.fromMillis(staleAtMs!, { zone: "utc" }) : undefined,
     bootID: g.lastSeen?.status?.nodeInfo?.bootID ?? "",
-    // A gone Node heartbeats only through a renewed Lease; otherwise it counts as silent for every storm guard.
-    silent: !renewed,
-    lagging: !renewed,
+    // Silent for the storm guards only once quiet for as long as a node must be: a Node just deleted by an autoscaler
+    // (its DaemonSet pods still bound for a while) is not a storm.
+    silent: partitioned,
+    lagging: partitioned,
     nextCheck: nextCheckMs === undefined ? undefined : DateTime.fromMillis(nextCheckMs, { zone: "utc" }),
     nextCheckMs,
     timeoutSeconds,

@@ -7,7 +7,7 @@
 // decision counts a gone Node's silence from the later of them (decide/fleet.ts goneNodeStep).
 import type { V1Node } from "@kubernetes/client-node";
 
-/** Deleted Nodes kept, oldest forgotten first: a few MiB at most, even for a cluster that replaces its nodes often. */
+/** Deleted Nodes kept, oldest forgotten first: up to about 40 MiB for 5,000 large Nodes (as cached: images dropped). */
 export const LAST_SEEN_KEPT = 5_000;
 
 interface Entry {

@@ -57,7 +57,11 @@ export class Sight {
    * source cannot see. A silence counts only from here.
    */
   seeingSince(): number | undefined {
-    return this.lostAt.size ? undefined : this.since;
+    if (this.lostAt.size) return undefined;
+    // A request of the elector (or the probe) hanging, or this process paused: no answer for longer than maxQuietMs is
+    // blindness now, not only once the next answer comes.
+    if (this.lastAnswer !== undefined && this.mono() - this.lastAnswer > this.maxQuietMs) return undefined;
+    return this.since;
   }
 
   /** Whether this replica can see now (synced, no source lost). */

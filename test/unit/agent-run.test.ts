@@ -149,6 +149,25 @@ describe("fenceOff", () => {
     assert.equal(r.message, "power off of node-1 confirmed by status query");
   });
 
+  test("queryFirst: a machine already off is confirmed without any power command; one on gets the command, after the caller's last word", async () => {
+    const off = new FakeDriver({ status: ["off"] });
+    let asked = 0;
+    const r = await fenceOff(off, ctx, { ...fast, queryFirst: true, beforeTry: async () => void asked++ });
+    assert.equal(r.outcome, "Succeeded");
+    assert.deepEqual(off.calls, ["status"]);
+    assert.equal(asked, 0, "no power command, so no beforeTry");
+    assert.match(r.message, /found off by status query before any power command/);
+    // Running: the command is tried, and the caller may refuse it (a gone Node's automatic fence does).
+    const on = new FakeDriver({ status: ["on"] });
+    const refused = await fenceOff(on, ctx, {
+      ...fast,
+      queryFirst: true,
+      beforeTry: () => Promise.reject(new AgentError("Cancelled", "its Node was deleted")),
+    });
+    assert.equal(refused.outcome, "Cancelled");
+    assert.deepEqual(on.calls, ["status"], "refused before the command: nothing powered off");
+  });
+
   test("a successful off command that status never confirms times out with the last observation", async () => {
     const d = new FakeDriver({ power: [undefined], status: ["on"] });
     const r = await fenceOff(d, ctx, { ...fast, timeoutMs: 200 });

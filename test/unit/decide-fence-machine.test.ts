@@ -2350,6 +2350,15 @@ describe("issue 28 items 3 and 4: a fence a node condition triggered, and contro
   });
 });
 
+describe("issue 41 item 6 (second review): an automatic fence never powers off a machine whose Node is gone", () => {
+  test("automatic: refused, with how it is fenced instead; manual: a person's word, allowed", () => {
+    const o = { fence: fenceOf(fencing()), node: undefined, lease: undefined, now: at(1000), policies: [], pods: [] };
+    assert.match(powerOffRefused(o) ?? "", /was deleted .* powers it off only on a person's word/);
+    const manual = { ...o, fence: fenceOf(fencing(), { origin: "Manual" }) };
+    assert.equal(powerOffRefused(manual), undefined);
+  });
+});
+
 describe("issue 41 item 1: silence counted again after this replica's own gap neither powers off nor cancels", () => {
   // The node was silent when the fence was decided (its last heartbeat, T0, recorded); then this replica had a gap
   // (an outage, a change of leader) and has seen the Lease unchanged for only 5 s since.

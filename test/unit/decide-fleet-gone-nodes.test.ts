@@ -233,12 +233,17 @@ describe("decideFleet: a Node that is gone and that this process never saw", () 
     assert.equal(missingNodesCondition(d.policies.get("dry")!, 1).status, "False");
   });
 
-  test("it counts for the cluster-wide storm guard too", () => {
+  test("it counts for the cluster-wide storm guard once quiet for its silence time; one never seen does not count", () => {
     const d = decide(now, {
       live: [up("node-1", now)],
-      gone: [{ name: "gone-1" }, goneFor("gone-2", 50)],
+      gone: [goneFor("gone-1", 50), goneFor("gone-2", 50)],
     });
     assert.equal(of(d, "gone-2").verdict, "Held");
     assert.equal(d.policies.get("db")?.holds.at(-1)?.reason, "ClusterStorm");
+    // Never seen (nothing says how long it has been quiet), or just deleted: not a storm (second review of issue 41).
+    for (const other of [{ name: "gone-1" }, goneFor("gone-1", 5)]) {
+      const calm = decide(now, { live: [up("node-1", now)], gone: [other, goneFor("gone-2", 50)] });
+      assert.notEqual(calm.policies.get("db")?.holds.at(-1)?.reason, "ClusterStorm");
+    }
   });
 });

@@ -69,6 +69,20 @@ describe("Sight: a node's silence counts only while this replica could see", () 
     assert.equal(o.silentForMs("db", RENEW), 0, "12 s without an answer: silence counts again from the answer");
   });
 
+  test("a request hanging past maxQuietMs is blindness while it hangs, not only once it answers (second review)", () => {
+    const { clock, sight, o } = world(10_000);
+    sight.answered(true);
+    clock.ms += 9_000;
+    assert.equal(o.silentForMs("db", RENEW), 9_000);
+    clock.ms += 2_000; // 11 s without an answer: the request to etcd hangs
+    assert.equal(o.silentForMs("db", RENEW), 0);
+    clock.ms += 30_000;
+    assert.equal(o.silentForMs("db", RENEW), 0);
+    sight.answered(true);
+    clock.ms += 1_000;
+    assert.equal(o.silentForMs("db", RENEW), 1_000);
+  });
+
   test("a new leader counts nothing from before it led", () => {
     const { clock, sight, o } = world();
     clock.ms += 39_000;

@@ -81,6 +81,10 @@ export async function powerCommand(c: Guard, x: PowerCommand) {
     backoffMs: (agent.spec.retryBackoffSeconds ?? 1) * 1000,
     beforeTry: beforePowerCommand(c, x.fence),
     signal: x.signal,
+    // A machine whose Node is gone may already be off (a terminated VM, a reclaimed spot instance): asked first, so
+    // that an automatic fence, which may not power it off (powerOffRefused), can still confirm it. The cache only
+    // chooses whether to ask: the refusal itself reads the Node fresh.
+    queryFirst: !c.d.caches.nodes.get(x.fence.spec.nodeName),
   };
   if (storage) {
     // A storage fence gets the NetworkFence API and the Node's kubelet-reported addresses (used only if its parameters say so).
