@@ -588,26 +588,8 @@ export class NodeHealthController {
       }
     }
     this.d.leadership?.assertLeading(`create NodeFence ${intent.node}`);
-    const body: NodeFence = {
-      apiVersion: API_VERSION,
-      kind: "NodeFence",
-      metadata: { name: intent.node, labels: { [ORIGIN_LABEL]: "automatic" } },
-      spec: {
-        nodeName: intent.node,
-        origin: "Automatic",
-        policy: intent.policy,
-        reason: intent.reason.slice(0, 1024),
-        ...(t
-          ? {
-              trigger: {
-                nodeCondition: { type: t.type, status: t.status, forSeconds: t.forSeconds, trustedWriters: [...(t.trustedWriters ?? [])] },
-              },
-            }
-          : {}),
-      },
-    };
     try {
-      const created = await kube.createNodeFence(body);
+      const created = await kube.createNodeFence(automaticFence(intent));
       log.warn({ node: intent.node, policy: intent.policy, reason: intent.reason }, `created NodeFence ${intent.node}`);
       // Best-effort (the recorder never throws), and not awaited: two round trips per fence held the pass, and with
       // it every fence falling due meanwhile. Shutdown waits for them.
@@ -716,6 +698,29 @@ export class NodeHealthController {
     if (s.raisedTimeouts.length && ready?.message !== readyBefore?.message)
       await this.d.events.record(pref, "Warning", "HeartbeatTimeoutRaised", ready?.message ?? "");
   }
+}
+
+/** The automatic NodeFence of an intent: its reason, and the node condition that made it due, if one did. */
+function automaticFence(intent: FenceIntent): NodeFence {
+  const t = intent.trigger;
+  return {
+    apiVersion: API_VERSION,
+    kind: "NodeFence",
+    metadata: { name: intent.node, labels: { [ORIGIN_LABEL]: "automatic" } },
+    spec: {
+      nodeName: intent.node,
+      origin: "Automatic",
+      policy: intent.policy,
+      reason: intent.reason.slice(0, 1024),
+      ...(t
+        ? {
+            trigger: {
+              nodeCondition: { type: t.type, status: t.status, forSeconds: t.forSeconds, trustedWriters: [...(t.trustedWriters ?? [])] },
+            },
+          }
+        : {}),
+    },
+  };
 }
 
 /**

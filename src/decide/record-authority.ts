@@ -43,7 +43,6 @@ export function resourceMatches(pattern: string, resource: string): boolean {
   return (pr === "*" || pr === rr) && (ps === "*" ? rs !== "" : ps === rs);
 }
 
-
 /**
  * What keeps the installed record policy and its binding from limiting each node agent to its own node's record, one
  * actionable sentence each; [] when they are in force. undefined = not found (Kubernetes before 1.30 serves no v1
