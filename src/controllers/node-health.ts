@@ -876,23 +876,21 @@ export function missingNodesCondition(s: PolicyState, gen: number | undefined): 
       type: "MissingNodes",
       status: "False",
       reason: "NoneMissing",
-      message: "no guarded pods wait on a Node this operator never saw",
+      message: "no guarded pods wait on a Node that nothing fences on its own",
       observedGeneration: gen,
     };
   const each = m.map(
     (x) =>
-      `Node ${x.node} (${x.pods} guarded pod(s)): once its machine is checked off, or to fence it through agents that need only its name (spec.nodes, {{ name }}): ${x.command}`,
+      `Node ${x.node} (${x.pods} guarded pod(s)${x.remembered ? ", no FencingPolicy selects it as last seen" : ", never seen by this operator"}): once its machine is checked off, or to fence it through agents that need only its name (spec.nodes, {{ name }}): ${x.command}`,
   );
+  const never = m.some((x) => !x.remembered);
   return {
     type: "MissingNodes",
     status: "True",
-    reason: "NodeNotRemembered",
+    reason: never ? "NodeNotRemembered" : "NodeNotSelected",
     message:
-      `guarded pods wait on ${m.length} Node(s) that no longer exist and that this operator never saw (deleted before it started): ` +
-      `a deleted Node proves nothing and nothing says which machine it was, so they stay until a person fences it; ${each.join("; ")}`.slice(
-        0,
-        32_000,
-      ),
+      `guarded pods wait on ${m.length} Node(s) that no longer exist and that no FencingPolicy fences on its own (never seen by this operator, which started after the deletion, or not selected by any policy's nodeSelector as last seen): ` +
+      `a deleted Node proves nothing, so they stay until a person fences the machine; ${each.join("; ")}`.slice(0, 32_000),
     observedGeneration: gen,
   };
 }

@@ -159,10 +159,11 @@ export interface PolicyState {
   /** Its triggers that list no trusted writer ("Type=Status"): they never hold. */
   unlisted: string[];
   /**
-   * Gone Nodes this process never saw, with guarded pods under this policy's pod scope bound to them: they wait for a
-   * person (the MissingNodes condition). Present only when there are some.
+   * Gone Nodes that nothing fences on its own (this process never saw them, or no policy selects them as last seen),
+   * with guarded pods under this policy's pod scope bound to them: they wait for a person (the MissingNodes
+   * condition). Present only when there are some.
    */
-  missing?: { node: string; pods: number; command: string }[];
+  missing?: { node: string; pods: number; command: string; remembered: boolean }[];
 }
 
 export interface FleetDecision {
@@ -399,7 +400,7 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const policy = goneNodePolicy(g, i.policies);
     return { g, policy, health: goneHealth(g, policy, i.now) };
   });
-  const missingBy = new Map<string, { node: string; pods: number; command: string }[]>();
+  const missingBy = new Map<string, { node: string; pods: number; command: string; remembered: boolean }[]>();
   for (const { g, policy, health: h } of gone) {
     const name = g.name;
     const fence = i.fences.get(name);
@@ -413,18 +414,20 @@ export function decideFleet(i: FleetInput): FleetDecision {
     const pods = i.pods.on(name);
     const step = goneNodeStep({ g, now: i.now, policy, pods, pvcs: i.pvcs, stormEnd: policy && stormEndedAt(policy) }, h);
     if (step.kind === "decision") {
-      if (step.verdict === "NotRemembered") {
-        const covering = coveringPolicies(pods, i.policies, i.pvcs);
-        if (!covering.length) {
-          decide("NothingToProtect", `Node ${name} does not exist; no live FencingPolicy guards the pods bound to it`);
-          continue;
-        }
-        for (const c of covering) {
-          const pname = c.policy.metadata?.name ?? "";
-          const list = missingBy.get(pname) ?? [];
-          list.push({ node: name, pods: c.pods, command: manualFenceCommand(name, pname) });
-          missingBy.set(pname, list);
-        }
+      // Nothing fences it on its own — never seen, or no policy selects it as last seen (or the one that does guards
+      // none of its pods) — while a live policy's scope guards pods bound to it (the force-delete guard refuses their
+      // deletion): those policies say so, with the command that fences it (second review of issue 41).
+      const unfenced = step.verdict === "NotRemembered" || step.verdict === "NoPolicy" || step.verdict === "NothingToProtect";
+      const covering = unfenced ? coveringPolicies(pods, i.policies, i.pvcs) : [];
+      if (step.verdict === "NotRemembered" && !covering.length) {
+        decide("NothingToProtect", `Node ${name} does not exist; no live FencingPolicy guards the pods bound to it`);
+        continue;
+      }
+      for (const c of covering) {
+        const pname = c.policy.metadata?.name ?? "";
+        const list = missingBy.get(pname) ?? [];
+        list.push({ node: name, pods: c.pods, command: manualFenceCommand(name, pname), remembered: !!g.lastSeen });
+        missingBy.set(pname, list);
       }
       if (step.at) wake(step.at.toMillis());
       decide(step.verdict, step.message);

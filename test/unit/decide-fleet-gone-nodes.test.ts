@@ -137,6 +137,14 @@ describe("decideFleet: a Node that is gone, remembered as last seen", () => {
     const d = decide(now, { gone: [goneFor("gone-1", 50, { lastSeen: lastSeen("gone-1", { pool: "web" }) })] });
     assert.equal(of(d, "gone-1").verdict, "NoPolicy");
     assert.deepEqual(d.create, []);
+    // Its guarded pod is still under the policy's pod scope (the force-delete guard refuses its deletion): the policy
+    // says so, with the command, rather than leaving it stuck unseen (second review of issue 41).
+    const missing = d.policies.get("db")?.missing ?? [];
+    assert.deepEqual(
+      missing.map((m) => [m.node, m.remembered]),
+      [["gone-1", true]],
+    );
+    assert.match(missing[0]!.command, /"origin":"Manual","policy":"db"/);
   });
 
   test("the policy's storm guard counts it unhealthy", () => {

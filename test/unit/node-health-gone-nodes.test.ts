@@ -105,7 +105,7 @@ test("a gone Node never seen: no NodeFence; MissingNodes on the policy with the 
   const c = w.statuses.at(-1)?.status?.conditions?.find((x) => x.type === "MissingNodes");
   assert.equal(c?.status, "True");
   assert.equal(c?.reason, "NodeNotRemembered");
-  assert.match(c?.message ?? "", /Node gone-1 \(1 guarded pod\(s\)\)/);
+  assert.match(c?.message ?? "", /Node gone-1 \(1 guarded pod\(s\), never seen by this operator\)/);
   assert.match(c?.message ?? "", /\| kubectl create -f -/);
   assert.ok(w.events.some((e) => e.reason === "GuardedPodsOnMissingNode" && e.message === c?.message));
 });
