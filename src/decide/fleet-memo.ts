@@ -113,7 +113,9 @@ export class FleetMemo {
     ready: V1NodeCondition | undefined,
   ): NodeMemo | undefined {
     const h = entry.health;
-    if (h.silent) return undefined;
+    // Lagging yet heard from lately (a node whose clock runs behind): whether the storm guards count it changes with the
+    // operator's own clock alone, which the window below does not follow; decided afresh on every pass.
+    if (h.silent || (h.lagging && h.heard)) return undefined;
     const [validFromMs, validUntilMs] = healthWindow(h, entry.lease);
     // The node's entry is updated in place where it has one: renewals replace a tenth of them every second.
     const e = this.nodes.get(h.name) ?? ({ selected: [] } as unknown as NodeMemo);

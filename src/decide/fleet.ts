@@ -481,7 +481,8 @@ export function decideFleet(i: FleetInput): FleetDecision {
       const g = {
         name: nameAt(k),
         labels: i.nodes[k]!.metadata?.labels ?? {},
-        unhealthy: h.silent || h.lagging || h.ready !== "True" || conditionHeld[k]!,
+        // Silence by the wall clock counts only if this replica has not heard the node lately (a clock behind).
+        unhealthy: (!h.heard && (h.silent || h.lagging)) || h.ready !== "True" || conditionHeld[k]!,
       };
       if (e) e.guard = g;
       return g;

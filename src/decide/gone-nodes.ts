@@ -110,6 +110,7 @@ export function goneHealth(g: GoneNode, policy: FencingPolicy | undefined, now: 
     // (its DaemonSet pods still bound for a while) is not a storm.
     silent: partitioned,
     lagging: partitioned,
+    heard: false,
     nextCheck: nextCheckMs === undefined ? undefined : DateTime.fromMillis(nextCheckMs, { zone: "utc" }),
     nextCheckMs,
     timeoutSeconds,

@@ -40,6 +40,12 @@ export interface NodeHealth {
    * the default 10 s fenceAfterSeconds). Counting a node that missed two renewals only ever holds fences back.
    */
   lagging: boolean;
+  /**
+   * Lagging or silent by the wall clock, yet this replica saw its Lease renewed within two renewals (monotonic clock,
+   * since it could last see): the node is talking, whatever its renewTime's value says (a node whose clock runs
+   * behind looks lagging by it). The storm guards do not count a node they heard. False wherever the wall clock agrees.
+   */
+  heard: boolean;
   /** When this node's state would change with no further events (a heartbeat going stale). */
   readonly nextCheck: DateTime | undefined;
   /** The same, in epoch milliseconds. */
@@ -159,6 +165,10 @@ export function assessNode(
   const nowMs = now.toMillis();
   const lagging = lastMs !== undefined && nowMs >= lastMs + lagSeconds * 1000;
   const leaseDuration = leaseDurationOf(lease);
+  const heardLeftMs =
+    leaseObservedSilentMs !== undefined && Number.isFinite(leaseObservedSilentMs) ? lagSeconds * 1000 - leaseObservedSilentMs : 0;
+  // Only where the wall clock says otherwise (lagging or silent by renewTime's value): elsewhere it changes nothing.
+  const heard = heardLeftMs > 0 && lastMs !== undefined && nowMs >= lastMs + lagSeconds * 1000;
   // Both read from the Lease object; a renewTime ahead of our clock expires that much later (never earlier).
   const leaseExpiresMs = leaseDuration !== undefined && leaseBeat !== undefined ? leaseBeat + leaseDuration * 1000 : undefined;
   const health = (
@@ -177,6 +187,7 @@ export function assessNode(
       bootID,
       silent,
       lagging,
+      heard,
       nextCheckMs,
       timeoutSeconds,
       by,
@@ -235,6 +246,7 @@ class LazyHealth implements NodeHealth {
   readonly bootID: string;
   readonly silent: boolean;
   readonly lagging: boolean;
+  readonly heard: boolean;
   readonly nextCheckMs: number | undefined;
   readonly timeoutSeconds: number;
   readonly partitionedBy: PartitionedBy | undefined;
@@ -252,6 +264,7 @@ class LazyHealth implements NodeHealth {
     bootID: string,
     silent: boolean,
     lagging: boolean,
+    heard: boolean,
     nextCheckMs: number | undefined,
     timeoutSeconds: number,
     partitionedBy: PartitionedBy | undefined,
@@ -266,6 +279,7 @@ class LazyHealth implements NodeHealth {
     this.bootID = bootID;
     this.silent = silent;
     this.lagging = lagging;
+    this.heard = heard;
     this.nextCheckMs = nextCheckMs;
     this.timeoutSeconds = timeoutSeconds;
     this.partitionedBy = partitionedBy;

@@ -105,8 +105,8 @@ export const DEFAULT_CLUSTER_MAX_UNHEALTHY_NODES = "50%";
  * others are silent, but they all lag by then), or Ready=Unknown (the node controller saw it silent). A node that
  * writes Ready=False is talking: it says nothing about the network or the observer.
  */
-export const silentForStorm = (h: Pick<NodeHealth, "silent" | "lagging" | "ready">): boolean =>
-  h.silent || h.lagging || h.ready === "Unknown";
+export const silentForStorm = (h: Pick<NodeHealth, "silent" | "lagging" | "ready" | "heard">): boolean =>
+  !h.heard && (h.silent || h.lagging || h.ready === "Unknown");
 
 /**
  * The cluster-wide storm guard. A policy's own guard counts the nodes it selects, so a policy of one node never
@@ -116,7 +116,7 @@ export const silentForStorm = (h: Pick<NodeHealth, "silent" | "lagging" | "ready
  * operator sees are silent, every policy holds.
  */
 export function clusterStorm(
-  nodes: readonly Pick<NodeHealth, "name" | "silent" | "lagging" | "ready">[],
+  nodes: readonly Pick<NodeHealth, "name" | "silent" | "lagging" | "ready" | "heard">[],
   limit: number | string | undefined,
 ): Hold | undefined {
   const spec = limit ?? DEFAULT_CLUSTER_MAX_UNHEALTHY_NODES;

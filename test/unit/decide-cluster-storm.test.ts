@@ -211,11 +211,12 @@ describe("decideFleet: the cluster-wide storm guard", () => {
 });
 
 describe("clusterStorm", () => {
-  const h = (name: string, o: { silent?: boolean; lagging?: boolean; ready?: string } = {}) => ({
+  const h = (name: string, o: { silent?: boolean; lagging?: boolean; ready?: string; heard?: boolean } = {}) => ({
     name,
     silent: o.silent ?? false,
     lagging: o.lagging ?? false,
     ready: o.ready ?? "True",
+    heard: o.heard ?? false,
   });
   test("counts silent, lagging and Ready=Unknown nodes; not nodes that say Ready=False themselves", () => {
     const nodes = [h("a", { silent: true }), h("b", { lagging: true }), h("c", { ready: "Unknown" }), h("d", { ready: "False" }), h("e")];
@@ -242,6 +243,12 @@ describe("clusterStorm", () => {
         : x,
     );
     assert.equal(decisionOf(decide(now, stopped, { pods, policies: [db] }), "db-1").verdict, "Fence");
+  });
+
+  test("a node this replica heard renew lately is not counted, however old its renewTime (a clock behind)", () => {
+    const nodes = [h("a", { silent: true }), h("skew", { silent: true, lagging: true, heard: true }), h("c")];
+    assert.equal(clusterStorm(nodes, undefined), undefined, "1 of 3, not 2");
+    assert.ok(clusterStorm([h("a", { silent: true }), h("skew", { silent: true, lagging: true }), h("c")], undefined));
   });
 
   test("at least one node may be silent, however small the cluster", () => {
