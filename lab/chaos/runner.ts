@@ -448,7 +448,17 @@ async function recover(
   // NodeFence once it is unfenced (the smoke run's first watchdog-disabled fence was gone by the final list).
   const fences = new Map<string, NodeFence>();
   const listFences = async () => {
-    const l = (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as { items: NodeFence[] };
+    // An apiserver just started again answers 429 "storage is (re)initializing" for a moment (outages mode): retried.
+    let l: { items: NodeFence[] } | undefined;
+    for (let attempt = 0; l === undefined; attempt++) {
+      try {
+        l = (await custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: "nodefences" })) as { items: NodeFence[] };
+      } catch (err) {
+        const code = (err as { code?: number }).code;
+        if (attempt >= 30 || (code !== 429 && code !== 503)) throw err;
+        await sleep(1_000);
+      }
+    }
     for (const f of l.items) fences.set(f.metadata!.uid!, f); // the later read has every release the earlier had
     return l.items;
   };
