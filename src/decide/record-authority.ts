@@ -43,6 +43,45 @@ export function resourceMatches(pattern: string, resource: string): boolean {
   return (pr === "*" || pr === rr) && (ps === "*" ? rs !== "" : ps === rs);
 }
 
+/** Names and words of one of Stockade's admission policies, for bindingProblems. */
+export interface PolicyNames {
+  policy: string;
+  binding: string;
+  /** What goes wrong without it. */
+  risk: string;
+  /** The command that installs it. */
+  install: string;
+  /** What a binding without Deny lets through, as a clause ("violations are let through"). */
+  letThrough: string;
+}
+
+/**
+ * What every one of Stockade's admission policies needs, one actionable sentence each: the policy and its binding
+ * installed, the binding naming the policy, and denying. The callers add what is particular to theirs.
+ */
+export function bindingProblems(
+  n: PolicyNames,
+  policy: V1ValidatingAdmissionPolicy | undefined,
+  binding: V1ValidatingAdmissionPolicyBinding | undefined,
+): string[] {
+  const out: string[] = [];
+  if (!policy) out.push(`ValidatingAdmissionPolicy ${n.policy} is not installed: ${n.risk}. Install it: ${n.install}`);
+  if (!binding)
+    out.push(
+      `ValidatingAdmissionPolicyBinding ${n.binding} is not installed, so the policy is not enforced: ${n.risk}. Install it: ${n.install}`,
+    );
+  if (binding) {
+    const spec = binding.spec ?? {};
+    if (spec.policyName !== n.policy)
+      out.push(`ValidatingAdmissionPolicyBinding ${n.binding} binds policy "${spec.policyName ?? ""}", not ${n.policy}: ${n.install}`);
+    if (!(spec.validationActions ?? []).includes("Deny"))
+      out.push(
+        `ValidatingAdmissionPolicyBinding ${n.binding} has validationActions [${(spec.validationActions ?? []).join(", ")}] without Deny: ${n.letThrough}: ${n.install}`,
+      );
+  }
+  return out;
+}
+
 /**
  * What keeps the installed record policy and its binding from limiting each node agent to its own node's record, one
  * actionable sentence each; [] when they are in force. undefined = not found (Kubernetes before 1.30 serves no v1
@@ -52,22 +91,19 @@ export function recordPolicyProblems(
   policy: V1ValidatingAdmissionPolicy | undefined,
   binding: V1ValidatingAdmissionPolicyBinding | undefined,
 ): string[] {
-  const out: string[] = [];
-  if (!policy) out.push(`ValidatingAdmissionPolicy ${RECORD_POLICY} is not installed: ${RISK}. Install it: ${INSTALL}`);
-  if (!binding)
-    out.push(
-      `ValidatingAdmissionPolicyBinding ${RECORD_BINDING} is not installed, so the policy is not enforced: ${RISK}. Install it: ${INSTALL}`,
-    );
+  const out = bindingProblems(
+    {
+      policy: RECORD_POLICY,
+      binding: RECORD_BINDING,
+      risk: RISK,
+      install: INSTALL,
+      letThrough: "a write to another node's record is let through",
+    },
+    policy,
+    binding,
+  );
   if (binding) {
     const spec = binding.spec ?? {};
-    if (spec.policyName !== RECORD_POLICY)
-      out.push(
-        `ValidatingAdmissionPolicyBinding ${RECORD_BINDING} binds policy "${spec.policyName ?? ""}", not ${RECORD_POLICY}: ${INSTALL}`,
-      );
-    if (!(spec.validationActions ?? []).includes("Deny"))
-      out.push(
-        `ValidatingAdmissionPolicyBinding ${RECORD_BINDING} has validationActions [${(spec.validationActions ?? []).join(", ")}] without Deny: a write to another node's record is let through: ${INSTALL}`,
-      );
     const m = spec.matchResources;
     if (m?.excludeResourceRules?.length || m?.objectSelector?.matchLabels || m?.objectSelector?.matchExpressions?.length)
       out.push(`ValidatingAdmissionPolicyBinding ${RECORD_BINDING} narrows what the policy applies to (matchResources): ${INSTALL}`);

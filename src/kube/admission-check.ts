@@ -12,7 +12,7 @@ import {
   type V1ValidatingAdmissionPolicyBinding,
 } from "@kubernetes/client-node";
 import { GROUP } from "../api/v1alpha1.ts";
-import { RECORD_BINDING, RECORD_POLICY, recordPolicyProblems, resourceMatches } from "../decide/record-authority.ts";
+import { RECORD_BINDING, RECORD_POLICY, bindingProblems, recordPolicyProblems, resourceMatches } from "../decide/record-authority.ts";
 import { errorMessage, isNotFound, statusCode } from "./api.ts";
 
 /** The ValidatingAdmissionPolicy and its binding, as manifests/06-admission-policy.yaml names them. */
@@ -35,22 +35,13 @@ export function admissionPolicyProblems(
   policy: V1ValidatingAdmissionPolicy | undefined,
   binding: V1ValidatingAdmissionPolicyBinding | undefined,
 ): string[] {
-  const out: string[] = [];
-  if (!policy) out.push(`ValidatingAdmissionPolicy ${ADMISSION_POLICY} is not installed: ${RISK}. Install it: ${INSTALL}`);
-  if (!binding)
-    out.push(
-      `ValidatingAdmissionPolicyBinding ${ADMISSION_BINDING} is not installed, so the policy is not enforced: ${RISK}. Install it: ${INSTALL}`,
-    );
+  const out = bindingProblems(
+    { policy: ADMISSION_POLICY, binding: ADMISSION_BINDING, risk: RISK, install: INSTALL, letThrough: "violations are let through" },
+    policy,
+    binding,
+  );
   if (binding) {
     const spec = binding.spec ?? {};
-    if (spec.policyName !== ADMISSION_POLICY)
-      out.push(
-        `ValidatingAdmissionPolicyBinding ${ADMISSION_BINDING} binds policy "${spec.policyName ?? ""}", not ${ADMISSION_POLICY}: ${INSTALL}`,
-      );
-    if (!(spec.validationActions ?? []).includes("Deny"))
-      out.push(
-        `ValidatingAdmissionPolicyBinding ${ADMISSION_BINDING} has validationActions [${(spec.validationActions ?? []).join(", ")}] without Deny: violations are let through: ${INSTALL}`,
-      );
     const m = spec.matchResources;
     if (m && (m.excludeResourceRules?.length || m.objectSelector?.matchLabels || m.objectSelector?.matchExpressions?.length))
       out.push(`ValidatingAdmissionPolicyBinding ${ADMISSION_BINDING} narrows what the policy applies to (matchResources): ${INSTALL}`);
